@@ -1,0 +1,23 @@
+"""The repository's promises about itself: CI runs the README's test command."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_commands():
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"## Quick start.*?```(?:bash|sh)\n(.*?)```", text, re.S).group(1)
+    return [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_readme_has_exactly_two_setup_commands():
+    commands = readme_commands()
+    assert len(commands) == 2, commands
+    assert "pytest" in commands[1]
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert readme_commands()[1] in ci.splitlines()
