@@ -34,3 +34,41 @@ def wavelength_figure(analysis: RopeAnalysis) -> Figure:
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     return fig
+
+
+def emulation_figure(plan, heads: list[int] | None = None) -> Figure:
+    """For a few heads: the ALiBi line -m d against the emulated bias (left), and the predicted error
+    against distance on a log scale (right: sine approximation, rounding bound at the last position, total)."""
+    import numpy as np
+
+    from .error_model import distance_grid, emulated_bias, matter_distance, rounding_bound, sine_error
+
+    if heads is None:
+        order = sorted(range(len(plan.heads)), key=lambda h: -plan.heads[h].slope)
+        heads = sorted({order[0], order[len(order) // 2], order[-1]})
+    fig = _figure(11.0, 4.2)
+    left, right = fig.subplots(1, 2)
+    d = distance_grid(plan.window, 1025)
+    for h in heads:
+        hp = plan.heads[h]
+        (line,) = left.plot(d, -hp.slope * d, lw=1, label=f"head {h} ALiBi (m={hp.slope:.3g})")
+        left.plot(d, emulated_bias(hp.specs(), plan.scale, d), "--", color=line.get_color(), lw=1.5,
+                  label=f"head {h} emulated")
+        dm = distance_grid(matter_distance(hp.slope, plan.window, plan.cutoff), 513)
+        sine = sine_error(hp.slope, hp.specs(), plan.scale, dm)
+        rnd = rounding_bound(hp.specs(), plan.scale, np.full_like(dm, plan.window), plan.window - dm, plan.dtype, hp.split)
+        right.semilogy(dm[1:], sine[1:] + rnd[1:], color=line.get_color(), label=f"head {h} total")
+        right.semilogy(dm[1:], np.maximum(sine[1:], 1e-300), ":", color=line.get_color(), label=f"head {h} sine")
+    left.set_ylim(-3 * plan.cutoff, 1)
+    left.set_xlabel("distance d (tokens)")
+    left.set_ylabel("bias (logits)")
+    left.set_title(f"ALiBi vs emulation, window {plan.window}")
+    left.legend(fontsize=7)
+    right.set_xlabel("distance d (tokens), up to where the bias matters")
+    right.set_ylabel(f"predicted |error| (logits), {plan.dtype}")
+    right.axhline(plan.tolerance, color="k", ls="--", lw=1, label="tolerance")
+    right.set_title("error model: sine approximation + rounding")
+    right.legend(fontsize=7)
+    for ax in (left, right):
+        ax.grid(True, which="both", alpha=0.3)
+    return fig

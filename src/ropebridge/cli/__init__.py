@@ -10,9 +10,9 @@ import logging
 import sys
 
 from .. import __version__
-from . import rope_cmd
+from . import plan_cmd, rope_cmd
 
-SUBCOMMANDS = (rope_cmd,)
+SUBCOMMANDS = (rope_cmd, plan_cmd)
 
 
 class _Parser(argparse.ArgumentParser):

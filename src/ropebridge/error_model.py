@@ -1,0 +1,224 @@
+"""How wrong an ALiBi head emulated with RoPE pairs is: a bound, and the measurement that checks it.
+
+The emulation (``emulation`` module): head h gets K extra rotary pairs; pair k carries fixed
+q = (-N_k/s, 0) and k = (0, s) (s = 1 unless N is split between q and k for float16) and rotates
+at theta_k while every other dim is unrotated. With the logit scale sigma = 1/sqrt(head_dim)
+and amplitude A_k = N_k * sigma, the pairs add to the logit of query position i and key j:
+
+    b(i, j) = -sum_k A_k sin(theta_k (i - j))        (exact arithmetic)
+
+which should equal ALiBi's -m d, d = i - j. Two things separate the computed logit from -m d.
+
+1. **Sine approximation** (deterministic). ``e_sin(d) = |m d - sum_k A_k sin(theta_k d)|``. One pair
+   with A = m/theta: e_sin = m (d - sin(theta d)/theta) ~ m theta^2 d^3 / 6. K pairs solve
+   sum_k A_k theta_k^(2n+1) = m [n = 0], n < K, so the first K odd Taylor terms match and
+   e_sin = O(theta^(2K+1) d^(2K+1)). It counts only where the bias still matters: beyond
+   D = cutoff/m the exact bias is below -cutoff logits, the key has no softmax weight, and the
+   emulated bias stays below it too as long as b is non-increasing in d (theta L < pi/2 for one pair).
+
+2. **Rounding** in the model's dtype, to first order in the unit roundoff. A model computes the
+   angles ``fl32(i * fl32(theta))`` in float32, cos/sin in float32 cast to the dtype,
+   ``q*cos + rotate_half(q)*sin`` in the dtype, q.k with float32 accumulation (float32 products
+   for float32), the result in the dtype, times sigma. Write hu(x) for half an ulp of x in the
+   dtype (``2^(max(floor(log2 x), e_min) - p)``: relative 2^-p for normal numbers, an absolute
+   floor 2^(e_min - p) for subnormals, 2^-25 in float16). Every rounding site and what its error
+   costs the logit (c = cos, s = sin of the angle at i or j; first order, triangle inequality):
+
+   - the stored amplitudes N/s and s: relative hu(x)/x of the whole pair term, ~ (hu/x) m d;
+   - the angle: ``|A| (hu32(i theta) + hu32(j theta))`` plus the relative rounding of theta,
+     ``|A| d |fl32(theta) - theta| |cos(theta d)|``;
+   - the four table entries: ``|A| (t(c_i)|s_j| + t(s_j)|c_i| + t(s_i)|c_j| + t(c_j)|s_i|)`` with
+     ``t(x) = hu(x) + 1.25 hu32(x)`` (torch's float32 sin/cos, measured within 1.2 half-ulps, then
+     the cast; float32 keeps only the first error), and for cosines near 1 at most ``|1 - c|`` (a
+     nearest rounding never moves farther than the representable 1.0);
+   - the products of the rotation, ``fl(N/s * c_i)`` etc.: ``sigma (hu(N/s c_i) s |s_j| + …)``;
+     they are exact for a factor 1 (k without split);
+   - the dot product, as BLAS kernels compute it: 2K fused multiply-adds in float32, each rounding a
+     partial sum of the products P1 = N c_i s_j, P2 = N s_i c_j of every pair (bfloat16 and float16
+     products are exact in float32 anyway): ``2K sigma hu32(sum |P|)``; the cast of the result and
+     the scaling:
+     ``hu(|b|/sigma) sigma + hu(|b|)`` (the latter zero when sigma is a power of two).
+
+   P1 and P2 each have size ~ m sqrt(hd) * position: the emulated term is a small difference of
+   two large products, so the error grows with the absolute position (~ u m i), not with d. In
+   float16 the tables of tiny angles are subnormal: t(sin) >= 2^-25 whatever the angle, so the
+   cost A 2^-25 = m 2^-25 / theta grows like 1/theta, while e_sin grows like theta^2: an optimum.
+
+The predicted error of a head is ``max over d in [0, D] of e_sin(d) + e_round(L, L - d)`` (query at
+the last position, where every position-dependent term is largest). ``measure`` computes the same
+logits with real torch tensors in the dtype and returns the worst deviation from float64 -m d.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .rope import apply_rope, cos_sin
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# (precision p in bits incl. the implicit one, minimum normal exponent)
+_FORMATS = {"float32": (24, -126), "bfloat16": (8, -126), "float16": (11, -14)}
+
+
+# torch's float32 sin/cos on CPU: measured within 1.2 half-ulps (0.6 ulp) of the float64 value over
+# 6M angles in (1e-8, 1.6); tests/test_error_model.py checks that this machine's torch still meets it.
+SINCOS_HALF_ULPS = 1.25
+
+
+def half_ulp(x: np.ndarray | float, dtype: str) -> np.ndarray:
+    """Largest rounding error of round-to-nearest at |x| in ``dtype`` (0 at 0), float64 array."""
+    p, e_min = _FORMATS[dtype]
+    a = np.abs(np.asarray(x, dtype=np.float64))
+    with np.errstate(divide="ignore"):
+        e = np.floor(np.log2(np.where(a > 0, a, 1.0)))
+    return np.where(a > 0, np.exp2(np.maximum(e, e_min) - p), 0.0)
+
+
+def _is_power_of_two(x: float) -> bool:
+    m, _ = math.frexp(x)
+    return m == 0.5
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    """One emulation pair of a head as the error model sees it: frequency and amplitude N (pre-scale)."""
+
+    theta: float
+    N: float
+
+
+def emulated_bias(pairs: Sequence[PairSpec], scale: float, d: np.ndarray) -> np.ndarray:
+    """Exact-arithmetic emulated bias ``-sum_k N_k scale sin(theta_k d)``, float64, shape of ``d``."""
+    d = np.asarray(d, dtype=np.float64)
+    return -sum(p.N * scale * np.sin(p.theta * d) for p in pairs)
+
+
+def sine_error(slope: float, pairs: Sequence[PairSpec], scale: float, d: np.ndarray) -> np.ndarray:
+    """``|m d + emulated_bias(d)|`` (the approximation error, no rounding), float64."""
+    d = np.asarray(d, dtype=np.float64)
+    return np.abs(slope * d + emulated_bias(pairs, scale, d))
+
+
+def rounding_bound(
+    pairs: Sequence[PairSpec], scale: float, i: np.ndarray, j: np.ndarray, dtype: str, split: float = 1.0
+) -> np.ndarray:
+    """First-order bound of the rounding error of the emulated logit at query i, key j (see module doc)."""
+    i, j = np.asarray(i, np.float64), np.asarray(j, np.float64)
+    d = i - j
+    qa, ka = None, float(split)
+    out = np.zeros(np.broadcast(i, j).shape)
+    total_p = np.zeros_like(out)
+
+    def tab(x):  # float32 sin/cos, then (unless float32) the cast
+        f32 = SINCOS_HALF_ULPS * half_ulp(x, "float32")
+        return f32 if dtype == "float32" else half_ulp(x, dtype) + f32
+
+    def tab_cos(x):  # rounding to nearest never moves farther than the representable 1.0
+        return np.minimum(tab(x), np.abs(1 - np.abs(x)) + SINCOS_HALF_ULPS * half_ulp(x, "float32"))
+
+    for p in pairs:
+        qa = abs(p.N) / ka
+        a = abs(p.N) * scale
+        ci, si, cj, sj = np.cos(p.theta * i), np.sin(p.theta * i), np.cos(p.theta * j), np.sin(p.theta * j)
+        term = np.abs(p.N * scale * np.sin(p.theta * d))
+        out += term * half_ulp(qa, dtype) / qa
+        if ka != 1.0:
+            out += term * half_ulp(ka, dtype) / ka
+        theta32 = float(np.float32(p.theta))
+        out += a * (half_ulp(i * theta32, "float32") + half_ulp(j * theta32, "float32"))
+        out += a * d * np.abs(np.cos(p.theta * d)) * abs(theta32 - p.theta)
+        out += a * (tab_cos(ci) * np.abs(sj) + tab(sj) * np.abs(ci) + tab(si) * np.abs(cj) + tab_cos(cj) * np.abs(si))
+        out += scale * ka * (half_ulp(qa * ci, dtype) * np.abs(sj) + half_ulp(qa * si, dtype) * np.abs(cj))
+        if ka != 1.0:
+            out += scale * qa * (half_ulp(ka * sj, dtype) * np.abs(ci) + half_ulp(ka * cj, dtype) * np.abs(si))
+        total_p += np.abs(p.N * ci * sj) + np.abs(p.N * si * cj)
+    out += 2 * len(pairs) * scale * half_ulp(total_p, "float32")
+    bias = np.abs(emulated_bias(pairs, scale, d))
+    if dtype != "float32":
+        out += scale * half_ulp(bias / scale, dtype)
+    if not _is_power_of_two(scale):
+        out += half_ulp(bias, dtype) + bias * half_ulp(scale, dtype) / scale
+    return out
+
+
+def matter_distance(slope: float, window: int, cutoff: float) -> int:
+    """D = min(window, floor(cutoff/m)): beyond it -m d < -cutoff and the key carries no softmax weight."""
+    return int(min(window, math.floor(cutoff / slope)))
+
+
+def distance_grid(limit: int, points: int = 2049) -> np.ndarray:
+    """Integer distances 0..limit: all of them up to ``points``, else an even grid with both ends."""
+    if limit + 1 <= points:
+        return np.arange(limit + 1, dtype=np.float64)
+    return np.unique(np.round(np.linspace(0, limit, points)))
+
+
+@dataclass(frozen=True)
+class ErrorPrediction:
+    """Predicted worst logit error of one head over the window, and its two parts (each at its own worst d)."""
+
+    total: float
+    sine: float
+    rounding: float
+
+
+def predict(
+    slope: float,
+    pairs: Sequence[PairSpec],
+    scale: float,
+    window: int,
+    dtype: str,
+    *,
+    cutoff: float = 40.0,
+    split: float = 1.0,
+) -> ErrorPrediction:
+    """``max over d <= D of e_sin(d) + e_round(L, L - d)`` for one head (module doc)."""
+    d = distance_grid(matter_distance(slope, window, cutoff), 513)  # (n,)
+    i = np.unique(np.concatenate([np.linspace(0, window, 33).round(), window - np.arange(4)]))[:, None]  # (m, 1)
+    sine = sine_error(slope, pairs, scale, d)  # (n,)
+    rounding = rounding_bound(pairs, scale, i, i - d[None, :], dtype, split)  # (m, n)
+    rounding = np.where(i - d[None, :] >= 0, rounding, 0.0).max(axis=0)  # worst query position per distance
+    return ErrorPrediction(float(np.max(sine + rounding)), float(np.max(sine)), float(np.max(rounding)))
+
+
+def measure(
+    slope: float,
+    pairs: Sequence[PairSpec],
+    scale: float,
+    window: int,
+    dtype: str,
+    *,
+    cutoff: float = 40.0,
+    split: float = 1.0,
+    queries: int = 256,
+    seed: int = 0,
+) -> float:
+    """Worst |computed logit + m d| over sampled queries (the last ``queries`` positions up to ``window``
+    and as many random ones) and every key with 0 <= d <= D, computed the way a model does in ``dtype``.
+
+    Pairs use the "half" layout: pair k is dims (k, k + K) of a 2K-dim q and k.
+    """
+    dt = DTYPES[dtype]
+    K = len(pairs)
+    g = torch.Generator().manual_seed(seed)
+    last = torch.arange(max(0, window - queries + 1), window + 1)
+    rand = torch.randint(0, window + 1, (queries,), generator=g)
+    qpos = torch.unique(torch.cat([last, rand]))  # (s,)
+    kpos = torch.arange(window + 1)  # (t,)
+    freqs = torch.tensor([p.theta for p in pairs], dtype=torch.float64).float()  # engines keep inv_freq in float32
+    q = torch.zeros(len(qpos), 2 * K, dtype=dt)
+    k = torch.zeros(len(kpos), 2 * K, dtype=dt)
+    q[:, :K] = torch.tensor([-p.N / split for p in pairs], dtype=torch.float64).to(dt)
+    k[:, K:] = torch.tensor(split, dtype=torch.float64).to(dt)
+    q = apply_rope(q, *cos_sin(freqs, qpos, dtype=dt, angle_dtype=torch.float32), layout="half")  # (s, 2K)
+    k = apply_rope(k, *cos_sin(freqs, kpos, dtype=dt, angle_dtype=torch.float32), layout="half")  # (t, 2K)
+    logits = (q @ k.T) * torch.tensor(scale, dtype=torch.float64).to(dt)  # (s, t)
+    d = (qpos[:, None] - kpos[None, :]).to(torch.float64)  # (s, t)
+    err = (logits.to(torch.float64) + slope * d).abs()
+    matters = (d >= 0) & (d <= matter_distance(slope, window, cutoff))
+    return float(err[matters].max())

@@ -1,0 +1,62 @@
+"""``ropebridge plan`` through ``main(argv)``: table, JSON, plot, model directories and bad input."""
+
+import json
+
+import pytest
+from transformers import BloomConfig, GPT2Config, LlamaConfig
+
+from ropebridge.cli import main
+
+
+def test_table(capsys):
+    assert main(["plan", "--heads", "16", "--head-dim", "64", "--window", "65536", "--max-phase", "0.1"]) == 0
+    out = capsys.readouterr().out
+    assert "1.5259e-06" in out and "3.7073e+06" in out
+    assert "worst head 0" in out and "tolerance 0.001" in out
+
+
+def test_json_fields(capsys):
+    assert main(["plan", "--heads", "8", "--head-dim", "64", "--window", "512", "--base", "10000",
+                 "--rope-dim", "16", "--pairs", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {"heads", "window", "dtype", "max_window"} <= set(data)
+    assert {"head", "slope", "theta", "N", "predicted_error"} <= set(data["heads"][0])
+    assert data["window"] == 512 and data["dtype"] == "float32"
+    assert data["max_window_at_phase"]["window"] == 316  # 0.1 / 10^-3.5
+
+
+def test_model_directory_and_plot(tmp_path, capsys):
+    BloomConfig(n_head=4, hidden_size=128, n_layer=1).save_pretrained(tmp_path / "bloom")
+    png = tmp_path / "plan.png"
+    assert main(["plan", "--model", str(tmp_path / "bloom"), "--window", "1024", "--plot", str(png), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["heads"]) == 4 and data["family"] == "bloom"
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--heads", "8", "--head-dim", "64", "--window", "0"], "window"),
+        (["--heads", "8", "--head-dim", "64", "--window", "100", "--theta", "0"], "theta"),
+        (["--heads", "8", "--head-dim", "64", "--window", "100", "--max-phase", "1.6"], "max_phase"),
+        (["--heads", "8", "--head-dim", "64", "--window", "100", "--family", "gpt"], "family"),
+        (["--heads", "8", "--window", "100"], "--head-dim"),
+        (["--heads", "16", "--head-dim", "64", "--window", "65536", "--max-phase", "0.1", "--dtype", "float16",
+          "--split", "1"], "float16"),
+        (["--heads", "8", "--head-dim", "64", "--window", "100", "--split", "abc"], "split"),
+    ],
+)
+def test_bad_input(capsys, argv, needle):
+    assert main(["plan", *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_not_an_alibi_model(tmp_path, capsys):
+    LlamaConfig(num_attention_heads=4, hidden_size=128, num_hidden_layers=1).save_pretrained(tmp_path / "llama")
+    GPT2Config(n_head=4, n_embd=128, n_layer=1).save_pretrained(tmp_path / "gpt2")
+    for name in ("llama", "gpt2"):
+        assert main(["plan", "--model", str(tmp_path / name), "--window", "100"]) == 2
+        assert "not an ALiBi model" in capsys.readouterr().err
+    assert main(["plan", "--model", str(tmp_path / "missing"), "--window", "100"]) == 2

@@ -1,0 +1,96 @@
+"""The error model against measurement: the prediction bounds the measured error, within a factor of 4."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ropebridge import error_model
+from ropebridge.error_model import PairSpec, half_ulp, measure, predict, sine_error
+from ropebridge.fixed_base import frequency_set, multi_pair_amplitudes
+
+SCALE = 1 / 8  # head_dim 64
+
+
+def test_half_ulp():
+    assert half_ulp(1.0, "float32") == 2.0**-24
+    assert half_ulp(1.5, "bfloat16") == 2.0**-8
+    assert half_ulp(0.75, "float16") == 2.0**-12
+    assert half_ulp(1e-7, "float16") == 2.0**-25  # subnormal floor
+    assert half_ulp(0.0, "float32") == 0.0
+
+
+def test_torch_sincos_within_the_modelled_accuracy():
+    # the model assumes torch's float32 sin/cos within SINCOS_HALF_ULPS half-ulps; check it on this machine
+    g = torch.Generator().manual_seed(0)
+    x = torch.exp(torch.empty(200_000, dtype=torch.float64).uniform_(math.log(1e-6), math.log(1.6), generator=g))
+    x = x.float()
+    for f in ("sin", "cos"):
+        exact = getattr(x.double(), f)().numpy()
+        err = np.abs(getattr(x, f)().double().numpy() - exact)
+        assert (err <= error_model.SINCOS_HALF_ULPS * half_ulp(exact, "float32")).all(), f
+
+
+def test_sine_error_is_cubic_for_small_angles():
+    m, theta = 0.5, 1e-4
+    d = np.array([10.0, 100.0, 1000.0])
+    e = sine_error(m, [PairSpec(theta, m / theta / SCALE)], SCALE, d)
+    np.testing.assert_allclose(e, m * theta**2 * d**3 / 6, rtol=1e-3)  # next term is O((theta d)^2) relative
+
+
+def single(m, theta):
+    return [PairSpec(theta, m / theta / SCALE)]
+
+
+GRID = [
+    (dtype, window, m, phase)
+    for dtype in ("float32", "bfloat16", "float16")
+    for window in (512, 4096)
+    for m in (2**-0.5, 2**-4, 2**-8)
+    for phase in (1e-3, 0.05, 0.5, 1.4)
+]
+
+
+@pytest.mark.parametrize("dtype, window, m, phase", GRID)
+def test_prediction_bounds_measurement_within_4x(dtype, window, m, phase):
+    theta = phase / window
+    pairs = single(m, theta)
+    n = pairs[0].N
+    split = math.sqrt(n) if n > torch.finfo(error_model.DTYPES[dtype]).max else 1.0
+    predicted = predict(m, pairs, SCALE, window, dtype, split=split).total
+    measured = measure(m, pairs, SCALE, window, dtype, split=split)
+    assert measured <= predicted <= 4 * measured, (predicted, measured)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("k", [2, 3])
+def test_multi_pair_prediction_bounds_measurement(dtype, k):
+    # The bound adds ~8 rounding sites per pair at their worst; the measured maximum of K pairs' independent
+    # roundings grows more slowly (like sqrt(K) once rounding dominates), so the factor allowed grows with K:
+    # 4 for one pair (the grid above) and for K = 2, 6 for K = 3.
+    factor = {2: 4.0, 3: 6.0}[k]
+    thetas = frequency_set(10000.0, 16)[-k:]
+    for m in (0.5, 2**-5):
+        amps = multi_pair_amplitudes(m, thetas)
+        pairs = [PairSpec(float(t), float(a / SCALE)) for t, a in zip(thetas, amps)]
+        predicted = predict(m, pairs, SCALE, 512, dtype).total
+        measured = measure(m, pairs, SCALE, 512, dtype)
+        assert measured <= predicted <= factor * measured, (m, predicted, measured)
+
+
+def test_split_prediction_bounds_measurement():
+    for s in (10.0, 1000.0):
+        pairs = single(2**-0.5, 0.1 / 2048)
+        predicted = predict(2**-0.5, pairs, SCALE, 2048, "float16", split=s).total
+        measured = measure(2**-0.5, pairs, SCALE, 2048, "float16", split=s)
+        assert measured <= predicted <= 4 * measured
+
+
+def test_float16_subnormal_term_grows_like_one_over_theta():
+    # tiny angles: the float16 sin table is subnormal, absolute error 2^-25, cost (m/theta) 2^-25
+    m = 2**-8
+    small = predict(m, single(m, 1e-9), SCALE, 512, "float16").rounding
+    smaller = predict(m, single(m, 1e-10), SCALE, 512, "float16").rounding
+    assert smaller / small == pytest.approx(10, rel=0.2)
+    assert small >= m / 1e-9 * 2.0**-25
