@@ -189,6 +189,28 @@ def _error_optimal(head, slope, scale, window, dtype, cutoff, split) -> HeadPlan
     return max((p for p in plans if p.predicted_error <= 1.01 * floor), key=lambda p: p.theta)
 
 
+def shared_theta(
+    slopes: Sequence[float], head_dim: int, window: int, *, dtype: str = "float32", cutoff: float = 40.0,
+    split: float | str | None = None,
+) -> float:
+    """One theta for every head (a target whose heads share one frequency): the theta minimising the worst
+    head's predicted error, the largest within 1% of that minimum (the search of ``_error_optimal``)."""
+    scale = 1.0 / math.sqrt(head_dim)
+    top = HALF_PI * (1 - 1e-6) / window
+
+    def worst(t: float) -> float:
+        return max(_evaluate(h, m, [t], [None], scale, window, dtype, cutoff, split).predicted_error
+                   for h, m in enumerate(slopes))
+
+    grid = list(top * 10.0 ** (-np.arange(49) / 4))
+    errors = [worst(t) for t in grid]
+    best = int(np.argmin(errors))
+    fine = list(np.geomspace(grid[min(best + 1, 48)], grid[max(best - 1, 0)], 9))
+    grid, errors = grid + fine, errors + [worst(t) for t in fine]
+    floor = min(errors)
+    return float(max(t for t, e in zip(grid, errors) if e <= 1.01 * floor))
+
+
 def _fixed_candidates(base: float, rope_dim: int, k: int) -> list[tuple[list[float], list[int]]]:
     freqs = frequency_set(base, rope_dim)
     if k > len(freqs):

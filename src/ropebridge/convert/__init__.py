@@ -1,0 +1,5 @@
+"""Conversion of ALiBi checkpoints into stock RoPE checkpoints, and its verification."""
+
+from .pipeline import ConversionResult, convert, conversion_plan
+
+__all__ = ["ConversionResult", "convert", "conversion_plan"]

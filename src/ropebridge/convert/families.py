@@ -1,0 +1,204 @@
+"""Source adapters: BLOOM, MPT and Falcon (ALiBi) checkpoints as one canonical pre-LN transformer.
+
+Canonical block (float64 tensors), with x the residual stream (D):
+
+    a = attention(LN1(x)),  m = MLP(LN2(x or, parallel, the same LN1 output))
+    sequential: x <- x + a; x <- x + MLP(LN2(x))      parallel: x <- x + a + MLP(LN1(x))
+    attention logits per head = qk_scale * q.k - slope * (i - j), causal
+
+Per-family facts (transformers 5.x, read from its modelling code):
+
+- BLOOM: fused QKV laid out per head as (h, 3, hd); an embedding LayerNorm (folded here into the
+  embedding rows); scores = q.k/sqrt(hd) + m*j (alibi unscaled, j from the cumulative attention mask);
+  output head tied to the raw embedding; GELU with the tanh approximation.
+- MPT: Wqkv as [Q | K | V] blocks, no biases, LayerNorms without bias; logits = q.k*softmax_scale +
+  alibi (after the scale); exact GELU; ``clip_qkv`` and ``qk_ln`` have no stock equivalent (refused).
+- Falcon (``alibi=True``): fused QKV per head (h, 3, hd) (multi-query: h query heads, then one k and
+  one v head, replicated here per head, which is exact); logits = (q.k + m_bf16*j)/sqrt(hd); exact
+  GELU; ``parallel_attn`` shares one LayerNorm between attention and MLP.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..sources import from_config
+from .tensor_io import CheckpointReader
+
+
+@dataclass
+class Layer:
+    """One block's weights in float64. Shapes: q/k/v_w ``(h, hd, D)``, q/k/v_b ``(h, hd)``, o_w ``(D, h*hd)``,
+    up_w ``(F, D)``, down_w ``(D, F)``; LayerNorm weights ``(D,)``; ``ln2`` is None when parallel."""
+
+    ln1: tuple[torch.Tensor, torch.Tensor]
+    ln2: tuple[torch.Tensor, torch.Tensor] | None
+    q_w: torch.Tensor
+    q_b: torch.Tensor
+    k_w: torch.Tensor
+    k_b: torch.Tensor
+    v_w: torch.Tensor
+    v_b: torch.Tensor
+    o_w: torch.Tensor
+    o_b: torch.Tensor
+    up_w: torch.Tensor
+    up_b: torch.Tensor
+    down_w: torch.Tensor
+    down_b: torch.Tensor
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    family: str
+    vocab_size: int
+    hidden_size: int
+    n_heads: int
+    head_dim: int
+    intermediate_size: int
+    n_layers: int
+    eps: float
+    activation: str  # transformers ACT2FN name in the target
+    parallel: bool
+    qk_scale: float  # scale applied to q.k in the source logits
+    slopes: tuple[float, ...]  # per-logit ALiBi slopes
+    config: Mapping[str, Any]
+
+
+def _zeros_if_missing(reader: CheckpointReader, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+    return reader.read(name) if name in reader else torch.zeros(shape, dtype=torch.float64)
+
+
+def _layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) -> torch.Tensor:
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    return (x - mu) / torch.sqrt(var + eps) * w + b
+
+
+class SourceModel:
+    """A checkpoint directory read tensor by tensor as the canonical transformer (see the module doc)."""
+
+    def __init__(self, directory, config: Mapping[str, Any]):
+        self.source = from_config(config)  # family, heads, slopes; refuses non-ALiBi models
+        self.config = config
+        self.reader = CheckpointReader(directory)
+        self.info = self._info()
+        self._check_names()
+
+    # -- family specifics ------------------------------------------------------------------------------------
+    def _info(self) -> SourceInfo:
+        c, s = self.config, self.source
+        if s.family == "bloom":
+            if c.get("apply_residual_connection_post_layernorm"):
+                raise ValueError("BLOOM with apply_residual_connection_post_layernorm=true has no stock RoPE equivalent")
+            d, layers, eps, act, par = c.get("hidden_size", c.get("n_embed")), c.get("n_layer"), c.get(
+                "layer_norm_epsilon", 1e-5), "gelu_pytorch_tanh", False
+            ffn, scale = 4 * d, 1 / math.sqrt(s.head_dim)
+        elif s.family == "mpt":
+            attn = c.get("attn_config") or {}
+            for key in ("clip_qkv", "qk_ln", "prefix_lm"):
+                if attn.get(key):
+                    raise ValueError(f"MPT with attn_config.{key}={attn[key]!r} has no stock RoPE equivalent")
+            d, layers, eps, act, par = c["d_model"], c.get("n_layers"), c.get("layer_norm_epsilon", 1e-5), "gelu", False
+            ffn = int(c.get("expansion_ratio", 4) * d)
+            scale = attn.get("softmax_scale") or 1 / math.sqrt(s.head_dim)
+        else:
+            if c.get("new_decoder_architecture"):
+                raise ValueError("Falcon with new_decoder_architecture=true (grouped KV, two LayerNorms) is not supported")
+            d, layers, eps = c["hidden_size"], c.get("num_hidden_layers", c.get("n_layer")), c.get("layer_norm_epsilon", 1e-5)
+            act = c.get("activation", "gelu")
+            if act != "gelu":
+                raise ValueError(f"Falcon activation {act!r} is not supported (only gelu)")
+            par, ffn, scale = bool(c.get("parallel_attn", True)), c.get("ffn_hidden_size") or 4 * d, 1 / math.sqrt(s.head_dim)
+        vocab = c.get("vocab_size")
+        if not layers or not vocab:
+            raise ValueError(f"the {s.family} config lacks the layer count or vocab_size")
+        return SourceInfo(s.family, int(vocab), int(d), s.n_heads, s.head_dim, int(ffn), int(layers), float(eps),
+                          act, par, float(scale), s.slopes, self.config)
+
+    def _names(self, i: int) -> dict[str, str]:
+        f = self.info.family
+        if f == "mpt":
+            p = f"transformer.blocks.{i}."
+            return {"ln1": p + "norm_1", "ln2": p + "norm_2", "qkv": p + "attn.Wqkv", "o": p + "attn.out_proj",
+                    "up": p + "ffn.up_proj", "down": p + "ffn.down_proj"}
+        p = f"transformer.h.{i}."
+        attn = p + "self_attention."
+        return {"ln1": p + "input_layernorm", "ln2": p + "post_attention_layernorm", "qkv": attn + "query_key_value",
+                "o": attn + "dense", "up": p + "mlp.dense_h_to_4h", "down": p + "mlp.dense_4h_to_h"}
+
+    def _global_names(self) -> dict[str, str]:
+        if self.info.family == "mpt":
+            return {"emb": "transformer.wte.weight", "ln_f": "transformer.norm_f", "head": "lm_head.weight"}
+        return {"emb": "transformer.word_embeddings.weight", "ln_f": "transformer.ln_f", "head": "lm_head.weight"}
+
+    def _check_names(self) -> None:
+        wanted = [self._global_names()["emb"], self._names(0)["qkv"] + ".weight",
+                  self._names(self.info.n_layers - 1)["down"] + ".weight"]
+        for name in wanted:
+            if name not in self.reader:
+                raise ValueError(f"tensor {name!r} is missing: the checkpoint does not match its {self.info.family} config")
+
+    # -- canonical access ---------------------------------------------------------------------------------------
+    def _ln(self, prefix: str) -> tuple[torch.Tensor, torch.Tensor]:
+        w = self.reader.read(prefix + ".weight")
+        return w, _zeros_if_missing(self.reader, prefix + ".bias", w.shape)
+
+    def embedding_rows(self, start: int, stop: int) -> torch.Tensor:
+        """Input embedding rows ``(rows, D)``, BLOOM's embedding LayerNorm folded in (float64)."""
+        rows = self.reader.read(self._global_names()["emb"], (start, stop))
+        if self.info.family == "bloom":
+            w, b = self._ln("transformer.word_embeddings_layernorm")
+            rows = _layer_norm(rows, w, b, self.info.eps)
+        return rows
+
+    def head_rows(self, start: int, stop: int) -> torch.Tensor:
+        """Output head rows ``(rows, D)``: ``lm_head`` if stored, else the tied (raw) embedding."""
+        g = self._global_names()
+        return self.reader.read(g["head"] if g["head"] in self.reader else g["emb"], (start, stop))
+
+    def final_norm(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._ln(self._global_names()["ln_f"])
+
+    def norm(self, i: int, which: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """LayerNorm ``which`` ('ln1' or 'ln2') of block i: weight and bias ``(D,)``."""
+        return self._ln(self._names(i)[which])
+
+    def qkv(self, i: int) -> tuple[torch.Tensor, ...]:
+        """Block i's (q_w, k_w, v_w) ``(h, hd, D)`` and (q_b, k_b, v_b) ``(h, hd)``, float64."""
+        n, info = self._names(i), self.info
+        h, hd, d = info.n_heads, info.head_dim, info.hidden_size
+        qkv_w = self.reader.read(n["qkv"] + ".weight")
+        rows = qkv_w.shape[0]
+        qkv_b = _zeros_if_missing(self.reader, n["qkv"] + ".bias", (rows,))
+        if info.family == "mpt":  # [Q | K | V]
+            qw, kw, vw = (t.reshape(h, hd, d) for t in qkv_w.chunk(3, 0))  # (h, hd, D) each
+            qb, kb, vb = (t.reshape(h, hd) for t in qkv_b.chunk(3, 0))
+        elif rows == 3 * h * hd:  # per head (h, 3, hd)
+            w, b = qkv_w.view(h, 3, hd, d), qkv_b.view(h, 3, hd)
+            qw, kw, vw, qb, kb, vb = w[:, 0], w[:, 1], w[:, 2], b[:, 0], b[:, 1], b[:, 2]
+        elif rows == (h + 2) * hd:  # Falcon multi-query: h query heads, then one k and one v head
+            w, b = qkv_w.view(h + 2, hd, d), qkv_b.view(h + 2, hd)
+            qw, qb = w[:h], b[:h]
+            kw, vw = w[h:h + 1].expand(h, hd, d), w[h + 1:].expand(h, hd, d)
+            kb, vb = b[h:h + 1].expand(h, hd), b[h + 1:].expand(h, hd)
+        else:
+            raise ValueError(f"{n['qkv']}.weight has {rows} rows; expected {3 * h * hd} or {(h + 2) * hd}")
+        return qw, kw, vw, qb, kb, vb
+
+    def linear(self, i: int, which: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Block i's linear ``which`` ('o', 'up' or 'down'): weight ``(out, in)`` and bias ``(out,)`` (zeros if none)."""
+        name = self._names(i)[which]
+        w = self.reader.read(name + ".weight")
+        return w, _zeros_if_missing(self.reader, name + ".bias", (w.shape[0],))
+
+    def layer(self, i: int) -> Layer:
+        """All of block i (for references and tests; the converter reads tensor by tensor)."""
+        qw, kw, vw, qb, kb, vb = self.qkv(i)
+        (o_w, o_b), (up_w, up_b), (down_w, down_b) = (self.linear(i, w) for w in ("o", "up", "down"))
+        return Layer(self.norm(i, "ln1"), None if self.info.parallel else self.norm(i, "ln2"),
+                     qw, qb, kw, kb, vw, vb, o_w, o_b, up_w, up_b, down_w, down_b)

@@ -1,0 +1,195 @@
+"""``convert``: an ALiBi checkpoint (BLOOM, MPT, Falcon-RW) into a stock RoPE checkpoint.
+
+Safety: SRC is only read; the result is written into a temporary directory next to DST and renamed
+into place at the end, so a failure leaves nothing half-written; an existing DST is refused unless
+``force``; DST may not lie inside SRC.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .. import __version__, _checks
+from ..emulation import EmulationPlan, plan_emulation, shared_theta
+from ..error_model import DTYPES
+from ..sources import load_config
+from . import gpt_neox
+from .families import SourceModel
+from .tensor_io import ShardWriter
+
+log = logging.getLogger(__name__)
+
+TARGETS = ("gpt-neox",)
+COPIED_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+    "tokenizer.model", "added_tokens.json", "generation_config.json",
+)
+DEFAULT_WINDOW = 8192
+SINGLE_PAIR_ROTARY_DIM = 4  # pair 0 always turns at 1 rad/token; pair 1 at base^(-1/2) = the planned theta
+
+
+@dataclass(frozen=True)
+class ConversionResult:
+    destination: Path
+    plan: EmulationPlan
+    target: str
+    dtype: str
+    seconds: float
+    bytes_written: int
+
+
+def resolve_source(src: str | Path) -> Path:
+    """A local checkpoint directory, or a Hugging Face hub id downloaded to the local cache."""
+    p = Path(src)
+    if p.is_dir():
+        return p
+    if p.exists():
+        raise NotADirectoryError(f"{src} is not a directory")
+    if str(src).count("/") != 1 or str(src).startswith((".", "/")):
+        raise FileNotFoundError(f"{src} is neither a directory nor a hub id (owner/name)")
+    try:
+        from huggingface_hub import snapshot_download
+
+        patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "*.bin"]
+        return Path(snapshot_download(str(src), allow_patterns=patterns))
+    except Exception as exc:  # network, auth, missing repo: one clear line for the CLI
+        raise FileNotFoundError(f"cannot fetch {src} from the hub: {type(exc).__name__}: {exc}") from None
+
+
+def default_dtype(config: dict) -> str:
+    name = str(config.get("dtype") or config.get("torch_dtype") or "float32").replace("torch.", "")
+    return name if name in DTYPES else "float32"
+
+
+def conversion_plan(
+    src: SourceModel, *, window: int, dtype: str, theta: float | None = None, max_phase: float | None = None,
+    base: float | None = None, rotary_dim: int | None = None, pairs: int = 1, tolerance: float = 1e-3,
+) -> EmulationPlan:
+    """The emulation plan the GPT-NeoX target can express: a fixed frequency set shared by every head.
+
+    With ``base`` (an engine that fixes it, e.g. llama.cpp's 10000): ``rotary_dim`` pairs of that base, best
+    ``pairs`` consecutive ones per head. Otherwise one theta for all heads (``theta``, ``max_phase/window``, or
+    the worst-head error-optimal theta), realised with the minimal rotary dim 4 and base ``theta^-2``.
+    """
+    info = src.info
+    common = dict(dtype=dtype, tolerance=tolerance, family=info.family, source=None)
+    if base is not None:
+        if theta is not None or max_phase is not None:
+            raise ValueError("give either base (with rotary_dim) or theta/max_phase, not both")
+        return plan_emulation(info.slopes, info.head_dim, window, base=base, rope_dim=rotary_dim or 16,
+                              pairs=pairs, **common)
+    if pairs != 1:
+        raise ValueError("pairs > 1 needs a fixed base (--rope-base), whose frequency set provides the pairs")
+    if theta is None:
+        if max_phase is not None:
+            if not 0 < max_phase < math.pi / 2:
+                raise ValueError(f"max_phase must be in (0, pi/2), got {max_phase!r}")
+            theta = max_phase / window
+        else:
+            theta = shared_theta(info.slopes, info.head_dim, window, dtype=dtype)
+    theta = _checks.positive("theta", theta)
+    if theta * window >= math.pi / 2:
+        raise ValueError(f"theta * window = {theta * window:.4g} must be < pi/2")
+    return plan_emulation(info.slopes, info.head_dim, window, base=theta**-2.0, rope_dim=SINGLE_PAIR_ROTARY_DIM,
+                          **common)
+
+
+def _check_destination(src: Path, dst: Path, force: bool) -> None:
+    s, d = src.resolve(), dst.resolve()
+    if d == s or s in d.parents:
+        raise ValueError(f"destination {dst} lies inside the source {src}")
+    if d in s.parents:
+        raise ValueError(f"destination {dst} contains the source {src}")
+    if dst.exists() and not force:
+        raise FileExistsError(f"{dst} exists; pass --force to replace it")
+    if not dst.parent.exists():
+        raise FileNotFoundError(f"the parent directory of {dst} does not exist")
+
+
+def convert(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    window: int = DEFAULT_WINDOW,
+    dtype: str | None = None,
+    target: str = "gpt-neox",
+    theta: float | None = None,
+    max_phase: float | None = None,
+    base: float | None = None,
+    rotary_dim: int | None = None,
+    pairs: int = 1,
+    force: bool = False,
+    max_shard_mb: float = 2000.0,
+    progress: bool = False,
+) -> ConversionResult:
+    """Convert SRC (directory or hub id) into a stock RoPE checkpoint at DST; see the module doc."""
+    start = time.perf_counter()
+    _checks.choice("target", target, TARGETS)
+    window = _checks.positive_int("window", window)
+    max_shard_mb = _checks.positive("max_shard_mb", max_shard_mb)
+    dst = Path(dst)
+    if dst.exists() and not force:  # before any download or planning
+        raise FileExistsError(f"{dst} exists; pass --force to replace it")
+    src_dir = resolve_source(src)
+    _check_destination(src_dir, dst, force)
+    config = load_config(src_dir)
+    model = SourceModel(src_dir, config)
+    dtype = default_dtype(config) if dtype is None else _checks.choice("dtype", dtype, tuple(DTYPES))
+    plan = conversion_plan(model, window=window, dtype=dtype, theta=theta, max_phase=max_phase, base=base,
+                           rotary_dim=rotary_dim, pairs=pairs)
+    plan = dataclasses.replace(plan, source=str(src))
+    layout = gpt_neox.layout_for(model, plan)
+    log.info("plan: %s heads, base %.6g, rotary dim %d, worst predicted error %.3g", len(plan.heads), layout.base,
+             layout.rotary_dim, plan.worst_head.predicted_error)
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
+    try:
+        bar = None
+        writer = ShardWriter(tmp, DTYPES[dtype], int(max_shard_mb * 2**20))
+        gpt_neox.add_tensors(model, layout, writer)
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=writer.total_bytes(), unit="B", unit_scale=True, desc="convert", leave=False)
+        writer.progress = bar
+        writer.write({"ropebridge": __version__})
+        if bar is not None:
+            bar.close()
+        (tmp / "config.json").write_text(json.dumps(gpt_neox.config_for(model, layout, plan, dtype), indent=1))
+        for name in COPIED_FILES:
+            if (src_dir / name).is_file():
+                shutil.copy2(src_dir / name, tmp / name)
+        record = {
+            "ropebridge_version": __version__,
+            "source": str(src),
+            "source_family": model.info.family,
+            "target": target,
+            "dtype": dtype,
+            "torch_version": torch.__version__,
+            "layout": {"rotary_dim": layout.rotary_dim, "head_dim": layout.head_dim, "hidden_size": layout.hidden_size,
+                       "pad_dims": layout.hidden_size - model.info.hidden_size, "rope_base": layout.base,
+                       "content_q_scale": layout.content_scale},
+            "plan": plan.to_dict(),
+        }
+        (tmp / "ropebridge.json").write_text(json.dumps(record, indent=1))
+        if dst.exists():
+            old = dst.with_name(f".{dst.name}.old-{time.time_ns()}")
+            dst.rename(old)
+            tmp.rename(dst)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ConversionResult(dst, plan, target, dtype, time.perf_counter() - start, writer.total_bytes())

@@ -1,0 +1,222 @@
+"""Checkpoint I/O that never holds a whole model: safetensors read by byte range, written by stream.
+
+Reading parses the safetensors header (8-byte little-endian length, JSON, raw little-endian data)
+and reads the bytes of one tensor, or of a block of its rows, with ``os.pread``: no memory map, so
+the resident set stays at what is being transformed. PyTorch ``.bin`` checkpoints load with
+``weights_only=True`` (and a memory map). Writing lays out each shard's header first and streams the
+tensors' bytes after it, so a tensor larger than a shard (a big embedding) is written block by block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+ST_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+ST_NAMES = {v: k for k, v in ST_DTYPES.items()}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    file: Path
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    begin: int  # absolute byte offset in the file
+    end: int
+
+
+def _read_header(path: Path) -> dict[str, TensorInfo]:
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) != 8:
+            raise ValueError(f"{path} is not a safetensors file (truncated header)")
+        (n,) = struct.unpack("<Q", raw)
+        size = path.stat().st_size
+        if n > size - 8:
+            raise ValueError(f"{path} is not a safetensors file (header length {n} beyond the file)")
+        try:
+            header = json.loads(f.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ValueError(f"{path} is not a safetensors file (corrupt header)") from None
+    out = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        if meta.get("dtype") not in ST_DTYPES:
+            raise ValueError(f"{path}: tensor {name} has unsupported dtype {meta.get('dtype')!r}")
+        begin, end = meta["data_offsets"]
+        if 8 + n + end > size:
+            raise ValueError(f"{path} is truncated: tensor {name} ends beyond the file")
+        out[name] = TensorInfo(path, ST_DTYPES[meta["dtype"]], tuple(meta["shape"]), 8 + n + begin, 8 + n + end)
+    return out
+
+
+class CheckpointReader:
+    """Tensors of a checkpoint directory (safetensors, sharded or not; or PyTorch .bin), read on demand."""
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        self._infos: dict[str, TensorInfo] = {}
+        self._bin: dict[str, torch.Tensor] = {}
+        files = self._weight_files()
+        for f in files:
+            if f.suffix == ".safetensors":
+                self._infos.update(_read_header(f))
+            else:
+                try:
+                    state = torch.load(f, map_location="cpu", weights_only=True, mmap=True)
+                except Exception as exc:  # torch raises many types for a damaged archive
+                    raise ValueError(f"cannot read {f.name} (weights_only=True): {exc}") from None
+                self._bin.update(state)
+
+    def _weight_files(self) -> list[Path]:
+        d = self.directory
+        for index_name, suffix in (("model.safetensors.index.json", ".safetensors"),
+                                   ("pytorch_model.bin.index.json", ".bin")):
+            index = d / index_name
+            if index.is_file():
+                try:
+                    weight_map = json.loads(index.read_text())["weight_map"]
+                except (json.JSONDecodeError, KeyError):
+                    raise ValueError(f"{index} is not a valid checkpoint index") from None
+                files = sorted({d / name for name in weight_map.values()})
+                missing = [f.name for f in files if not f.is_file()]
+                if missing:
+                    raise FileNotFoundError(f"shard {missing[0]} listed in {index_name} is missing from {d}")
+                return files
+        for single in ("model.safetensors", "pytorch_model.bin"):
+            if (d / single).is_file():
+                return [d / single]
+        raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin (or index) in {d}")
+
+    def names(self) -> list[str]:
+        return sorted([*self._infos, *self._bin])
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._infos or name in self._bin
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._infos[name].shape if name in self._infos else tuple(self._bin[name].shape)
+
+    def largest_file_size(self) -> int:
+        files = {i.file for i in self._infos.values()}
+        return max((f.stat().st_size for f in files), default=0)
+
+    def read(self, name: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
+        """Tensor ``name`` (or rows ``[start, stop)`` of its first dim) as float64."""
+        if name not in self:
+            raise ValueError(f"tensor {name!r} is missing from the checkpoint in {self.directory}")
+        if name in self._bin:
+            t = self._bin[name]
+            return (t if rows is None else t[rows[0]: rows[1]]).to(torch.float64)
+        info = self._infos[name]
+        shape, begin, end = list(info.shape), info.begin, info.end
+        if rows is not None:
+            row_bytes = (end - begin) // max(shape[0], 1)
+            begin, end = begin + rows[0] * row_bytes, begin + rows[1] * row_bytes
+            shape[0] = rows[1] - rows[0]
+        fd = os.open(info.file, os.O_RDONLY)
+        try:
+            data = bytearray(end - begin)
+            view, got = memoryview(data), 0
+            while got < len(data):
+                n = os.preadv(fd, [view[got:]], begin + got)
+                if n == 0:
+                    raise ValueError(f"{info.file} is truncated while reading {name}")
+                got += n
+        finally:
+            os.close(fd)
+        return torch.frombuffer(data, dtype=info.dtype).reshape(shape).to(torch.float64)
+
+
+Producer = Callable[[], Iterator[torch.Tensor]]  # yields blocks of rows, in order
+
+
+@dataclass
+class _Pending:
+    name: str
+    shape: tuple[int, ...]
+    producer: Producer
+
+
+class ShardWriter:
+    """Writes named tensors into ``model-0000i-of-0000n.safetensors`` shards of at most ``max_shard_bytes``
+    (a single larger tensor gets a shard of its own) plus ``model.safetensors.index.json``.
+
+    Tensors are described first (name, shape, a producer yielding row blocks in the output dtype), so each
+    shard's header can be written before its data, then streamed.
+    """
+
+    def __init__(self, directory: Path, dtype: torch.dtype, max_shard_bytes: int, progress=None):
+        self.directory, self.dtype, self.max_shard_bytes = Path(directory), dtype, max_shard_bytes
+        self.itemsize = torch.empty((), dtype=dtype).element_size()
+        self.pending: list[_Pending] = []
+        self.progress = progress
+
+    def add(self, name: str, shape: tuple[int, ...], producer: Producer) -> None:
+        self.pending.append(_Pending(name, tuple(shape), producer))
+
+    def nbytes(self, p: _Pending) -> int:
+        n = self.itemsize
+        for s in p.shape:
+            n *= s
+        return n
+
+    def total_bytes(self) -> int:
+        return sum(self.nbytes(p) for p in self.pending)
+
+    def _groups(self) -> list[list[_Pending]]:
+        groups: list[list[_Pending]] = [[]]
+        size = 0
+        for p in self.pending:
+            if groups[-1] and size + self.nbytes(p) > self.max_shard_bytes:
+                groups.append([])
+                size = 0
+            groups[-1].append(p)
+            size += self.nbytes(p)
+        return [g for g in groups if g]
+
+    def write(self, metadata: dict[str, str] | None = None) -> list[Path]:
+        groups = self._groups()
+        weight_map, paths = {}, []
+        for k, group in enumerate(groups, 1):
+            name = f"model-{k:05d}-of-{len(groups):05d}.safetensors"
+            self._write_shard(self.directory / name, group, metadata or {})
+            paths.append(self.directory / name)
+            weight_map.update({p.name: name for p in group})
+        index = {"metadata": {"total_size": self.total_bytes()}, "weight_map": weight_map}
+        (self.directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=1))
+        return paths
+
+    def _write_shard(self, path: Path, group: list[_Pending], metadata: dict[str, str]) -> None:
+        header, offset = {"__metadata__": {"format": "pt", **metadata}}, 0
+        for p in group:
+            header[p.name] = {"dtype": ST_NAMES[self.dtype], "shape": list(p.shape),
+                              "data_offsets": [offset, offset + self.nbytes(p)]}
+            offset += self.nbytes(p)
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw += b" " * (-len(raw) % 8)  # keep the data 8-byte aligned
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(raw)))
+            f.write(raw)
+            for p in group:
+                written = 0
+                for block in p.producer():
+                    block = block.to(self.dtype).contiguous()
+                    data = block.reshape(-1).view(torch.uint8).numpy().tobytes()  # bytes of any dtype, bf16 too
+                    f.write(data)
+                    written += len(data)
+                    if self.progress is not None:
+                        self.progress.update(len(data))
+                if written != self.nbytes(p):
+                    raise RuntimeError(f"tensor {p.name}: wrote {written} bytes, expected {self.nbytes(p)}")
