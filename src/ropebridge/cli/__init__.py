@@ -10,9 +10,9 @@ import logging
 import sys
 
 from .. import __version__
-from . import plan_cmd, rope_cmd
+from . import convert_cmd, plan_cmd, rope_cmd, verify_cmd
 
-SUBCOMMANDS = (rope_cmd, plan_cmd)
+SUBCOMMANDS = (rope_cmd, plan_cmd, convert_cmd, verify_cmd)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,9 +35,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.command in ("convert", "verify") and not args.verbose:
+        import transformers
+
+        transformers.utils.logging.disable_progress_bar()  # ours is enough
+        transformers.utils.logging.set_verbosity_error()
     try:
         return args.run(args)
-    except (ValueError, FileNotFoundError, NotADirectoryError, FileExistsError, PermissionError) as exc:
+    except (ValueError, OSError) as exc:  # bad input: files, permissions, values
         print(f"ropebridge {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

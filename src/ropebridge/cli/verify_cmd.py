@@ -1,0 +1,55 @@
+"""``ropebridge verify SRC DST``: does the converted checkpoint reproduce the original? (calls ``convert.verify``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..convert.verify import verify
+from ..error_model import DTYPES
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("verify", help="compare a converted checkpoint with its ALiBi source (exit 1 on failure)")
+    p.add_argument("src", help="the original ALiBi checkpoint directory")
+    p.add_argument("dst", help="the converted checkpoint directory")
+    p.add_argument("--context", type=int, default=256, help="tokens to compare (default 256)")
+    p.add_argument("--dtype", default="float32", choices=tuple(DTYPES))
+    p.add_argument("--text", metavar="FILE", help="a text file: compare on its tokens and report perplexities")
+    p.add_argument("--greedy-tokens", type=int, default=32, help="tokens of greedy generation (default 32)")
+    p.add_argument("--max-logit-diff", type=float, help="threshold (default 1e-3 float32, 1.0 bf16, 0.25 fp16)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.add_argument("--report", metavar="DIR", help="write report.md, report.json and plots into DIR")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    text = None
+    if args.text is not None:
+        try:
+            text = Path(args.text).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read --text {args.text}: {exc}") from None
+    r = verify(args.src, args.dst, context=args.context, dtype=args.dtype, text=text, greedy_tokens=args.greedy_tokens,
+               max_logit_diff=args.max_logit_diff, report_dir=args.report)
+    if args.json:
+        print(json.dumps(r.to_dict(), indent=1))
+    else:
+        print(f"{r.family} ({r.source_attention}) vs converted, {r.dtype}, {r.context} tokens")
+        print(f"  max |logit diff|        {r.max_abs_logit_diff:.3e}  (threshold {r.thresholds['max_abs_logit_diff']:g})")
+        if r.transformers_native_max_abs_logit_diff is not None:
+            print(f"  ... against transformers' own Falcon (bias rounded to bfloat16): "
+                  f"{r.transformers_native_max_abs_logit_diff:.3e}")
+        print(f"  left-padded batch       {r.padded_max_abs_logit_diff:.3e}")
+        print(f"  mean KL(native||conv)   {r.mean_kl:.3e}")
+        print(f"  top-1 agreement         {r.top1_agreement:.4f}")
+        print(f"  greedy ({len(r.greedy_native)} tokens)     "
+              + ("identical" if r.greedy_identical else f"differ from token {r.greedy_first_divergence}"))
+        if r.ppl_native is not None:
+            print(f"  perplexity              native {r.ppl_native:.6g}, converted {r.ppl_converted:.6g}")
+        if r.reference_native_max_err is not None:
+            print(f"  vs exact float64 ALiBi  native {r.reference_native_max_err:.3e}, "
+                  f"converted {r.reference_converted_max_err:.3e}")
+        print("PASSED" if r.passed else "FAILED: " + "; ".join(r.failures))
+    return 0 if r.passed else 1

@@ -1,0 +1,70 @@
+"""An exact float64 ALiBi forward pass of a source checkpoint, independent of transformers' code.
+
+The canonical block of ``families`` with ALiBi applied exactly: logit = qk_scale * q.k - m (i - j),
+positions from the cumulative attention mask (so left padding does not shift distances), slopes as
+the family applies them (Falcon's bfloat16-rounded slopes included, but not its bfloat16 rounding of
+m*j). Meant for small models: it holds the weights in float64.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .families import SourceModel
+
+
+def _ln(x: torch.Tensor, wb: tuple[torch.Tensor, torch.Tensor], eps: float) -> torch.Tensor:
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    return (x - mu) / torch.sqrt(var + eps) * wb[0] + wb[1]
+
+
+def _gelu(x: torch.Tensor, kind: str) -> torch.Tensor:
+    if kind == "gelu_pytorch_tanh":
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+
+
+@torch.no_grad()
+def reference_logits(
+    src: SourceModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *, probs_out: list | None = None
+) -> torch.Tensor:
+    """Exact ALiBi logits, float64; with ``probs_out`` (a list), each layer's attention probabilities
+    ``(b, h, s, t)`` are appended to it.
+
+    Args:
+        input_ids: ``(b, s)`` token ids.
+        attention_mask: ``(b, s)``, 1 for real tokens, 0 for (left) padding; default all ones.
+
+    Returns:
+        logits ``(b, s, V)``; rows at padding positions are meaningless.
+    """
+    info = src.info
+    b, s = input_ids.shape
+    mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+    pos = (mask.cumsum(-1) - 1).clamp(min=0).to(torch.float64)  # (b, s)
+    dist = pos[:, :, None] - pos[:, None, :]  # (b, s, t)
+    blocked = torch.ones(s, s, dtype=torch.bool).triu(1)[None] | (mask[:, None, :] == 0)  # (b, s, t)
+    blocked &= ~torch.eye(s, dtype=torch.bool)[None]  # a padding query sees itself: no all -inf rows (NaN)
+    slopes = torch.tensor(info.slopes, dtype=torch.float64)
+    bias = -slopes[None, :, None, None] * dist[:, None]  # (b, h, s, t)
+    bias = bias.masked_fill(blocked[:, None], float("-inf"))
+
+    x = src.embedding_rows(0, info.vocab_size)[input_ids]  # (b, s, D)
+    for i in range(info.n_layers):
+        layer = src.layer(i)
+        h1 = _ln(x, layer.ln1, info.eps)
+        q = torch.einsum("bsd,hed->bhse", h1, layer.q_w) + layer.q_b[None, :, None, :]  # (b, h, s, hd)
+        k = torch.einsum("bsd,hed->bhse", h1, layer.k_w) + layer.k_b[None, :, None, :]
+        v = torch.einsum("bsd,hed->bhse", h1, layer.v_w) + layer.v_b[None, :, None, :]
+        probs = torch.softmax(info.qk_scale * q @ k.transpose(-1, -2) + bias, dim=-1)  # (b, h, s, t)
+        if probs_out is not None:
+            probs_out.append(probs)
+        ctx = (probs @ v).transpose(1, 2).reshape(b, s, -1)  # (b, s, h*hd)
+        attn = ctx @ layer.o_w.T + layer.o_b
+        h2 = h1 if layer.ln2 is None else _ln(x + attn, layer.ln2, info.eps)
+        mlp = _gelu(h2 @ layer.up_w.T + layer.up_b, info.activation) @ layer.down_w.T + layer.down_b
+        x = x + attn + mlp
+    return _ln(x, src.final_norm(), info.eps) @ src.head_rows(0, info.vocab_size).T  # (b, s, V)

@@ -1,0 +1,205 @@
+"""``verify``: prove that a converted checkpoint reproduces its ALiBi source.
+
+Both models run through transformers on the same tokens: the source with its own attention (BLOOM and
+MPT: eager, the only path they have; Falcon: its default SDPA path, which adds the ALiBi bias once; its
+eager path adds it twice), the converted one with its default (SDPA). transformers' Falcon rounds its
+ALiBi bias m*j to bfloat16 even in float32 models (0.1-1 logits at a few hundred tokens), so for Falcon
+the thresholds apply to the same SDPA path with that bias computed exactly (bfloat16-rounded slopes, as
+trained, times j in float32: ``falcon_exact_bias``), and transformers' own numbers are reported beside.
+For models up to ``reference_max_params`` both are also compared with ``reference.reference_logits``, an
+exact float64 ALiBi forward pass, which separates the conversion's error from the source's rounding.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import _checks, alibi
+from ..error_model import DTYPES
+from ..sources import load_config
+from .families import SourceModel
+from .reference import reference_logits
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_LOGIT_DIFF = {"float32": 1e-3, "bfloat16": 1.0, "float16": 0.25}
+SOURCE_ATTENTION = {"bloom": "eager", "mpt": "eager", "falcon": "sdpa, ALiBi bias computed exactly"}
+
+
+@contextmanager
+def falcon_exact_bias():
+    """transformers' Falcon with its ALiBi bias computed exactly: ``bf16(m) * j`` in float32, cast once."""
+    from transformers.models.falcon import modeling_falcon as mf
+
+    original = mf.build_alibi_tensor
+
+    def exact(attention_mask: torch.Tensor, num_heads: int, dtype: torch.dtype) -> torch.Tensor:
+        b, s = attention_mask.shape
+        m = alibi.slopes(num_heads).to(torch.bfloat16).to(torch.float64)
+        pos = ((attention_mask.cumsum(-1) - 1) * attention_mask)[:, None, :].to(torch.float64)  # (b, 1, s)
+        return (m[None, :, None] * pos).reshape(b * num_heads, 1, s).to(dtype)
+
+    mf.build_alibi_tensor = exact
+    try:
+        yield
+    finally:
+        mf.build_alibi_tensor = original
+
+
+@dataclass
+class VerifyReport:
+    """Everything ``verify`` measured; ``passed`` is False when any threshold failed (listed in ``failures``)."""
+
+    source: str
+    converted: str
+    family: str
+    dtype: str
+    context: int
+    source_attention: str
+    max_abs_logit_diff: float
+    mean_kl: float
+    top1_agreement: float
+    padded_max_abs_logit_diff: float
+    greedy_identical: bool
+    greedy_first_divergence: int | None
+    greedy_native: list[int]
+    greedy_converted: list[int]
+    ppl_native: float | None = None
+    ppl_converted: float | None = None
+    transformers_native_max_abs_logit_diff: float | None = None  # Falcon: transformers' own (rounded) bias
+    reference_native_max_err: float | None = None
+    reference_converted_max_err: float | None = None
+    error_by_position: list[float] = field(default_factory=list)
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "passed": self.passed}
+
+
+def _load(path: str | Path, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+
+
+def _kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) per position, float64, shape ``(…,)``."""
+    lp, lq = torch.log_softmax(p_logits.double(), -1), torch.log_softmax(q_logits.double(), -1)
+    return (lp.exp() * (lp - lq)).sum(-1)
+
+
+def _greedy(model, prompt: torch.Tensor, n: int, pad_id: int) -> list[int]:
+    out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, min_new_tokens=n,
+                         do_sample=False, pad_token_id=pad_id, eos_token_id=None)
+    return out[0, prompt.shape[1]:].tolist()
+
+
+def _ppl(logits: torch.Tensor, ids: torch.Tensor) -> float:
+    nll = torch.nn.functional.cross_entropy(logits[0, :-1].double(), ids[0, 1:])
+    return float(torch.exp(nll))
+
+
+def _tokens(src: Path, text: str | None, context: int, vocab: int, seed: int) -> torch.Tensor:
+    if text is None:
+        g = torch.Generator().manual_seed(seed)
+        return torch.randint(0, vocab, (1, context), generator=g)
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(src)(text, return_tensors="pt")["input_ids"][:, :context]
+    if ids.shape[1] < 2:
+        raise ValueError("the text gives fewer than 2 tokens")
+    return ids
+
+
+def verify(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    context: int = 256,
+    dtype: str = "float32",
+    text: str | None = None,
+    greedy_tokens: int = 32,
+    max_logit_diff: float | None = None,
+    reference_max_params: int = 50_000_000,
+    seed: int = 0,
+    report_dir: str | Path | None = None,
+) -> VerifyReport:
+    """Run SRC (native ALiBi) and DST (converted) on the same tokens and check the thresholds (module doc)."""
+    context = _checks.positive_int("context", context)
+    _checks.choice("dtype", dtype, tuple(DTYPES))
+    src, dst = Path(src), Path(dst)
+    for p in (src, dst):
+        if not (p / "config.json").is_file():
+            raise FileNotFoundError(f"no config.json in {p}")
+    torch_dtype = DTYPES[dtype]
+    source = SourceModel(src, load_config(src))
+    native, converted = _load(src, torch_dtype), _load(dst, torch_dtype)
+    vocab = source.info.vocab_size
+    ids = _tokens(src, text, context, vocab, seed)
+    pad_id = int(native.config.pad_token_id or 0)
+
+    exact = falcon_exact_bias if source.info.family == "falcon" else nullcontext
+    hf_native_diff = None
+    with torch.no_grad():
+        b = converted(ids).logits.double()  # (1, s, V)
+        if source.info.family == "falcon":
+            hf_native_diff = float((native(ids).logits.double() - b).abs().max())
+        with exact():
+            a = native(ids).logits.double()
+        diff = (a - b).abs()
+        n = ids.shape[1]
+        short = max(2, n // 2)
+        batch = torch.full((2, n), pad_id, dtype=torch.long)
+        batch[0], batch[1, n - short:] = ids[0], ids[0, :short]
+        mask = torch.ones_like(batch)
+        mask[1, : n - short] = 0
+        with exact():
+            pa = native(batch, attention_mask=mask).logits.double()
+        pb = converted(batch, attention_mask=mask).logits.double()
+        padded = max(float((pa[0] - pb[0]).abs().max()), float((pa[1, n - short:] - pb[1, n - short:]).abs().max()))
+        ref_native = ref_conv = None
+        if sum(p.numel() for p in native.parameters()) <= reference_max_params:
+            ref = reference_logits(source, ids)
+            ref_native, ref_conv = float((a - ref).abs().max()), float((b - ref).abs().max())
+    prompt = ids[:, : min(16, n)]
+    with exact():
+        g_native = _greedy(native, prompt, greedy_tokens, pad_id)
+    g_conv = _greedy(converted, prompt, greedy_tokens, pad_id)
+    divergence = next((i for i, (x, y) in enumerate(zip(g_native, g_conv)) if x != y), None)
+
+    limit = DEFAULT_MAX_LOGIT_DIFF[dtype] if max_logit_diff is None else _checks.positive("max_logit_diff", max_logit_diff)
+    report = VerifyReport(
+        source=str(src), converted=str(dst), family=source.info.family, dtype=dtype, context=n,
+        source_attention=SOURCE_ATTENTION[source.info.family],
+        max_abs_logit_diff=float(diff.max()), mean_kl=float(_kl(a, b).mean()),
+        top1_agreement=float((a.argmax(-1) == b.argmax(-1)).double().mean()),
+        padded_max_abs_logit_diff=padded, greedy_identical=divergence is None, greedy_first_divergence=divergence,
+        greedy_native=g_native, greedy_converted=g_conv,
+        ppl_native=_ppl(a, ids) if text is not None else None, ppl_converted=_ppl(b, ids) if text is not None else None,
+        transformers_native_max_abs_logit_diff=hf_native_diff,
+        reference_native_max_err=ref_native, reference_converted_max_err=ref_conv,
+        error_by_position=diff[0].amax(-1).tolist(),
+        thresholds={"max_abs_logit_diff": limit, "greedy_identical": dtype == "float32"},
+    )
+    if report.max_abs_logit_diff > limit:
+        report.failures.append(f"max |logit diff| {report.max_abs_logit_diff:.3g} > {limit:g}")
+    if padded > limit:
+        report.failures.append(f"left-padded batch: max |logit diff| {padded:.3g} > {limit:g}")
+    if dtype == "float32" and not report.greedy_identical:
+        report.failures.append(f"greedy generations differ from token {divergence}")
+    if report_dir is not None:
+        from .report import write_report
+
+        write_report(report, Path(report_dir), native, converted, ids)
+    return report

@@ -1,0 +1,132 @@
+"""``ropebridge convert`` and ``verify`` through ``main(argv)``: success, refusals, and nothing half-written."""
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import transformers as T
+from pico import build
+
+from ropebridge.cli import main
+
+
+def tree_hash(directory: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(directory.rglob("*")):
+        h.update(str(p.relative_to(directory)).encode())
+        if p.is_file():
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def bloom(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("cli") / "bloom", "bloom-12heads")
+
+
+def test_convert_then_verify(bloom, tmp_path, capsys):
+    dst = tmp_path / "rope"
+    assert main(["convert", str(bloom), str(dst), "--window", "1024", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["rotary_dim"] == 4 and summary["destination"] == str(dst)
+    record = json.loads((dst / "ropebridge.json").read_text())
+    assert record["source"] == str(bloom) and record["plan"]["heads"][0]["N"] > 0 and record["ropebridge_version"]
+    assert main(["verify", str(bloom), str(dst), "--context", "200", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] and report["max_abs_logit_diff"] < 1e-3
+    assert main(["verify", str(bloom), str(dst), "--context", "200", "--report", str(tmp_path / "rep")]) == 0
+    assert "PASSED" in capsys.readouterr().out
+    for name in ("report.md", "report.json", "error_by_position.png", "attention_by_layer.png"):
+        assert (tmp_path / "rep" / name).is_file()
+
+
+def test_verify_fails_with_exit_1(bloom, tmp_path, capsys):
+    other = build(tmp_path / "other", "bloom-12heads", seed=1)  # same shape, other weights
+    assert main(["convert", str(other), str(tmp_path / "other-rope"), "--window", "512"]) == 0
+    assert main(["verify", str(bloom), str(tmp_path / "other-rope"), "--context", "64"]) == 1
+    assert "FAILED" in capsys.readouterr().out
+
+
+def test_force_replaces(bloom, tmp_path, capsys):
+    dst = tmp_path / "rope"
+    dst.mkdir()
+    (dst / "stale.txt").write_text("old")
+    assert main(["convert", str(bloom), str(dst)]) == 2
+    assert "exists" in capsys.readouterr().err and (dst / "stale.txt").exists()
+    assert main(["convert", str(bloom), str(dst), "--force", "--window", "512"]) == 0
+    assert not (dst / "stale.txt").exists() and (dst / "config.json").exists()
+
+
+def _bad_sources(tmp_path: Path) -> dict:
+    out = {}
+    T.LlamaConfig(num_attention_heads=4, hidden_size=64, num_hidden_layers=1, intermediate_size=64,
+                  vocab_size=100).save_pretrained(tmp_path / "llama")
+    out["llama"] = (tmp_path / "llama", "not an ALiBi model")
+    T.AutoModelForCausalLM.from_config(T.GPT2Config(n_head=4, n_embd=64, n_layer=1, vocab_size=100)).save_pretrained(
+        tmp_path / "gpt2")
+    out["gpt2"] = (tmp_path / "gpt2", "not an ALiBi model")
+    (tmp_path / "unknown").mkdir()
+    (tmp_path / "unknown" / "config.json").write_text(json.dumps({"model_type": "wormhole"}))
+    out["unknown"] = (tmp_path / "unknown", "wormhole")
+    sharded = build(tmp_path / "sharded", "bloom-4heads")
+    T.AutoModelForCausalLM.from_pretrained(sharded).save_pretrained(sharded, max_shard_size="100KB")
+    (sharded / "model.safetensors").unlink(missing_ok=True)
+    next(iter(sorted(sharded.glob("model-*.safetensors")))).unlink()
+    out["missing shard"] = (sharded, "missing")
+    corrupt = build(tmp_path / "corrupt", "bloom-4heads")
+    data = (corrupt / "model.safetensors").read_bytes()
+    (corrupt / "model.safetensors").write_bytes(data[: len(data) // 2])
+    out["corrupt"] = (corrupt, "truncated")
+    garbage = build(tmp_path / "garbage", "bloom-4heads")
+    (garbage / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!")
+    out["garbage"] = (garbage, "not a safetensors file")
+    post = build(tmp_path / "post", "bloom-4heads", apply_residual_connection_post_layernorm=True)
+    out["post-layernorm residual"] = (post, "apply_residual_connection_post_layernorm")
+    clip = build(tmp_path / "clip", "mpt")
+    cfg = json.loads((clip / "config.json").read_text())
+    cfg["attn_config"]["clip_qkv"] = 8.0
+    (clip / "config.json").write_text(json.dumps(cfg))
+    out["mpt clip_qkv"] = (clip, "clip_qkv")
+    return out
+
+
+def test_bad_input_exit_2_nothing_written(tmp_path, capsys):
+    for what, (src, needle) in _bad_sources(tmp_path / "sources").items():
+        before = tree_hash(src)
+        out = tmp_path / "out"
+        out.mkdir(exist_ok=True)
+        assert main(["convert", str(src), str(out / "dst")]) == 2, what
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1, (what, err)
+        assert list(out.iterdir()) == [], what  # no DST, no temporary directory left behind
+        assert tree_hash(src) == before, what
+
+
+def test_bad_destination_and_plan(bloom, tmp_path, capsys):
+    before = tree_hash(bloom)
+    cases = [
+        (["convert", str(bloom), str(bloom / "inside")], "inside"),
+        (["convert", str(bloom), str(tmp_path / "x"), "--dtype", "float16", "--theta", "1e-12"], "float16"),
+        (["convert", str(bloom), str(tmp_path / "x"), "--max-phase", "2"], "max_phase"),
+        (["convert", str(bloom), str(tmp_path / "x"), "--window", "0"], "window"),
+        (["convert", str(tmp_path / "nowhere"), str(tmp_path / "x")], "nowhere"),
+        (["convert", str(bloom), str(tmp_path / "no" / "parent")], "parent"),
+        (["verify", str(bloom), str(tmp_path / "nowhere")], "config.json"),
+        (["verify", str(bloom), str(bloom), "--context", "0"], "context"),
+    ]
+    for argv, needle in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1, (argv, err)
+    assert not (tmp_path / "x").exists() and not (bloom / "inside").exists()
+    assert tree_hash(bloom) == before
+
+
+def test_hub_id_path_reports_unreachable_hub(tmp_path, capsys, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no network here: fail fast
+    assert main(["convert", "bigscience/bloom-560m", str(tmp_path / "x")]) == 2
+    assert "cannot fetch bigscience/bloom-560m" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
