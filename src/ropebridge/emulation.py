@@ -197,18 +197,24 @@ def shared_theta(
     head's predicted error, the largest within 1% of that minimum (the search of ``_error_optimal``)."""
     scale = 1.0 / math.sqrt(head_dim)
     top = HALF_PI * (1 - 1e-6) / window
+    # The search runs on the heads that can be worst: rounding grows with m (steepest head), the sine term
+    # with m*D^3, D = min(L, cutoff/m) (the shallowest head, and the steepest whose D is still L); the
+    # candidates it keeps are then scored on every head.
+    ms = sorted(set(slopes))
+    critical = {ms[0], ms[-1], max((m for m in ms if m <= cutoff / window), default=ms[0])}
 
-    def worst(t: float) -> float:
-        return max(_evaluate(h, m, [t], [None], scale, window, dtype, cutoff, split).predicted_error
-                   for h, m in enumerate(slopes))
+    def worst(t: float, heads) -> float:
+        return max(_evaluate(0, m, [t], [None], scale, window, dtype, cutoff, split).predicted_error for m in heads)
 
     grid = list(top * 10.0 ** (-np.arange(49) / 4))
-    errors = [worst(t) for t in grid]
+    errors = [worst(t, critical) for t in grid]
     best = int(np.argmin(errors))
     fine = list(np.geomspace(grid[min(best + 1, 48)], grid[max(best - 1, 0)], 9))
-    grid, errors = grid + fine, errors + [worst(t) for t in fine]
-    floor = min(errors)
-    return float(max(t for t, e in zip(grid, errors) if e <= 1.01 * floor))
+    grid, errors = grid + fine, errors + [worst(t, critical) for t in fine]
+    keep = sorted(range(len(grid)), key=lambda k: errors[k])[:5]
+    exact = {grid[k]: worst(grid[k], ms) for k in keep}
+    floor = min(exact.values())
+    return float(max(t for t, e in exact.items() if e <= 1.01 * floor))
 
 
 def _fixed_candidates(base: float, rope_dim: int, k: int) -> list[tuple[list[float], list[int]]]:
@@ -273,6 +279,7 @@ def plan_emulation(
     tolerance: float = 1e-3,
     family: str | None = None,
     source: str | None = None,
+    max_window: bool = True,
 ) -> EmulationPlan:
     """Plan theta and N for every head; see the module doc for the modes.
 
@@ -287,6 +294,7 @@ def plan_emulation(
         split: None (split N between q and k only where the dtype needs it), "sqrt", or the k value s.
         cutoff: logits below -cutoff carry no softmax weight (bounds the distances that count).
         tolerance: the predicted error the plan must meet (``meets_tolerance``).
+        max_window: with a fixed base, also search the longest window within ``tolerance`` (a bisection).
     """
     window = _checks.positive_int("window", window)
     head_dim = _checks.positive_int("head_dim", head_dim)
@@ -323,9 +331,10 @@ def plan_emulation(
                     f"(the slowest pair reaches pi/2 at ~{max_window_for_phase(base, rope_dim, HALF_PI)} tokens)"
                 )
             heads.append(p)
-        extra = {"base": float(base), "rope_dim": int(rope_dim), "pairs_per_head": pairs,
-                 "max_window": fixed_base_max_window(slopes, head_dim, base, rope_dim, pairs=pairs, dtype=dtype,
-                                                     tolerance=tolerance, cutoff=cutoff, split=split)}
+        extra = {"base": float(base), "rope_dim": int(rope_dim), "pairs_per_head": pairs}
+        if max_window:
+            extra["max_window"] = fixed_base_max_window(slopes, head_dim, base, rope_dim, pairs=pairs, dtype=dtype,
+                                                        tolerance=tolerance, cutoff=cutoff, split=split)
     elif max_phase is not None or theta is not None:
         mode = "max-phase" if max_phase is not None else "theta"
         t = max_phase / window if max_phase is not None else theta

@@ -74,9 +74,8 @@ def half_ulp(x: np.ndarray | float, dtype: str) -> np.ndarray:
     """Largest rounding error of round-to-nearest at |x| in ``dtype`` (0 at 0), float64 array."""
     p, e_min = _FORMATS[dtype]
     a = np.abs(np.asarray(x, dtype=np.float64))
-    with np.errstate(divide="ignore"):
-        e = np.floor(np.log2(np.where(a > 0, a, 1.0)))
-    return np.where(a > 0, np.exp2(np.maximum(e, e_min) - p), 0.0)
+    _, e = np.frexp(a)  # a = f * 2^e with f in [0.5, 1): floor(log2 a) = e - 1
+    return np.where(a > 0, np.ldexp(1.0, np.maximum(e - 1, e_min) - p), 0.0)
 
 
 def _is_power_of_two(x: float) -> bool:

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if args.command in ("convert", "verify") and not args.verbose:
+    if args.command == "verify" and not args.verbose:  # (convert never imports transformers: it starts faster)
         import transformers
 
         transformers.utils.logging.disable_progress_bar()  # ours is enough

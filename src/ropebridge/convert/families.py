@@ -73,10 +73,6 @@ def _zeros_if_missing(reader: CheckpointReader, name: str, shape: tuple[int, ...
     return reader.read(name) if name in reader else torch.zeros(shape, dtype=torch.float64)
 
 
-def _layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) -> torch.Tensor:
-    mu = x.mean(-1, keepdim=True)
-    var = ((x - mu) ** 2).mean(-1, keepdim=True)
-    return (x - mu) / torch.sqrt(var + eps) * w + b
 
 
 class SourceModel:
@@ -153,13 +149,13 @@ class SourceModel:
         rows = self.reader.read(self._global_names()["emb"], (start, stop))
         if self.info.family == "bloom":
             w, b = self._ln("transformer.word_embeddings_layernorm")
-            rows = _layer_norm(rows, w, b, self.info.eps)
+            rows = torch.nn.functional.layer_norm(rows, (rows.shape[-1],), w, b, self.info.eps)  # float64
         return rows
 
-    def head_rows(self, start: int, stop: int) -> torch.Tensor:
+    def head_rows(self, start: int, stop: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """Output head rows ``(rows, D)``: ``lm_head`` if stored, else the tied (raw) embedding."""
         g = self._global_names()
-        return self.reader.read(g["head"] if g["head"] in self.reader else g["emb"], (start, stop))
+        return self.reader.read(g["head"] if g["head"] in self.reader else g["emb"], (start, stop), dtype)
 
     def final_norm(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self._ln(self._global_names()["ln_f"])
@@ -190,11 +186,12 @@ class SourceModel:
             raise ValueError(f"{n['qkv']}.weight has {rows} rows; expected {3 * h * hd} or {(h + 2) * hd}")
         return qw, kw, vw, qb, kb, vb
 
-    def linear(self, i: int, which: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """Block i's linear ``which`` ('o', 'up' or 'down'): weight ``(out, in)`` and bias ``(out,)`` (zeros if none)."""
+    def linear(self, i: int, which: str, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+        """Block i's linear ``which`` ('o', 'up' or 'down'): weight ``(out, in)`` and bias ``(out,)`` (zeros if none),
+        in ``dtype`` (float64 by default; float32 holds any float32/bf16/fp16 source exactly)."""
         name = self._names(i)[which]
-        w = self.reader.read(name + ".weight")
-        return w, _zeros_if_missing(self.reader, name + ".bias", (w.shape[0],))
+        w = self.reader.read(name + ".weight", dtype=dtype)
+        return w, _zeros_if_missing(self.reader, name + ".bias", (w.shape[0],)).to(dtype)
 
     def layer(self, i: int) -> Layer:
         """All of block i (for references and tests; the converter reads tensor by tensor)."""

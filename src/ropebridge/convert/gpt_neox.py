@@ -28,7 +28,11 @@ from ..emulation import EmulationPlan
 from .families import SourceModel
 from .tensor_io import ShardWriter
 
-EMBED_BLOCK_ROWS = 8192
+EMBED_BLOCK_ROWS = 2048  # rows per block of the embedding and output head: bounds the working set
+# Tensors that are only copied, zero-padded or row-averaged are handled in float32, which holds any
+# float32/bfloat16/float16 source exactly (means are summed in float64); q (scaled) and LayerNorms
+# (folded) are computed in float64. Either way every output value is rounded once, at the end.
+WORK = torch.float32
 
 
 def robust_fraction(numerator: int, denominator: int) -> float:
@@ -78,8 +82,9 @@ def layout_for(src: SourceModel, plan: EmulationPlan) -> NeoxLayout:
 
 
 def _pad_rows_with_mean(w: torch.Tensor, pads: int) -> torch.Tensor:
-    """Residual writer ``(D, …)`` -> ``(D + P, …)``: each pad row is the mean of the real rows."""
-    return torch.cat([w, w.mean(0, keepdim=True).expand(pads, *w.shape[1:])], 0)
+    """Residual writer ``(D, …)`` -> ``(D + P, …)``: each pad row is the mean of the real rows (summed in float64)."""
+    mean = w.mean(0, keepdim=True, dtype=torch.float64).to(w.dtype)
+    return torch.cat([w, mean.expand(pads, *w.shape[1:])], 0)
 
 
 def _pad_cols_with_zeros(w: torch.Tensor, pads: int) -> torch.Tensor:
@@ -109,8 +114,8 @@ def _qkv(src: SourceModel, i: int, lay: NeoxLayout) -> tuple[torch.Tensor, torch
 def _attn_out(src: SourceModel, i: int, lay: NeoxLayout) -> tuple[torch.Tensor, torch.Tensor]:
     info = src.info
     h, hd, r, pads = info.n_heads, info.head_dim, lay.rotary_dim, lay.hidden_size - info.hidden_size
-    w, b = src.linear(i, "o")
-    per_head = torch.zeros(info.hidden_size, h, lay.head_dim, dtype=torch.float64)
+    w, b = src.linear(i, "o", WORK)
+    per_head = torch.zeros(info.hidden_size, h, lay.head_dim, dtype=WORK)
     per_head[:, :, r:] = w.view(info.hidden_size, h, hd)  # (D, h, hd'): zero columns on the rotary dims
     return _pad_rows_with_mean(per_head.reshape(info.hidden_size, h * lay.head_dim), pads), _pad_rows_with_mean(b, pads)
 
@@ -136,7 +141,18 @@ def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter) -> None:
                 yield fn(start, min(v, start + EMBED_BLOCK_ROWS))
         return gen
 
-    writer.add("gpt_neox.embed_in.weight", (v, dp), rows(lambda a, b: _pad_rows_with_mean(src.embedding_rows(a, b).T, pads).T))
+    def embed_rows(a: int, b: int) -> torch.Tensor:  # (rows, D'): each pad column holds the row's mean
+        x = src.embedding_rows(a, b)  # (rows, D), float64
+        out = torch.empty(b - a, dp, dtype=writer.dtype)
+        out[:, :d], out[:, d:] = x, x.mean(1, keepdim=True)
+        return out
+
+    def head_rows(a: int, b: int) -> torch.Tensor:  # (rows, D'): zero columns on the pads
+        out = torch.zeros(b - a, dp, dtype=writer.dtype)
+        out[:, :d] = src.head_rows(a, b, WORK)
+        return out
+
+    writer.add("gpt_neox.embed_in.weight", (v, dp), rows(embed_rows))
     for i in range(info.n_layers):
         p = f"gpt_neox.layers.{i}."
         ln2 = "ln1" if info.parallel else "ln2"  # parallel: both read the same LayerNorm
@@ -149,13 +165,13 @@ def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter) -> None:
         writer.add(p + "attention.dense.weight", (dp, info.n_heads * lay.head_dim), once(lambda i=i: _attn_out(src, i, lay)[0]))
         writer.add(p + "attention.dense.bias", (dp,), once(lambda i=i: _attn_out(src, i, lay)[1]))
         f = info.intermediate_size
-        writer.add(p + "mlp.dense_h_to_4h.weight", (f, dp), once(lambda i=i: _pad_cols_with_zeros(src.linear(i, "up")[0], pads)))
-        writer.add(p + "mlp.dense_h_to_4h.bias", (f,), once(lambda i=i: src.linear(i, "up")[1]))
-        writer.add(p + "mlp.dense_4h_to_h.weight", (dp, f), once(lambda i=i: _pad_rows_with_mean(src.linear(i, "down")[0], pads)))
-        writer.add(p + "mlp.dense_4h_to_h.bias", (dp,), once(lambda i=i: _pad_rows_with_mean(src.linear(i, "down")[1], pads)))
+        writer.add(p + "mlp.dense_h_to_4h.weight", (f, dp), once(lambda i=i: _pad_cols_with_zeros(src.linear(i, "up", WORK)[0], pads)))
+        writer.add(p + "mlp.dense_h_to_4h.bias", (f,), once(lambda i=i: src.linear(i, "up", WORK)[1]))
+        writer.add(p + "mlp.dense_4h_to_h.weight", (dp, f), once(lambda i=i: _pad_rows_with_mean(src.linear(i, "down", WORK)[0], pads)))
+        writer.add(p + "mlp.dense_4h_to_h.bias", (dp,), once(lambda i=i: _pad_rows_with_mean(src.linear(i, "down", WORK)[1], pads)))
     writer.add("gpt_neox.final_layer_norm.weight", (dp,), once(lambda: _norm(*src.final_norm(), d, pads)[0]))
     writer.add("gpt_neox.final_layer_norm.bias", (dp,), once(lambda: _norm(*src.final_norm(), d, pads)[1]))
-    writer.add("embed_out.weight", (v, dp), rows(lambda a, b: _pad_cols_with_zeros(src.head_rows(a, b), pads)))
+    writer.add("embed_out.weight", (v, dp), rows(head_rows))
 
 
 def config_for(src: SourceModel, lay: NeoxLayout, plan: EmulationPlan, dtype: str) -> dict:

@@ -23,13 +23,13 @@ from .. import __version__, _checks
 from ..emulation import EmulationPlan, plan_emulation, shared_theta
 from ..error_model import DTYPES
 from ..sources import load_config
-from . import gpt_neox
+from . import compact, gpt_neox
 from .families import SourceModel
 from .tensor_io import ShardWriter
 
 log = logging.getLogger(__name__)
 
-TARGETS = ("gpt-neox",)
+TARGETS = ("gpt-neox", "starcoder2", "nemotron")
 COPIED_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
     "tokenizer.model", "added_tokens.json", "generation_config.json",
@@ -74,6 +74,7 @@ def default_dtype(config: dict) -> str:
 def conversion_plan(
     src: SourceModel, *, window: int, dtype: str, theta: float | None = None, max_phase: float | None = None,
     base: float | None = None, rotary_dim: int | None = None, pairs: int = 1, tolerance: float = 1e-3,
+    target: str = "gpt-neox",
 ) -> EmulationPlan:
     """The emulation plan the GPT-NeoX target can express: a fixed frequency set shared by every head.
 
@@ -83,6 +84,8 @@ def conversion_plan(
     """
     info = src.info
     common = dict(dtype=dtype, tolerance=tolerance, family=info.family, source=None)
+    if target != "gpt-neox" and (base is not None or pairs != 1):
+        raise ValueError(f"--target {target} rotates one pair at a free theta: --rope-base and --pairs are for gpt-neox")
     if base is not None:
         if theta is not None or max_phase is not None:
             raise ValueError("give either base (with rotary_dim) or theta/max_phase, not both")
@@ -100,8 +103,11 @@ def conversion_plan(
     theta = _checks.positive("theta", theta)
     if theta * window >= math.pi / 2:
         raise ValueError(f"theta * window = {theta * window:.4g} must be < pi/2")
+    if target != "gpt-neox":
+        return plan_emulation(info.slopes, info.head_dim, window, theta=theta, **common)
+    # (no max_window search: with a free base the window is whatever theta was planned for)
     return plan_emulation(info.slopes, info.head_dim, window, base=theta**-2.0, rope_dim=SINGLE_PAIR_ROTARY_DIM,
-                          **common)
+                          max_window=False, **common)
 
 
 def _check_destination(src: Path, dst: Path, force: bool) -> None:
@@ -146,17 +152,27 @@ def convert(
     model = SourceModel(src_dir, config)
     dtype = default_dtype(config) if dtype is None else _checks.choice("dtype", dtype, tuple(DTYPES))
     plan = conversion_plan(model, window=window, dtype=dtype, theta=theta, max_phase=max_phase, base=base,
-                           rotary_dim=rotary_dim, pairs=pairs)
+                           rotary_dim=rotary_dim, pairs=pairs, target=target)
     plan = dataclasses.replace(plan, source=str(src))
-    layout = gpt_neox.layout_for(model, plan)
-    log.info("plan: %s heads, base %.6g, rotary dim %d, worst predicted error %.3g", len(plan.heads), layout.base,
-             layout.rotary_dim, plan.worst_head.predicted_error)
+    if target == "gpt-neox":
+        layout = gpt_neox.layout_for(model, plan)
+        geometry = {"rotary_dim": layout.rotary_dim, "head_dim": layout.head_dim, "hidden_size": layout.hidden_size,
+                    "pad_dims": layout.hidden_size - model.info.hidden_size, "rope_base": layout.base,
+                    "content_q_scale": layout.content_scale}
+        module = gpt_neox
+    else:
+        layout = compact.layout_for(model, plan, target)
+        geometry = {"head_dim": layout.head_dim, "pair_dims": [layout.pair_x, layout.pair_y], "theta": layout.theta,
+                    "rope_factor": 1.0 / layout.theta, "content_q_scale": layout.content_scale}
+        module = compact
+    log.info("plan: %s heads, %s, worst predicted error %.3g", len(plan.heads), geometry,
+             plan.worst_head.predicted_error)
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
     try:
         bar = None
         writer = ShardWriter(tmp, DTYPES[dtype], int(max_shard_mb * 2**20))
-        gpt_neox.add_tensors(model, layout, writer)
+        module.add_tensors(model, layout, writer)
         if progress:
             from tqdm.auto import tqdm
 
@@ -165,7 +181,7 @@ def convert(
         writer.write({"ropebridge": __version__})
         if bar is not None:
             bar.close()
-        (tmp / "config.json").write_text(json.dumps(gpt_neox.config_for(model, layout, plan, dtype), indent=1))
+        (tmp / "config.json").write_text(json.dumps(module.config_for(model, layout, plan, dtype), indent=1))
         for name in COPIED_FILES:
             if (src_dir / name).is_file():
                 shutil.copy2(src_dir / name, tmp / name)
@@ -176,9 +192,7 @@ def convert(
             "target": target,
             "dtype": dtype,
             "torch_version": torch.__version__,
-            "layout": {"rotary_dim": layout.rotary_dim, "head_dim": layout.head_dim, "hidden_size": layout.hidden_size,
-                       "pad_dims": layout.hidden_size - model.info.hidden_size, "rope_base": layout.base,
-                       "content_q_scale": layout.content_scale},
+            "layout": geometry,
             "plan": plan.to_dict(),
         }
         (tmp / "ropebridge.json").write_text(json.dumps(record, indent=1))

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import struct
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,13 +114,13 @@ class CheckpointReader:
         files = {i.file for i in self._infos.values()}
         return max((f.stat().st_size for f in files), default=0)
 
-    def read(self, name: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
-        """Tensor ``name`` (or rows ``[start, stop)`` of its first dim) as float64."""
+    def read(self, name: str, rows: tuple[int, int] | None = None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """Tensor ``name`` (or rows ``[start, stop)`` of its first dim) in ``dtype`` (float64 by default)."""
         if name not in self:
             raise ValueError(f"tensor {name!r} is missing from the checkpoint in {self.directory}")
         if name in self._bin:
             t = self._bin[name]
-            return (t if rows is None else t[rows[0]: rows[1]]).to(torch.float64)
+            return (t if rows is None else t[rows[0]: rows[1]]).to(dtype)
         info = self._infos[name]
         shape, begin, end = list(info.shape), info.begin, info.end
         if rows is not None:
@@ -136,7 +138,7 @@ class CheckpointReader:
                 got += n
         finally:
             os.close(fd)
-        return torch.frombuffer(data, dtype=info.dtype).reshape(shape).to(torch.float64)
+        return torch.frombuffer(data, dtype=info.dtype).reshape(shape).to(dtype)
 
 
 Producer = Callable[[], Iterator[torch.Tensor]]  # yields blocks of rows, in order
@@ -206,17 +208,50 @@ class ShardWriter:
             offset += self.nbytes(p)
         raw = json.dumps(header, separators=(",", ":")).encode()
         raw += b" " * (-len(raw) % 8)  # keep the data 8-byte aligned
-        with open(path, "wb") as f:
-            f.write(struct.pack("<Q", len(raw)))
-            f.write(raw)
-            for p in group:
-                written = 0
-                for block in p.producer():
-                    block = block.to(self.dtype).contiguous()
-                    data = block.reshape(-1).view(torch.uint8).numpy().tobytes()  # bytes of any dtype, bf16 too
-                    f.write(data)
-                    written += len(data)
+        # A worker thread computes the next blocks while this one writes (torch and file I/O release the GIL);
+        # the queue holds at most two blocks, so memory stays bounded.
+        blocks: queue.Queue = queue.Queue(maxsize=2)
+        stop = threading.Event()
+
+        def produce() -> None:
+            try:
+                for p in group:
+                    for block in p.producer():
+                        if stop.is_set():
+                            return
+                        data = block.to(self.dtype).contiguous().reshape(-1).view(torch.uint8).numpy()  # bf16 too
+                        blocks.put((p, data))
+                    blocks.put((p, None))
+            except BaseException as exc:  # handed to the writing thread
+                blocks.put((None, exc))
+
+        worker = threading.Thread(target=produce, daemon=True)
+        worker.start()
+        try:
+            with open(path, "wb") as f:
+                f.write(struct.pack("<Q", len(raw)))
+                f.write(raw)
+                written: dict[str, int] = {}
+                done = 0
+                while done < len(group):
+                    p, data = blocks.get()
+                    if p is None:
+                        raise data
+                    if data is None:
+                        if written.get(p.name, 0) != self.nbytes(p):
+                            raise RuntimeError(f"tensor {p.name}: wrote {written.get(p.name, 0)} bytes, "
+                                               f"expected {self.nbytes(p)}")
+                        done += 1
+                        continue
+                    f.write(data.data)  # the block's own buffer, no copy
+                    written[p.name] = written.get(p.name, 0) + data.nbytes
                     if self.progress is not None:
-                        self.progress.update(len(data))
-                if written != self.nbytes(p):
-                    raise RuntimeError(f"tensor {p.name}: wrote {written} bytes, expected {self.nbytes(p)}")
+                        self.progress.update(data.nbytes)
+        finally:
+            stop.set()
+            while worker.is_alive():  # unblock a producer waiting on a full queue
+                try:
+                    blocks.get_nowait()
+                except queue.Empty:
+                    pass
+                worker.join(timeout=0.05)

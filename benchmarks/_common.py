@@ -1,0 +1,56 @@
+"""Shared helpers of the benchmark scripts: machine description, tables, JSON output, model building."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> dict:
+    return {
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+    }
+
+
+def table(rows: list[dict], columns: list[str]) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return str(v)
+
+    widths = [max(len(c), *(len(fmt(r.get(c, ""))) for r in rows)) for c in columns]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(fmt(r.get(c, "")).rjust(w) for c, w in zip(columns, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def save(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({"machine": machine(), **payload}, indent=1))
+    return path
+
+
+def bloom_560m_shaped(directory: Path, *, layers: int = 24, vocab: int = 250880, shard: str = "200MB", seed: int = 0):
+    """A random BLOOM-560M-shaped checkpoint (24 layers, hidden 1024, 16 heads), cached in ``directory``."""
+    import transformers as T
+
+    if (directory / "config.json").exists():
+        return directory
+    T.logging.set_verbosity_error()
+    torch.manual_seed(seed)
+    config = T.BloomConfig(n_layer=layers, hidden_size=1024, n_head=16, vocab_size=vocab)
+    model = T.BloomForCausalLM(config).eval()
+    model.save_pretrained(directory, max_shard_size=shard)
+    return directory

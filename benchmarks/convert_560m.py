@@ -1,0 +1,127 @@
+"""Conversion of a BLOOM-560M-shaped checkpoint: time and peak RSS against ``cp -r``, and float32 fidelity.
+
+    python benchmarks/convert_560m.py [--quick] [--context 2048] [--cache DIR]
+
+Prints a table and writes benchmarks/results/convert_560m.json (or convert_560m_quick.json).
+Conversion runs as ``python -m ropebridge convert`` in a child process so its peak RSS is its own; both
+timed commands start with the source in the page cache and no dirty pages (``sync``) and end when their
+writes are buffered (neither waits for the disk). The source has 200 MB shards, but its embedding alone
+(250880 x 1024 float32, 980 MB) is one tensor, hence one shard: the largest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from _common import bloom_560m_shaped, save, table
+
+
+def child_peak_rss_mb(cmd: list[str]) -> tuple[float, float]:
+    """Run ``cmd`` under /usr/bin/time-like accounting: (wall seconds, peak RSS in MiB of that child)."""
+    wrapper = [sys.executable, "-c",
+               "import resource,subprocess,sys,time;t=time.perf_counter();r=subprocess.run(sys.argv[1:]);"
+               "w=time.perf_counter()-t;m=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss;"
+               "print(f'{w} {m}',file=sys.stderr);sys.exit(r.returncode)", *cmd]
+    out = subprocess.run(wrapper, capture_output=True, text=True, check=True)
+    wall, kib = out.stderr.strip().splitlines()[-1].split()
+    return float(wall), int(kib) / 1024
+
+
+def logits_max_diff(native_dir: Path, converted_dir: Path, context: int, seed: int = 0) -> float:
+    """max |native - converted| over every logit of ``context`` random tokens, the head applied in chunks."""
+    import transformers as T
+
+    T.logging.set_verbosity_error()
+    ids = torch.randint(0, 1000, (1, context), generator=torch.Generator().manual_seed(seed))
+    worst = 0.0
+    with torch.no_grad():
+        native = T.AutoModelForCausalLM.from_pretrained(native_dir).eval()
+        h_native = native.transformer(ids).last_hidden_state[0]  # (s, D)
+        head_native = native.lm_head.weight
+        converted = T.AutoModelForCausalLM.from_pretrained(converted_dir).eval()
+        h_conv = converted.gpt_neox(ids).last_hidden_state[0]  # (s, D')
+        head_conv = converted.lm_head.weight
+        for start in range(0, head_native.shape[0], 16384):
+            a = h_native @ head_native[start:start + 16384].T
+            b = h_conv @ head_conv[start:start + 16384].T
+            worst = max(worst, float((a - b).abs().max()))
+    return worst
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="4 layers, vocab 32000, context 512")
+    p.add_argument("--context", type=int)
+    p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "ropebridge-bench"))
+    p.add_argument("--shard", default="200MB")
+    p.add_argument("--cold", action="store_true", help="drop the page cache before each timed command (root)")
+    args = p.parse_args()
+    layers, vocab, context = (4, 32000, 512) if args.quick else (24, 250880, 2048)
+    context = args.context or context
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    src = bloom_560m_shaped(cache / f"bloom560m-shaped-{layers}x{vocab}", layers=layers, vocab=vocab, shard=args.shard)
+    shards = sorted(src.glob("*.safetensors"))
+    largest = max(f.stat().st_size for f in shards) / 2**20
+    total = sum(f.stat().st_size for f in shards) / 2**20
+
+    work = cache / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    def settle() -> None:
+        """Same start for every timed command: no dirty pages to flush; the source in the page cache (warm)
+        or not (``--cold``, where the kernel lets us drop caches)."""
+        for name in ("warm", "copy", "rope"):
+            shutil.rmtree(work / name, ignore_errors=True)
+        os.sync()
+        if args.cold:
+            Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+    subprocess.run(["cp", "-r", str(src), str(work / "warm")], check=True)  # read the source into the page cache
+    settle()
+    cp_wall, cp_rss = child_peak_rss_mb(["cp", "-r", "--reflink=never", str(src), str(work / "copy")])
+    settle()
+    base_wall, base_rss = child_peak_rss_mb([sys.executable, "-c", "import ropebridge.convert.pipeline"])
+    settle()
+    conv_wall, conv_rss = child_peak_rss_mb([sys.executable, "-m", "ropebridge", "convert", str(src),
+                                             str(work / "rope"), "--window", str(max(context, 2048)), "--json",
+                                             "--max-shard-mb", str(int(largest) + 1)])
+    out_bytes = sum(f.stat().st_size for f in (work / "rope").glob("*.safetensors")) / 2**20
+    rows = [
+        {"what": "cp -r --reflink=never", "seconds": cp_wall, "peak_rss_mb": cp_rss},
+        {"what": "python + imports", "seconds": base_wall, "peak_rss_mb": base_rss},
+        {"what": "ropebridge convert", "seconds": conv_wall, "peak_rss_mb": conv_rss},
+    ]
+    diff = logits_max_diff(src, work / "rope", context)
+    print(f"checkpoint: {layers} layers, vocab {vocab}, {len(shards)} shards, {total:.0f} MiB, largest {largest:.0f} MiB")
+    print(table(rows, ["what", "seconds", "peak_rss_mb"]))
+    summary = {
+        "conversion_over_copy_time": conv_wall / cp_wall,
+        "peak_rss_over_largest_shard": conv_rss / largest,
+        "peak_rss_above_imports_over_largest_shard": (conv_rss - base_rss) / largest,
+        "float32_max_abs_logit_diff": diff,
+        "context": context,
+        "output_mb": out_bytes,
+        "page_cache": "cold" if args.cold else "warm",
+    }
+    for k, v in summary.items():
+        print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
+    name = "convert_560m" + ("_quick" if args.quick else "") + ("_cold" if args.cold else "")
+    path = save(name, {
+        "layers": layers, "vocab": vocab, "shards": len(shards), "total_mb": total, "largest_shard_mb": largest,
+        "rows": rows, **summary})
+    print(f"wrote {path}")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

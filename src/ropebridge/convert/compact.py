@@ -1,0 +1,156 @@
+"""Compact targets, transformers 5.x only: ``Starcoder2ForCausalLM`` and ``NemotronForCausalLM``, no padding.
+
+Both take a ``head_dim`` free of ``hidden_size / heads``, so each head simply grows by the two emulation
+dims (hd' = hd + 2) and the residual stream keeps its width. One pair per head, one theta for all heads:
+
+- Starcoder2 (LayerNorm, GELU MLP with biases, sequential residual): ``rope_type: proportional`` with
+  ``partial_rotary_factor`` 2/hd' rotates only pair 0, which ``rotate_half`` forms from dims (0, hd'/2),
+  at ``1/factor``: factor = 1/theta; every other pair has frequency exactly 0. The content dims are the
+  remaining hd' - 2, in order.
+- Nemotron (LayerNorm storing weight - 1, non-gated MLP): rotates the first ``int(hd' * prf)`` = 2 dims,
+  pair (0, 1), with ``linear`` scaling factor 1/theta; content dims 2 .. hd' - 1. ``num_key_value_heads``
+  must be given. Its default activation (relu^2) is replaced by the source's.
+
+Neither reaches llama.cpp or CTranslate2, and transformers 4.x ignores ``rope_parameters`` and loads both
+silently wrong: use the default ``gpt-neox`` target for portability.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from ..emulation import EmulationPlan
+from .families import SourceModel
+from .gpt_neox import EMBED_BLOCK_ROWS, WORK, robust_fraction
+from .tensor_io import ShardWriter
+
+COMPACT_TARGETS = ("starcoder2", "nemotron")
+
+
+@dataclass(frozen=True)
+class CompactLayout:
+    target: str
+    head_dim: int  # hd' = hd + 2
+    pair_x: int
+    pair_y: int
+    content: torch.Tensor  # (hd,) indices of the content dims within a head
+    theta: float
+    q_pair: torch.Tensor  # (h,) value of q on pair_x
+    k_pair: torch.Tensor  # (h,) value of k on pair_y
+    content_scale: float
+
+
+def layout_for(src: SourceModel, plan: EmulationPlan, target: str) -> CompactLayout:
+    info = src.info
+    if info.parallel:
+        raise ValueError(f"--target {target} has a sequential residual only; this {info.family} model is parallel "
+                         "(use --target gpt-neox)")
+    thetas = {hp.theta for hp in plan.heads}
+    if len(thetas) != 1 or any(len(hp.pairs) != 1 for hp in plan.heads):
+        raise ValueError(f"--target {target} rotates one pair at one theta for all heads")
+    hd, hd_out = info.head_dim, info.head_dim + 2
+    px, py = (0, hd_out // 2) if target == "starcoder2" else (0, 1)
+    content = torch.tensor([d for d in range(hd_out) if d not in (px, py)])
+    n_scale = math.sqrt(hd_out / hd)
+    q_pair = torch.tensor([-hp.N * n_scale / hp.split for hp in plan.heads], dtype=torch.float64)
+    k_pair = torch.tensor([hp.split for hp in plan.heads], dtype=torch.float64)
+    return CompactLayout(target, hd_out, px, py, content, thetas.pop(), q_pair, k_pair,
+                         info.qk_scale * math.sqrt(hd_out))
+
+
+def _projections(src: SourceModel, i: int, lay: CompactLayout) -> dict[str, torch.Tensor]:
+    """q, k, v weights ``(h hd', D)`` and biases ``(h hd',)`` with content dims placed and the pair set."""
+    info = src.info
+    h, d = info.n_heads, info.hidden_size
+    qw, kw, vw, qb, kb, vb = src.qkv(i)
+    out = {}
+    for name, w, b in (("q", qw * lay.content_scale, qb * lay.content_scale), ("k", kw, kb), ("v", vw, vb)):
+        weight = torch.zeros(h, lay.head_dim, d, dtype=torch.float64)
+        bias = torch.zeros(h, lay.head_dim, dtype=torch.float64)
+        weight[:, lay.content], bias[:, lay.content] = w, b
+        if name == "q":
+            bias[:, lay.pair_x] = lay.q_pair
+        elif name == "k":
+            bias[:, lay.pair_y] = lay.k_pair
+        out[name + "_w"], out[name + "_b"] = weight.reshape(h * lay.head_dim, d), bias.reshape(-1)
+    return out
+
+
+def _o_proj(src: SourceModel, i: int, lay: CompactLayout) -> torch.Tensor:
+    info = src.info
+    w, _ = src.linear(i, "o", WORK)
+    per_head = torch.zeros(info.hidden_size, info.n_heads, lay.head_dim, dtype=WORK)
+    per_head[:, :, lay.content] = w.view(info.hidden_size, info.n_heads, info.head_dim)
+    return per_head.reshape(info.hidden_size, -1)  # (D, h hd')
+
+
+def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> None:
+    info = src.info
+    d, v, f, h = info.hidden_size, info.vocab_size, info.intermediate_size, info.n_heads
+    one_p = lay.target == "nemotron"  # LayerNorm1P stores weight - 1
+    up, down = ("c_fc", "c_proj") if lay.target == "starcoder2" else ("up_proj", "down_proj")
+
+    def once(fn):
+        return lambda: iter([fn()])
+
+    def rows(fn):
+        def gen() -> Iterator[torch.Tensor]:
+            for start in range(0, v, EMBED_BLOCK_ROWS):
+                yield fn(start, min(v, start + EMBED_BLOCK_ROWS))
+        return gen
+
+    def norm(wb):
+        return (wb[0] - 1 if one_p else wb[0]), wb[1]
+
+    last: dict = {}
+
+    def proj(i: int) -> dict[str, torch.Tensor]:
+        if last.get("i") != i:
+            last.update(i=i, value=_projections(src, i, lay))
+        return last["value"]
+
+    writer.add("model.embed_tokens.weight", (v, d), rows(src.embedding_rows))
+    for i in range(info.n_layers):
+        p = f"model.layers.{i}."
+        for name, which in (("input_layernorm", "ln1"), ("post_attention_layernorm", "ln2")):
+            writer.add(p + name + ".weight", (d,), once(lambda i=i, w=which: norm(src.norm(i, w))[0]))
+            writer.add(p + name + ".bias", (d,), once(lambda i=i, w=which: norm(src.norm(i, w))[1]))
+        for x in "qkv":
+            writer.add(p + f"self_attn.{x}_proj.weight", (h * lay.head_dim, d), once(lambda i=i, x=x: proj(i)[x + "_w"]))
+            writer.add(p + f"self_attn.{x}_proj.bias", (h * lay.head_dim,), once(lambda i=i, x=x: proj(i)[x + "_b"]))
+        writer.add(p + "self_attn.o_proj.weight", (d, h * lay.head_dim), once(lambda i=i: _o_proj(src, i, lay)))
+        writer.add(p + "self_attn.o_proj.bias", (d,), once(lambda i=i: src.linear(i, "o", WORK)[1]))
+        writer.add(p + f"mlp.{up}.weight", (f, d), once(lambda i=i: src.linear(i, "up", WORK)[0]))
+        writer.add(p + f"mlp.{up}.bias", (f,), once(lambda i=i: src.linear(i, "up", WORK)[1]))
+        writer.add(p + f"mlp.{down}.weight", (d, f), once(lambda i=i: src.linear(i, "down", WORK)[0]))
+        writer.add(p + f"mlp.{down}.bias", (d,), once(lambda i=i: src.linear(i, "down", WORK)[1]))
+    writer.add("model.norm.weight", (d,), once(lambda: norm(src.final_norm())[0]))
+    writer.add("model.norm.bias", (d,), once(lambda: norm(src.final_norm())[1]))
+    writer.add("lm_head.weight", (v, d), rows(lambda a, b: src.head_rows(a, b, WORK)))
+
+
+def config_for(src: SourceModel, lay: CompactLayout, plan: EmulationPlan, dtype: str) -> dict:
+    info, c = src.info, src.config
+    prf = robust_fraction(2, lay.head_dim)
+    common = {
+        "vocab_size": info.vocab_size, "hidden_size": info.hidden_size, "intermediate_size": info.intermediate_size,
+        "num_hidden_layers": info.n_layers, "num_attention_heads": info.n_heads,
+        "num_key_value_heads": info.n_heads, "head_dim": lay.head_dim, "hidden_act": info.activation,
+        "max_position_embeddings": plan.window, "tie_word_embeddings": False, "attention_dropout": 0.0,
+        "bos_token_id": c.get("bos_token_id"), "eos_token_id": c.get("eos_token_id"),
+        "pad_token_id": c.get("pad_token_id"), "torch_dtype": dtype, "dtype": dtype, "use_cache": True,
+    }
+    if lay.target == "starcoder2":
+        return {**common, "architectures": ["Starcoder2ForCausalLM"], "model_type": "starcoder2",
+                "norm_epsilon": info.eps, "use_bias": True, "sliding_window": None, "residual_dropout": 0.0,
+                "embedding_dropout": 0.0,
+                "rope_parameters": {"rope_type": "proportional", "rope_theta": 10000.0, "factor": 1.0 / lay.theta,
+                                    "partial_rotary_factor": prf}}
+    return {**common, "architectures": ["NemotronForCausalLM"], "model_type": "nemotron", "norm_eps": info.eps,
+            "attention_bias": True, "mlp_bias": True, "partial_rotary_factor": prf,
+            "rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 1.0 / lay.theta,
+                                "partial_rotary_factor": prf}}
