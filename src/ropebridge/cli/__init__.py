@@ -10,9 +10,9 @@ import logging
 import sys
 
 from .. import __version__
-from . import convert_cmd, plan_cmd, rope_cmd, verify_cmd
+from . import convert_cmd, demo_cmd, plan_cmd, rope_cmd, verify_cmd
 
-SUBCOMMANDS = (rope_cmd, plan_cmd, convert_cmd, verify_cmd)
+SUBCOMMANDS = (rope_cmd, plan_cmd, convert_cmd, verify_cmd, demo_cmd)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if args.command == "verify" and not args.verbose:  # (convert never imports transformers: it starts faster)
+    if args.command in ("verify", "demo") and not args.verbose:  # (convert never imports transformers: it starts faster)
         import transformers
 
         transformers.utils.logging.disable_progress_bar()  # ours is enough

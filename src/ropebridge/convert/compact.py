@@ -18,7 +18,6 @@ silently wrong: use the default ``gpt-neox`` target for portability.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +25,7 @@ import torch
 from ..emulation import EmulationPlan
 from .families import SourceModel
 from .gpt_neox import EMBED_BLOCK_ROWS, WORK, robust_fraction
-from .tensor_io import ShardWriter
+from .tensor_io import ShardWriter, row_blocks, single
 
 COMPACT_TARGETS = ("starcoder2", "nemotron")
 
@@ -94,14 +93,7 @@ def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> No
     one_p = lay.target == "nemotron"  # LayerNorm1P stores weight - 1
     up, down = ("c_fc", "c_proj") if lay.target == "starcoder2" else ("up_proj", "down_proj")
 
-    def once(fn):
-        return lambda: iter([fn()])
 
-    def rows(fn):
-        def gen() -> Iterator[torch.Tensor]:
-            for start in range(0, v, EMBED_BLOCK_ROWS):
-                yield fn(start, min(v, start + EMBED_BLOCK_ROWS))
-        return gen
 
     def norm(wb):
         return (wb[0] - 1 if one_p else wb[0]), wb[1]
@@ -113,24 +105,24 @@ def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> No
             last.update(i=i, value=_projections(src, i, lay))
         return last["value"]
 
-    writer.add("model.embed_tokens.weight", (v, d), rows(src.embedding_rows))
+    writer.add("model.embed_tokens.weight", (v, d), row_blocks(src.embedding_rows, v, EMBED_BLOCK_ROWS))
     for i in range(info.n_layers):
         p = f"model.layers.{i}."
         for name, which in (("input_layernorm", "ln1"), ("post_attention_layernorm", "ln2")):
-            writer.add(p + name + ".weight", (d,), once(lambda i=i, w=which: norm(src.norm(i, w))[0]))
-            writer.add(p + name + ".bias", (d,), once(lambda i=i, w=which: norm(src.norm(i, w))[1]))
+            writer.add(p + name + ".weight", (d,), single(lambda i=i, w=which: norm(src.norm(i, w))[0]))
+            writer.add(p + name + ".bias", (d,), single(lambda i=i, w=which: norm(src.norm(i, w))[1]))
         for x in "qkv":
-            writer.add(p + f"self_attn.{x}_proj.weight", (h * lay.head_dim, d), once(lambda i=i, x=x: proj(i)[x + "_w"]))
-            writer.add(p + f"self_attn.{x}_proj.bias", (h * lay.head_dim,), once(lambda i=i, x=x: proj(i)[x + "_b"]))
-        writer.add(p + "self_attn.o_proj.weight", (d, h * lay.head_dim), once(lambda i=i: _o_proj(src, i, lay)))
-        writer.add(p + "self_attn.o_proj.bias", (d,), once(lambda i=i: src.linear(i, "o", WORK)[1]))
-        writer.add(p + f"mlp.{up}.weight", (f, d), once(lambda i=i: src.linear(i, "up", WORK)[0]))
-        writer.add(p + f"mlp.{up}.bias", (f,), once(lambda i=i: src.linear(i, "up", WORK)[1]))
-        writer.add(p + f"mlp.{down}.weight", (d, f), once(lambda i=i: src.linear(i, "down", WORK)[0]))
-        writer.add(p + f"mlp.{down}.bias", (d,), once(lambda i=i: src.linear(i, "down", WORK)[1]))
-    writer.add("model.norm.weight", (d,), once(lambda: norm(src.final_norm())[0]))
-    writer.add("model.norm.bias", (d,), once(lambda: norm(src.final_norm())[1]))
-    writer.add("lm_head.weight", (v, d), rows(lambda a, b: src.head_rows(a, b, WORK)))
+            writer.add(p + f"self_attn.{x}_proj.weight", (h * lay.head_dim, d), single(lambda i=i, x=x: proj(i)[x + "_w"]))
+            writer.add(p + f"self_attn.{x}_proj.bias", (h * lay.head_dim,), single(lambda i=i, x=x: proj(i)[x + "_b"]))
+        writer.add(p + "self_attn.o_proj.weight", (d, h * lay.head_dim), single(lambda i=i: _o_proj(src, i, lay)))
+        writer.add(p + "self_attn.o_proj.bias", (d,), single(lambda i=i: src.linear(i, "o", WORK)[1]))
+        writer.add(p + f"mlp.{up}.weight", (f, d), single(lambda i=i: src.linear(i, "up", WORK)[0]))
+        writer.add(p + f"mlp.{up}.bias", (f,), single(lambda i=i: src.linear(i, "up", WORK)[1]))
+        writer.add(p + f"mlp.{down}.weight", (d, f), single(lambda i=i: src.linear(i, "down", WORK)[0]))
+        writer.add(p + f"mlp.{down}.bias", (d,), single(lambda i=i: src.linear(i, "down", WORK)[1]))
+    writer.add("model.norm.weight", (d,), single(lambda: norm(src.final_norm())[0]))
+    writer.add("model.norm.bias", (d,), single(lambda: norm(src.final_norm())[1]))
+    writer.add("lm_head.weight", (v, d), row_blocks(lambda a, b: src.head_rows(a, b, WORK), v, EMBED_BLOCK_ROWS))
 
 
 def config_for(src: SourceModel, lay: CompactLayout, plan: EmulationPlan, dtype: str) -> dict:

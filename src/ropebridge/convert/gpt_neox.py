@@ -19,14 +19,13 @@ plan's N (stated for 1/sqrt(hd)) becomes ``N' = N sqrt(hd'/hd)``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
 from ..emulation import EmulationPlan
 from .families import SourceModel
-from .tensor_io import ShardWriter
+from .tensor_io import ShardWriter, row_blocks, single
 
 EMBED_BLOCK_ROWS = 2048  # rows per block of the embedding and output head: bounds the working set
 # Tensors that are only copied, zero-padded or row-averaged are handled in float32, which holds any
@@ -125,8 +124,6 @@ def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter) -> None:
     info = src.info
     d, pads, dp, v = info.hidden_size, lay.hidden_size - info.hidden_size, lay.hidden_size, info.vocab_size
 
-    def once(fn):
-        return lambda: iter([fn()])
 
     last: dict = {}
 
@@ -135,11 +132,6 @@ def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter) -> None:
             last.update(i=i, value=_qkv(src, i, lay))
         return last["value"]
 
-    def rows(fn):
-        def gen() -> Iterator[torch.Tensor]:
-            for start in range(0, v, EMBED_BLOCK_ROWS):
-                yield fn(start, min(v, start + EMBED_BLOCK_ROWS))
-        return gen
 
     def embed_rows(a: int, b: int) -> torch.Tensor:  # (rows, D'): each pad column holds the row's mean
         x = src.embedding_rows(a, b)  # (rows, D), float64
@@ -152,26 +144,26 @@ def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter) -> None:
         out[:, :d] = src.head_rows(a, b, WORK)
         return out
 
-    writer.add("gpt_neox.embed_in.weight", (v, dp), rows(embed_rows))
+    writer.add("gpt_neox.embed_in.weight", (v, dp), row_blocks(embed_rows, v, EMBED_BLOCK_ROWS))
     for i in range(info.n_layers):
         p = f"gpt_neox.layers.{i}."
         ln2 = "ln1" if info.parallel else "ln2"  # parallel: both read the same LayerNorm
         for name, which in (("input_layernorm", "ln1"), ("post_attention_layernorm", ln2)):
-            writer.add(p + name + ".weight", (dp,), once(lambda i=i, w=which: _norm(*src.norm(i, w), d, pads)[0]))
-            writer.add(p + name + ".bias", (dp,), once(lambda i=i, w=which: _norm(*src.norm(i, w), d, pads)[1]))
+            writer.add(p + name + ".weight", (dp,), single(lambda i=i, w=which: _norm(*src.norm(i, w), d, pads)[0]))
+            writer.add(p + name + ".bias", (dp,), single(lambda i=i, w=which: _norm(*src.norm(i, w), d, pads)[1]))
         n_qkv = 3 * info.n_heads * lay.head_dim
-        writer.add(p + "attention.query_key_value.weight", (n_qkv, dp), once(lambda i=i: qkv(i)[0]))
-        writer.add(p + "attention.query_key_value.bias", (n_qkv,), once(lambda i=i: qkv(i)[1]))
-        writer.add(p + "attention.dense.weight", (dp, info.n_heads * lay.head_dim), once(lambda i=i: _attn_out(src, i, lay)[0]))
-        writer.add(p + "attention.dense.bias", (dp,), once(lambda i=i: _attn_out(src, i, lay)[1]))
+        writer.add(p + "attention.query_key_value.weight", (n_qkv, dp), single(lambda i=i: qkv(i)[0]))
+        writer.add(p + "attention.query_key_value.bias", (n_qkv,), single(lambda i=i: qkv(i)[1]))
+        writer.add(p + "attention.dense.weight", (dp, info.n_heads * lay.head_dim), single(lambda i=i: _attn_out(src, i, lay)[0]))
+        writer.add(p + "attention.dense.bias", (dp,), single(lambda i=i: _attn_out(src, i, lay)[1]))
         f = info.intermediate_size
-        writer.add(p + "mlp.dense_h_to_4h.weight", (f, dp), once(lambda i=i: _pad_cols_with_zeros(src.linear(i, "up", WORK)[0], pads)))
-        writer.add(p + "mlp.dense_h_to_4h.bias", (f,), once(lambda i=i: src.linear(i, "up", WORK)[1]))
-        writer.add(p + "mlp.dense_4h_to_h.weight", (dp, f), once(lambda i=i: _pad_rows_with_mean(src.linear(i, "down", WORK)[0], pads)))
-        writer.add(p + "mlp.dense_4h_to_h.bias", (dp,), once(lambda i=i: _pad_rows_with_mean(src.linear(i, "down", WORK)[1], pads)))
-    writer.add("gpt_neox.final_layer_norm.weight", (dp,), once(lambda: _norm(*src.final_norm(), d, pads)[0]))
-    writer.add("gpt_neox.final_layer_norm.bias", (dp,), once(lambda: _norm(*src.final_norm(), d, pads)[1]))
-    writer.add("embed_out.weight", (v, dp), rows(head_rows))
+        writer.add(p + "mlp.dense_h_to_4h.weight", (f, dp), single(lambda i=i: _pad_cols_with_zeros(src.linear(i, "up", WORK)[0], pads)))
+        writer.add(p + "mlp.dense_h_to_4h.bias", (f,), single(lambda i=i: src.linear(i, "up", WORK)[1]))
+        writer.add(p + "mlp.dense_4h_to_h.weight", (dp, f), single(lambda i=i: _pad_rows_with_mean(src.linear(i, "down", WORK)[0], pads)))
+        writer.add(p + "mlp.dense_4h_to_h.bias", (dp,), single(lambda i=i: _pad_rows_with_mean(src.linear(i, "down", WORK)[1], pads)))
+    writer.add("gpt_neox.final_layer_norm.weight", (dp,), single(lambda: _norm(*src.final_norm(), d, pads)[0]))
+    writer.add("gpt_neox.final_layer_norm.bias", (dp,), single(lambda: _norm(*src.final_norm(), d, pads)[1]))
+    writer.add("embed_out.weight", (v, dp), row_blocks(head_rows, v, EMBED_BLOCK_ROWS))
 
 
 def config_for(src: SourceModel, lay: NeoxLayout, plan: EmulationPlan, dtype: str) -> dict:

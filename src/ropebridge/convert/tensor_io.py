@@ -144,6 +144,21 @@ class CheckpointReader:
 Producer = Callable[[], Iterator[torch.Tensor]]  # yields blocks of rows, in order
 
 
+def single(fn: Callable[[], torch.Tensor]) -> Producer:
+    """A producer of one block: the whole tensor, computed when written."""
+    return lambda: iter([fn()])
+
+
+def row_blocks(fn: Callable[[int, int], torch.Tensor], n_rows: int, block: int = 2048) -> Producer:
+    """A producer of ``fn(start, stop)`` for consecutive row blocks (bounds the memory of big tensors)."""
+
+    def gen() -> Iterator[torch.Tensor]:
+        for start in range(0, n_rows, block):
+            yield fn(start, min(n_rows, start + block))
+
+    return gen
+
+
 @dataclass
 class _Pending:
     name: str

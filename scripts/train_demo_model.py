@@ -1,0 +1,166 @@
+"""Train the small ALiBi model that ships with ropebridge (``ropebridge demo``). Not run in CI.
+
+    python scripts/train_demo_model.py [--steps 900] [--out src/ropebridge/data/demo]
+
+Corpus: the Python 3.11 documentation sources (reStructuredText, ``html/_sources``) from Debian's
+``python3.11-doc`` package, fetched with ``apt-get download`` (no installation), licensed under the PSF
+License Agreement (Python's documentation licence; text in ``CORPUS_LICENSE.txt`` beside the model).
+Every 25th document (in sorted path order) is held out; a slice of the held-out text ships as
+``heldout.txt`` for evaluation.
+
+Model: transformers' ``BloomForCausalLM`` (a genuine ALiBi checkpoint): 4 layers, hidden 192, 6 heads
+(head dim 32, a non-power-of-two head count), byte-level BPE of 4096 tokens trained with ``tokenizers``,
+trained at context 256 so the demo can show extrapolation to 4x that. Weights are stored in float16.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+HELD_OUT_EVERY = 25
+HELDOUT_CHARS = 120_000
+
+
+def fetch_corpus(work: Path) -> tuple[list[str], list[str], str]:
+    """(train documents, held-out documents, licence text) from python3.11-doc's rst sources."""
+    subprocess.run(["apt-get", "download", "python3.11-doc"], cwd=work, check=True, capture_output=True)
+    deb = next(work.glob("python3.11-doc_*.deb"))
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(work / "x")], check=True)
+    sources = work / "x/usr/share/doc/python3.11/html/_sources"
+    files = sorted(sources.rglob("*.rst.txt"))
+    docs = [f.read_text(encoding="utf-8", errors="replace") for f in files]
+    train = [d for i, d in enumerate(docs) if i % HELD_OUT_EVERY]
+    held = [d for i, d in enumerate(docs) if not i % HELD_OUT_EVERY]
+    licence = (sources / "license.rst.txt").read_text(encoding="utf-8")
+    return train, held, licence
+
+
+def train_tokenizer(train: list[str], vocab: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<pad>", "<s>", "</s>", "<unk>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(train, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
+                                   unk_token="<unk>")
+
+
+def encode(tokenizer, docs: list[str]) -> torch.Tensor:
+    eos = tokenizer.eos_token_id
+    ids: list[int] = []
+    for d in docs:
+        ids += tokenizer(d)["input_ids"] + [eos]
+    return torch.tensor(ids, dtype=torch.long)
+
+
+@torch.no_grad()
+def evaluate(model, data: torch.Tensor, context: int, batches: int = 16) -> float:
+    model.eval()
+    n = (len(data) - 1) // context
+    starts = torch.linspace(0, (n - 1) * context, min(n, batches * 8)).long()
+    losses = []
+    for chunk in starts.split(8):
+        x = torch.stack([data[s: s + context] for s in chunk])
+        losses.append(model(x, labels=x).loss.item())
+    model.train()
+    return sum(losses) / len(losses)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=str(ROOT / "src/ropebridge/data/demo"))
+    p.add_argument("--steps", type=int, default=900)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--context", type=int, default=256)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    import transformers as T
+
+    torch.manual_seed(args.seed)
+    work = Path(tempfile.mkdtemp())
+    t0 = time.time()
+    train_docs, held_docs, licence = fetch_corpus(work)
+    tokenizer = train_tokenizer(train_docs, args.vocab)
+    train_ids, held_ids = encode(tokenizer, train_docs), encode(tokenizer, held_docs)
+    print(f"corpus: {len(train_docs)} train docs ({len(train_ids)} tokens), {len(held_docs)} held out "
+          f"({len(held_ids)} tokens)", flush=True)
+
+    config = T.BloomConfig(vocab_size=len(tokenizer), hidden_size=192, n_layer=4, n_head=6,
+                           bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                           pad_token_id=tokenizer.pad_token_id)
+    model = T.BloomForCausalLM(config)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95))
+    warmup = max(1, args.steps // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return args.lr * (step + 1) / warmup
+        return args.lr * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, args.steps - warmup)))
+
+    g = torch.Generator().manual_seed(args.seed)
+    history = []
+    for step in range(args.steps):
+        starts = torch.randint(0, len(train_ids) - args.context - 1, (args.batch,), generator=g)
+        x = torch.stack([train_ids[s: s + args.context] for s in starts])
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        loss = model(x, labels=x).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % 100 == 0 or step == args.steps - 1:
+            val = evaluate(model, held_ids, args.context)
+            history.append({"step": step, "train_loss": loss.item(), "val_loss": val})
+            print(f"step {step:5d}  train {loss.item():.3f}  val {val:.3f}  ({time.time() - t0:.0f} s)", flush=True)
+
+    out = Path(args.out)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    model.eval()
+    model.to(torch.float16).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    text = "\n\n".join(held_docs)[:HELDOUT_CHARS]
+    (out / "heldout.txt").write_text(text)
+    (out / "CORPUS_LICENSE.txt").write_text(
+        "The training text and heldout.txt come from the Python 3.11 documentation (reStructuredText sources\n"
+        "in Debian's python3.11-doc package), Copyright (c) 2001-2023 Python Software Foundation, distributed\n"
+        "under the PSF License Agreement reproduced below.\n\n" + licence)
+    model32 = model.float()
+    record = {
+        "command": "python scripts/train_demo_model.py " + " ".join(sys.argv[1:]),
+        "corpus": "python3.11-doc (Debian), html/_sources/*.rst.txt; every 25th document held out",
+        "corpus_license": "PSF License Agreement (see CORPUS_LICENSE.txt)",
+        "train_tokens": len(train_ids), "heldout_tokens": len(held_ids),
+        "config": {"hidden_size": 192, "n_layer": 4, "n_head": 6, "vocab_size": len(tokenizer)},
+        "train_context": args.context, "steps": args.steps, "batch": args.batch, "lr": args.lr,
+        "final_val_loss": evaluate(model32, held_ids, args.context),
+        "final_val_loss_float16_weights": evaluate(T.BloomForCausalLM.from_pretrained(out).float(), held_ids, args.context),
+        "history": history, "seconds": time.time() - t0, "torch": torch.__version__, "transformers": T.__version__,
+    }
+    (out / "training.json").write_text(json.dumps(record, indent=1))
+    print(json.dumps({k: v for k, v in record.items() if k != "history"}, indent=1))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

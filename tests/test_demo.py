@@ -1,0 +1,75 @@
+"""The embedded model and ``ropebridge demo``: trained, converted, identical, reported."""
+
+import json
+import shutil
+
+import pytest
+
+from ropebridge.cli import main
+from ropebridge.demo import data_dir, run_demo
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    return run_demo(out, context=512), out
+
+
+def test_embedded_model_ships_with_its_record():
+    record = json.loads((data_dir() / "training.json").read_text())
+    assert record["train_context"] <= 512 and "command" in record and "final_val_loss" in record
+    assert (data_dir() / "CORPUS_LICENSE.txt").read_text().startswith("The training text")
+    assert sum(f.stat().st_size for f in data_dir().iterdir()) < 8 * 2**20  # a few MB
+
+
+def test_demo_converted_model_agrees(report):
+    r, _ = report
+    assert r.ppl_relative_diff <= 1e-4
+    assert r.greedy_identical and r.continuation_native == r.continuation_converted
+    assert r.max_abs_logit_diff < 1e-3
+
+
+def test_demo_model_is_trained(report):
+    r, _ = report
+    assert r.ppl_native < r.ppl_random_model / 20  # an untrained model is near the vocabulary size
+    assert r.ppl_native < 100
+
+
+def test_demo_writes_report_and_plots(report):
+    _, out = report
+    for name in ("report.md", "report.json", "alibi_vs_emulated.png", "error_vs_distance.png",
+                 "perplexity_vs_context.png", "converted/config.json"):
+        assert (out / name).is_file(), name
+    assert "perplexity" in (out / "report.md").read_text()
+
+
+def test_demo_json(capsys, tmp_path):
+    assert main(["demo", "--json", "--context", "300", "--out", str(tmp_path / "o")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    for key in ("ppl_native", "ppl_converted", "max_abs_logit_diff", "greedy_identical", "vocab_size", "train_context"):
+        assert key in data
+
+
+def test_demo_bad_input(capsys, tmp_path):
+    (tmp_path / "file").write_text("")
+    damaged = tmp_path / "damaged"
+    shutil.copytree(data_dir(), damaged)
+    data = (damaged / "model.safetensors").read_bytes()
+    (damaged / "model.safetensors").write_bytes(data[: len(data) // 3])
+    incomplete = tmp_path / "incomplete"
+    shutil.copytree(data_dir(), incomplete)
+    (incomplete / "heldout.txt").unlink()
+    broken = tmp_path / "broken"
+    shutil.copytree(data_dir(), broken)
+    (broken / "training.json").write_text("{not json")
+    cases = [
+        (["demo", "--context", "0"], "context"),
+        (["demo", "--out", str(tmp_path / "file" / "out")], "not writable"),
+        (["demo", "--model", str(damaged)], "cannot load"),
+        (["demo", "--model", str(incomplete)], "heldout.txt"),
+        (["demo", "--model", str(broken)], "damaged"),
+    ]
+    for argv, needle in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1, (argv, err)
