@@ -157,3 +157,14 @@ def test_fixed_base_multi_pair_conversion(tmp_path):
     assert all([p.index for p in h.pairs] == [6, 7] for h in res.plan.heads)
     report = verify(src, res.destination, context=512, greedy_tokens=16)
     assert report.passed, report.failures
+
+
+def test_blockwise_reference_equals_full_reference(tmp_path):
+    from ropebridge.convert.reference import reference_hidden
+
+    src = build(tmp_path / "src", "falcon-rw")
+    model = SourceModel(src, load_config(src))
+    ids = torch.randint(0, 320, (1, 150), generator=torch.Generator().manual_seed(2))
+    full = reference_logits(model, ids)[0]
+    blocked = reference_hidden(model, ids[0], query_block=64) @ model.head_rows(0, model.info.vocab_size).T
+    torch.testing.assert_close(blocked, full, rtol=1e-12, atol=1e-12)  # same float64 math, other summation order

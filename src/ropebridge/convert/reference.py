@@ -28,6 +28,35 @@ def _gelu(x: torch.Tensor, kind: str) -> torch.Tensor:
 
 
 @torch.no_grad()
+def reference_hidden(src: SourceModel, input_ids: torch.Tensor, *, query_block: int = 512) -> torch.Tensor:
+    """Final (LayerNorm-ed) hidden states ``(s, D)`` of one unpadded sequence ``input_ids`` ``(s,)``, float64,
+    with attention computed a block of queries at a time (memory O(s * block) instead of O(s^2)): for long
+    contexts, where ``reference_logits`` would not fit. Multiply by ``src.head_rows`` to get logits."""
+    info = src.info
+    s = input_ids.shape[0]
+    slopes = torch.tensor(info.slopes, dtype=torch.float64)[:, None, None]  # (h, 1, 1)
+    x = src.embedding_rows(0, info.vocab_size)[input_ids]  # (s, D)
+    pos = torch.arange(s, dtype=torch.float64)
+    for i in range(info.n_layers):
+        layer = src.layer(i)
+        h1 = _ln(x, layer.ln1, info.eps)
+        q = torch.einsum("sd,hed->hse", h1, layer.q_w) + layer.q_b[:, None, :]  # (h, s, hd)
+        k = torch.einsum("sd,hed->hse", h1, layer.k_w) + layer.k_b[:, None, :]
+        v = torch.einsum("sd,hed->hse", h1, layer.v_w) + layer.v_b[:, None, :]
+        ctx = torch.empty_like(q)
+        for a in range(0, s, query_block):
+            b = min(s, a + query_block)
+            dist = pos[a:b, None] - pos[None, :b]  # (block, t)
+            logits = info.qk_scale * q[:, a:b] @ k[:, :b].transpose(-1, -2) - slopes * dist  # (h, block, t)
+            logits = logits.masked_fill(dist < 0, float("-inf"))
+            ctx[:, a:b] = torch.softmax(logits, -1) @ v[:, :b]
+        attn = ctx.transpose(0, 1).reshape(s, -1) @ layer.o_w.T + layer.o_b  # (s, D)
+        h2 = h1 if layer.ln2 is None else _ln(x + attn, layer.ln2, info.eps)
+        x = x + attn + _gelu(h2 @ layer.up_w.T + layer.up_b, info.activation) @ layer.down_w.T + layer.down_b
+    return _ln(x, src.final_norm(), info.eps)
+
+
+@torch.no_grad()
 def reference_logits(
     src: SourceModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *, probs_out: list | None = None
 ) -> torch.Tensor:

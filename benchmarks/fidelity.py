@@ -1,0 +1,155 @@
+"""Fidelity across dtypes and contexts: native ALiBi and converted RoPE, each against an exact float64 ALiBi
+reference (``ropebridge.convert.reference``, blockwise attention).
+
+    python benchmarks/fidelity.py [--quick] [--models demo,mpt,falcon,bloom560m] [--contexts 512,2048,8192]
+
+For every model, dtype (float32, bfloat16, float16) and context: max |Δlogit| and mean KL(reference || model)
+of the native model (transformers; Falcon: its default SDPA path, which rounds the ALiBi bias to bfloat16)
+and of the converted model (converted *for that dtype*), their ratio (converted / native: <= 1 means the
+conversion adds no more error than the native model's own rounding), and, on real text (the demo model),
+the perplexity of each. Logits are compared a block of positions at a time (a 560M model's logits at 8K
+would take 16 GB). Prints a table and writes benchmarks/results/fidelity.json (or fidelity_quick.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from _common import bloom_560m_shaped, save, table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def build_sources(cache: Path, names: list[str]) -> dict[str, Path]:
+    from pico import build
+
+    from ropebridge.demo import data_dir
+
+    out = {}
+    for name in names:
+        if name == "demo":
+            out[name] = data_dir()
+        elif name in ("mpt", "falcon"):
+            path = cache / f"pico-{name}"
+            if not (path / "config.json").exists():
+                build(path, {"mpt": "mpt", "falcon": "falcon-rw"}[name])
+            out[name] = path
+        elif name == "bloom560m":
+            out[name] = bloom_560m_shaped(cache / "bloom560m-shaped-24x250880")
+        else:
+            raise SystemExit(f"unknown model {name}")
+    return out
+
+
+def tokens(name: str, src: Path, n: int) -> torch.Tensor:
+    if name == "demo":
+        from transformers import AutoTokenizer
+
+        ids = AutoTokenizer.from_pretrained(src)((src / "heldout.txt").read_text())["input_ids"]
+        if len(ids) < n:
+            ids = (ids * (n // len(ids) + 1))
+        return torch.tensor(ids[:n])
+    vocab = 320 if name in ("mpt", "falcon") else 1000
+    return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(0))
+
+
+def base_model(model):
+    return getattr(model, "transformer", None) or model.gpt_neox
+
+
+@torch.no_grad()
+def compare(name, src, dst, dtype, ids, ref_hidden, head64) -> dict:
+    import transformers as T
+
+    out = {}
+    hidden, heads = {}, {}
+    for which, path in (("native", src), ("converted", dst)):
+        try:
+            model = T.AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype]).eval()
+            hidden[which] = base_model(model)(ids[None]).last_hidden_state[0]  # (s, D) in dtype
+            heads[which] = model.lm_head.weight  # (V, D) in dtype
+        except (RuntimeError, MemoryError) as exc:
+            out[which] = f"failed: {str(exc).splitlines()[0][:80]}"
+        del model
+    n = ids.shape[0]
+    stats = {w: {"max": 0.0, "kl": 0.0, "nll": 0.0} for w in hidden}
+    ref_nll = 0.0
+    for a in range(0, n, 256):
+        b = min(n, a + 256)
+        ref = ref_hidden[a:b] @ head64.T  # (block, V) float64
+        lr = torch.log_softmax(ref, -1)
+        tgt = ids[a + 1: b + 1]  # next tokens (one fewer in the last block)
+        ref_nll += float(-lr[: len(tgt)].gather(1, tgt[:, None]).sum())
+        for w in hidden:
+            got = (hidden[w][a:b] @ heads[w].T).double()
+            lg = torch.log_softmax(got, -1)
+            s = stats[w]
+            s["max"] = max(s["max"], float((got - ref).abs().max()))
+            s["kl"] += float((lr.exp() * (lr - lg)).sum())
+            s["nll"] += float(-lg[: len(tgt)].gather(1, tgt[:, None]).sum())
+    for w, s in stats.items():
+        out[f"{w}_max_abs_logit_err"] = s["max"]
+        out[f"{w}_mean_kl"] = s["kl"] / n
+        if name == "demo":
+            out[f"{w}_ppl"] = math.exp(s["nll"] / (n - 1))
+    if name == "demo":
+        out["reference_ppl"] = math.exp(ref_nll / (n - 1))
+    if "native_max_abs_logit_err" in out and "converted_max_abs_logit_err" in out:
+        out["ratio_max"] = out["converted_max_abs_logit_err"] / max(out["native_max_abs_logit_err"], 1e-30)
+        out["ratio_kl"] = out["converted_mean_kl"] / max(out["native_mean_kl"], 1e-300)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="demo, mpt and falcon picos at 512 and 2048")
+    p.add_argument("--models", help="comma-separated: demo, mpt, falcon, bloom560m")
+    p.add_argument("--contexts", help="comma-separated contexts (default 512,2048,8192; 32768 too for demo)")
+    p.add_argument("--dtypes", default="float32,bfloat16,float16")
+    p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "ropebridge-bench"))
+    args = p.parse_args()
+    from ropebridge.convert.families import SourceModel
+    from ropebridge.convert.reference import reference_hidden
+    from ropebridge.sources import load_config
+
+    names = (args.models or ("demo,mpt,falcon" if args.quick else "demo,mpt,falcon,bloom560m")).split(",")
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    sources = build_sources(cache, names)
+    rows = []
+    for name, src in sources.items():
+        contexts = [int(c) for c in (args.contexts or ("512,2048" if args.quick else
+                                                       "512,2048,8192" + (",32768" if name == "demo" else ""))).split(",")]
+        model = SourceModel(src, load_config(src))
+        head64 = model.head_rows(0, model.info.vocab_size)
+        for dtype in args.dtypes.split(","):
+            dst = cache / f"fidelity-{name}-{dtype}-{max(contexts)}"
+            if not (dst / "config.json").exists():
+                subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--dtype", dtype,
+                                "--window", str(max(contexts)), "--json", "--force"], check=True, capture_output=True)
+        for c in contexts:
+            ids = tokens(name, src, c)
+            ref = reference_hidden(model, ids)
+            for dtype in args.dtypes.split(","):
+                dst = cache / f"fidelity-{name}-{dtype}-{max(contexts)}"
+                row = {"model": name, "dtype": dtype, "context": c, **compare(name, src, dst, dtype, ids, ref, head64)}
+                rows.append(row)
+                print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+    cols = ["model", "dtype", "context", "native_max_abs_logit_err", "converted_max_abs_logit_err", "ratio_max",
+            "native_mean_kl", "converted_mean_kl", "ratio_kl", "native_ppl", "converted_ppl", "reference_ppl"]
+    print(table(rows, cols))
+    path = save("fidelity_quick" if args.quick else "fidelity", {"rows": rows})
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Prefill speed and peak memory: native BLOOM (eager, its only path) against the converted GPT-NeoX (SDPA)
+and against the same converted model with the emulation pair removed (no positional encoding: the limit).
+
+    python benchmarks/speed_memory.py [--quick] [--lengths 1024,2048,...] [--timeout 900]
+
+Each (variant, length) runs in a child process (peak RSS is its own; an out-of-memory kill or a timeout is
+recorded as such) on a BLOOM-560M-shaped random checkpoint (24 layers, hidden 1024, 16 heads), float32,
+one sequence, ``logits_to_keep=1`` (a prefill's logits for all positions would need 1 GB per 1K tokens).
+Also decode tokens/s with the KV cache after a 2K prompt. Prints a table and writes
+benchmarks/results/speed_memory.json (or speed_memory_quick.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import bloom_560m_shaped, save, table
+
+CHILD = r"""
+import json, resource, sys, time, torch
+import transformers as T
+T.logging.set_verbosity_error()
+path, length, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+model = T.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+if mode == "limit":  # the converted model without its emulation pair: zero the q/k biases on the rotary dims
+    with torch.no_grad():
+        for layer in model.gpt_neox.layers:
+            att = layer.attention
+            b = att.query_key_value.bias.view(model.config.num_attention_heads, 3, att.head_size)
+            b[:, :2, : att.rotary_ndims] = 0
+ids = torch.randint(0, 1000, (1, length), generator=torch.Generator().manual_seed(0))
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+with torch.no_grad():
+    if mode == "decode":
+        t = time.perf_counter()
+        out = model(ids, use_cache=True, logits_to_keep=1)
+        prefill = time.perf_counter() - t
+        cache, nxt, n = out.past_key_values, out.logits[:, -1:].argmax(-1), 32
+        t = time.perf_counter()
+        for _ in range(n):
+            out = model(nxt, past_key_values=cache, use_cache=True)
+            cache, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        print(json.dumps({"decode_tokens_per_s": n / (time.perf_counter() - t), "prefill_s": prefill}))
+    else:
+        t = time.perf_counter()
+        model(ids, logits_to_keep=1)
+        wall = time.perf_counter() - t
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps({"seconds": wall, "tokens_per_s": length / wall, "peak_rss_mb": peak,
+                          "model_rss_mb": base}))
+"""
+
+
+def run_child(path: Path, length: int, mode: str, timeout: float) -> dict:
+    try:
+        out = subprocess.run([sys.executable, "-c", CHILD, str(path), str(length), mode], capture_output=True,
+                             text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"status": f"timeout > {timeout:.0f} s"}
+    if out.returncode != 0:
+        killed = out.returncode in (-9, 137) or "MemoryError" in out.stderr or "DefaultCPUAllocator" in out.stderr
+        return {"status": "out of memory" if killed else f"failed: {out.stderr.strip().splitlines()[-1][:120]}"}
+    return {"status": "ok", **json.loads(out.stdout.strip().splitlines()[-1])}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="4 layers, vocab 32000, lengths 512 and 1024")
+    p.add_argument("--lengths", help="comma-separated prefill lengths")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per child run")
+    p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "ropebridge-bench"))
+    args = p.parse_args()
+    layers, vocab = (4, 32000) if args.quick else (24, 250880)
+    lengths = [int(x) for x in (args.lengths or ("512,1024" if args.quick else "1024,2048,4096,8192,16384")).split(",")]
+    cache = Path(args.cache)
+    src = bloom_560m_shaped(cache / f"bloom560m-shaped-{layers}x{vocab}", layers=layers, vocab=vocab)
+    dst = cache / f"bloom560m-shaped-{layers}x{vocab}-rope{max(lengths)}"
+    if not (dst / "config.json").exists():
+        subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--window",
+                        str(max(lengths)), "--json", "--force"], check=True, capture_output=True)
+    rows = []
+    for length in lengths:
+        for variant, path, mode in (("native", src, "prefill"), ("converted", dst, "prefill"), ("limit", dst, "limit")):
+            r = run_child(path, length, mode, args.timeout)
+            rows.append({"length": length, "variant": variant, **r})
+            print(json.dumps(rows[-1]), flush=True)
+    decode_len = 512 if args.quick else 2048
+    decode = {v: run_child(path, decode_len, "decode", args.timeout) for v, path in (("native", src), ("converted", dst))}
+    summary = []
+    for length in lengths:
+        by = {r["variant"]: r for r in rows if r["length"] == length}
+        row = {"length": length}
+        for v in ("native", "converted", "limit"):
+            r = by[v]
+            row[f"{v}_tok_s"] = r["tokens_per_s"] if r["status"] == "ok" else r["status"]
+            row[f"{v}_rss_mb"] = r["peak_rss_mb"] if r["status"] == "ok" else "-"
+        if by["native"]["status"] == "ok" and by["converted"]["status"] == "ok":
+            row["speedup_vs_native"] = by["native"]["seconds"] / by["converted"]["seconds"]
+            row["memory_native_over_converted"] = by["native"]["peak_rss_mb"] / by["converted"]["peak_rss_mb"]
+        if by["limit"]["status"] == "ok" and by["converted"]["status"] == "ok":
+            row["converted_over_limit_time"] = by["converted"]["seconds"] / by["limit"]["seconds"]
+        summary.append(row)
+    cols = ["length", "native_tok_s", "converted_tok_s", "limit_tok_s", "native_rss_mb", "converted_rss_mb",
+            "limit_rss_mb", "speedup_vs_native", "memory_native_over_converted", "converted_over_limit_time"]
+    print(table(summary, cols))
+    print(f"decode after {decode_len} tokens, tokens/s: native {decode['native'].get('decode_tokens_per_s', decode['native']['status'])}, "
+          f"converted {decode['converted'].get('decode_tokens_per_s', decode['converted']['status'])}")
+    path = save("speed_memory_quick" if args.quick else "speed_memory",
+                {"layers": layers, "vocab": vocab, "runs": rows, "summary": summary, "decode_context": decode_len,
+                 "decode": decode})
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
