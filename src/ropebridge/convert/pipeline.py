@@ -76,11 +76,12 @@ def conversion_plan(
     base: float | None = None, rotary_dim: int | None = None, pairs: int = 1, tolerance: float = 1e-3,
     target: str = "gpt-neox",
 ) -> EmulationPlan:
-    """The emulation plan the GPT-NeoX target can express: a fixed frequency set shared by every head.
+    """The emulation plan a target can express: every head of a stock model shares one frequency set.
 
-    With ``base`` (an engine that fixes it, e.g. llama.cpp's 10000): ``rotary_dim`` pairs of that base, best
-    ``pairs`` consecutive ones per head. Otherwise one theta for all heads (``theta``, ``max_phase/window``, or
-    the worst-head error-optimal theta), realised with the minimal rotary dim 4 and base ``theta^-2``.
+    gpt-neox with ``base`` (an engine that fixes it, e.g. llama.cpp's 10000): ``rotary_dim`` pairs of that base,
+    the best ``pairs`` consecutive ones per head. Otherwise one theta for all heads (``theta``,
+    ``max_phase/window``, or the worst-head error-optimal theta): gpt-neox realises it with the minimal rotary
+    dim 4 and base ``theta^-2``, the compact targets with a RoPE scaling factor ``1/theta``.
     """
     info = src.info
     common = dict(dtype=dtype, tolerance=tolerance, family=info.family, source=None)
