@@ -99,7 +99,7 @@ def _norm(w: torch.Tensor, b: torch.Tensor, d: int, pads: int) -> tuple[torch.Te
 def _qkv(src: SourceModel, i: int, lay: NeoxLayout) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused QKV ``(3 h hd', D')`` laid out per head as (h, 3, hd'), and its bias ``(3 h hd',)``."""
     info = src.info
-    h, hd, r, pads = info.n_heads, info.head_dim, lay.rotary_dim, lay.hidden_size - info.hidden_size
+    h, r, pads = info.n_heads, lay.rotary_dim, lay.hidden_size - info.hidden_size
     qw, kw, vw, qb, kb, vb = src.qkv(i)
     weight = torch.zeros(h, 3, lay.head_dim, lay.hidden_size, dtype=torch.float64)
     bias = torch.zeros(h, 3, lay.head_dim, dtype=torch.float64)

@@ -27,6 +27,13 @@ def _gelu(x: torch.Tensor, kind: str) -> torch.Tensor:
     return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
 
 
+def _residual(x: torch.Tensor, h1: torch.Tensor, attn: torch.Tensor, layer, info) -> torch.Tensor:
+    """The block's residual update from its attention output ``attn`` (…, D): sequential
+    ``x + a + MLP(LN2(x + a))``, or parallel ``x + a + MLP(h1)`` (h1 = LN1(x), shared) when ``layer.ln2`` is None."""
+    h2 = h1 if layer.ln2 is None else _ln(x + attn, layer.ln2, info.eps)
+    return x + attn + _gelu(h2 @ layer.up_w.T + layer.up_b, info.activation) @ layer.down_w.T + layer.down_b
+
+
 @torch.no_grad()
 def reference_hidden(src: SourceModel, input_ids: torch.Tensor, *, query_block: int = 512) -> torch.Tensor:
     """Final (LayerNorm-ed) hidden states ``(s, D)`` of one unpadded sequence ``input_ids`` ``(s,)``, float64,
@@ -51,8 +58,7 @@ def reference_hidden(src: SourceModel, input_ids: torch.Tensor, *, query_block: 
             logits = logits.masked_fill(dist < 0, float("-inf"))
             ctx[:, a:b] = torch.softmax(logits, -1) @ v[:, :b]
         attn = ctx.transpose(0, 1).reshape(s, -1) @ layer.o_w.T + layer.o_b  # (s, D)
-        h2 = h1 if layer.ln2 is None else _ln(x + attn, layer.ln2, info.eps)
-        x = x + attn + _gelu(h2 @ layer.up_w.T + layer.up_b, info.activation) @ layer.down_w.T + layer.down_b
+        x = _residual(x, h1, attn, layer, info)
     return _ln(x, src.final_norm(), info.eps)
 
 
@@ -93,7 +99,5 @@ def reference_logits(
             probs_out.append(probs)
         ctx = (probs @ v).transpose(1, 2).reshape(b, s, -1)  # (b, s, h*hd)
         attn = ctx @ layer.o_w.T + layer.o_b
-        h2 = h1 if layer.ln2 is None else _ln(x + attn, layer.ln2, info.eps)
-        mlp = _gelu(h2 @ layer.up_w.T + layer.up_b, info.activation) @ layer.down_w.T + layer.down_b
-        x = x + attn + mlp
+        x = _residual(x, h1, attn, layer, info)
     return _ln(x, src.final_norm(), info.eps) @ src.head_rows(0, info.vocab_size).T  # (b, s, V)
