@@ -60,6 +60,15 @@ def train_tokenizer(train: list[str], vocab: int):
                                    unk_token="<unk>")
 
 
+def portable_tokenizer_config(out: Path) -> None:
+    """Name the tokenizer class transformers 4.x knows too (5.x writes its own new name), so the
+    engines' converters, which pin transformers 4.x, load the demo model's tokenizer."""
+    path = out / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    path.write_text(json.dumps(config, indent=2) + "\n")
+
+
 def encode(tokenizer, docs: list[str]) -> torch.Tensor:
     eos = tokenizer.eos_token_id
     ids: list[int] = []
@@ -138,6 +147,7 @@ def main() -> int:
     model.eval()
     model.to(torch.float16).save_pretrained(out)
     tokenizer.save_pretrained(out)
+    portable_tokenizer_config(out)
     text = "\n\n".join(held_docs)[:HELDOUT_CHARS]
     (out / "heldout.txt").write_text(text)
     (out / "CORPUS_LICENSE.txt").write_text(

@@ -1,6 +1,7 @@
 """End-to-end conversion on pico models of every family: stock loading, logits, padding, cache, reload."""
 
 import inspect
+import json
 import math
 
 import pytest
@@ -115,6 +116,16 @@ def test_small_shards_and_bin_source(tmp_path):
     assert len(shards) > 3 and (res.destination / "model.safetensors.index.json").exists()
     assert (res.destination / "ropebridge.json").exists()
     assert verify(src, res.destination, context=128, greedy_tokens=8).passed
+
+
+def test_tokenizer_config_is_written_for_transformers_4(tmp_path):
+    src = build(tmp_path / "src", "bloom-4heads")
+    (src / "tokenizer_config.json").write_text('{"tokenizer_class": "TokenizersBackend", "pad_token": "<pad>"}')
+    (src / "generation_config.json").write_text('{"max_new_tokens": 7}')
+    res = convert(src, tmp_path / "dst", window=256)
+    config = json.loads((res.destination / "tokenizer_config.json").read_text())
+    assert config == {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<pad>"}
+    assert (res.destination / "generation_config.json").read_text() == '{"max_new_tokens": 7}'
 
 
 def test_rotary_fraction_survives_truncation():

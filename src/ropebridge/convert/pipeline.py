@@ -71,6 +71,22 @@ def default_dtype(config: dict) -> str:
     return name if name in DTYPES else "float32"
 
 
+def copy_side_files(src_dir: Path, out: Path) -> None:
+    """Copy the tokenizer and generation files. transformers 5 names its fast tokenizer class
+    ``TokenizersBackend``, a name 4.x (and the engines' converters, which pin 4.x) cannot load; the
+    portable ``PreTrainedTokenizerFast`` loads the same tokenizer.json in both."""
+    for name in COPIED_FILES:
+        if not (src_dir / name).is_file():
+            continue
+        shutil.copy2(src_dir / name, out / name)
+        if name == "tokenizer_config.json":
+            config = json.loads((out / name).read_text())
+            if config.get("tokenizer_class") == "TokenizersBackend":
+                config["tokenizer_class"] = "PreTrainedTokenizerFast"
+                (out / name).write_text(json.dumps(config, indent=2) + "\n")
+                log.info("tokenizer_class TokenizersBackend written as PreTrainedTokenizerFast (transformers 4.x)")
+
+
 def conversion_plan(
     src: SourceModel, *, window: int, dtype: str, theta: float | None = None, max_phase: float | None = None,
     base: float | None = None, rotary_dim: int | None = None, pairs: int = 1, tolerance: float = 1e-3,
@@ -183,9 +199,7 @@ def convert(
         if bar is not None:
             bar.close()
         (tmp / "config.json").write_text(json.dumps(module.config_for(model, layout, plan, dtype), indent=1))
-        for name in COPIED_FILES:
-            if (src_dir / name).is_file():
-                shutil.copy2(src_dir / name, tmp / name)
+        copy_side_files(src_dir, tmp)
         record = {
             "ropebridge_version": __version__,
             "source": str(src),
