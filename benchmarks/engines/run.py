@@ -1,0 +1,416 @@
+"""Proof in independent engines: an ALiBi checkpoint and its ropebridge conversion, each converted by the
+engine's own converter and run by the engine's own kernels, against transformers' float32 BLOOM.
+
+    python benchmarks/engines/run.py [--models demo,bloom560m] [--engines llama.cpp,ctranslate2] [--quick]
+
+Per model: the native BLOOM checkpoint (float32; GPT-2's tokenizer, see below), ``ropebridge convert`` of it
+(``--target gpt-neox``, float32), the transformers float32 logits of the native model on the same token ids
+(the reference) and its greedy continuations with the top-2 margin of every step. Per engine and settings:
+the engine's native BLOOM and the engine's converted model against that reference (max |Δlogit|, mean KL,
+argmax agreement, greedy continuations and where they part from the reference, with the reference's
+margin there). Engines run in their own cached virtual environments (``envs.py``): llama.cpp through
+llama-cpp-python (compiled from source on first use, ~8 minutes on 2 cores) and its
+``convert_hf_to_gguf.py`` at F32; CTranslate2 through its Transformers converter at float32.
+
+The RoPE base: the default conversion puts the emulation pair on a large base (θ⁻²); the engines'
+GPT-NeoX converters drop it, so it is set in the engine's own format afterwards (GGUF
+``gptneox.rope.freq_base``; CTranslate2's per-layer ``rotary_base``). Runs with the base left as the
+converters write it show what happens without that step.
+
+Tokenizer: llama.cpp's converter refuses a tokenizer whose pre-tokenizer hash it does not know (the demo
+model's own 4096-token BPE is one). Both checkpoints therefore carry GPT-2's tokenizer, rebuilt from the
+vocabulary file llama.cpp ships (``models/ggml-vocab-gpt-2.gguf``); the demo model's embedding is padded
+with zero rows to GPT-2's 50257 entries (never fed; their logits are exactly 0 in every model). Token ids
+come from the demo model's own tokenizer on its held-out text, so the logits compared are those of real
+text.
+
+Writes benchmarks/results/engines.json (``--quick``: engines_quick.json) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import envs
+from _common import bloom_560m_shaped, machine, table
+
+log = logging.getLogger("engines")
+
+DEMO_VOCAB = 50257  # GPT-2's vocabulary size: the demo model's 4096 rows padded with zeros
+RECOMMENDED_LLAMA = {"flash_attn": False, "type_k": "f32", "type_v": "f16"}
+LLAMA_SETTINGS = {  # name: (settings, rope base set in the GGUF metadata)
+    "-fa off -ctk f32 (recommended)": (RECOMMENDED_LLAMA, True),
+    "-fa off -ctk f32 -ctv f32": ({"flash_attn": False, "type_k": "f32", "type_v": "f32"}, True),
+    "binding defaults (-fa off, f16 K/V cache)": ({"flash_attn": False, "type_k": "f16", "type_v": "f16"}, True),
+    "-fa on (f16 K/V cache)": ({"flash_attn": True, "type_k": "f16", "type_v": "f16"}, True),
+    "-fa off -ctk f32, base not set (converter's 10000)": (RECOMMENDED_LLAMA, False),
+}
+FIXED_BASE = {"base": 10000.0, "rotary_dim": 32, "pairs": 3}
+FIXED_BASE_LABEL = "converted with --rope-base 10000 --rotary-dim 32 --pairs 3, engine converter as is"
+CT2_SETTINGS = {
+    "float32, base set in the spec (recommended)": True,
+    "float32, converter as is (base 10000)": False,
+}
+
+
+# ----------------------------------------------------------------------------- models and reference
+
+
+def prepare_native(name: str, work: Path, env: envs.Env) -> Path:
+    """The native float32 BLOOM checkpoint with GPT-2's tokenizer (see the module docstring)."""
+    import transformers as T
+
+    out = work / "native"
+    if (out / "config.json").exists():
+        return out
+    tok = work / "gpt2-tokenizer"
+    if not (tok / "tokenizer.json").exists():
+        env.run([HERE / "worker_llamacpp.py", "tokenizer", env.llama_src / "models" / "ggml-vocab-gpt-2.gguf", tok],
+                gguf=True)
+    tmp = work / "native.tmp"
+    if name == "demo":
+        from ropebridge.demo import data_dir
+
+        model = T.AutoModelForCausalLM.from_pretrained(data_dir(), dtype=torch.float32)
+        rows = model.get_input_embeddings().weight.shape[0]
+        model.resize_token_embeddings(DEMO_VOCAB, mean_resizing=False)
+        with torch.no_grad():
+            model.get_input_embeddings().weight[rows:].zero_()
+        model.save_pretrained(tmp)
+    else:
+        bloom_560m_shaped(tmp)
+    for f in tok.iterdir():
+        (tmp / f.name).write_bytes(f.read_bytes())
+    tmp.rename(out)
+    return out
+
+
+def token_ids(name: str, native: Path, context: int, prompts: int, prompt_len: int):
+    """The demo model's held-out text, through the demo model's own tokenizer (demo) or the checkpoint's
+    GPT-2 tokenizer (the random model): a sequence of CONTEXT ids and PROMPTS prompts from later text."""
+    import transformers as T
+
+    from ropebridge.demo import data_dir
+
+    tok = T.AutoTokenizer.from_pretrained(data_dir() if name == "demo" else native)
+    ids = tok((data_dir() / "heldout.txt").read_text())["input_ids"]
+    if len(ids) < context + prompts * prompt_len:
+        raise SystemExit(f"--context {context}: the held-out text has {len(ids)} tokens")
+    step = (len(ids) - context - prompt_len) // max(prompts, 1)
+    return ids[:context], [ids[context + i * step: context + i * step + prompt_len] for i in range(prompts)]
+
+
+@torch.no_grad()
+def reference(native: Path, seq: list[int], prompts: list[list[int]], greedy_tokens: int, out: Path) -> dict:
+    """transformers float32 BLOOM (eager, its only path): logits of SEQ saved as (s, V) .npy, and the
+    greedy continuation of every prompt through its KV cache with the top-1/top-2 margin at each step."""
+    import transformers as T
+
+    cached = out / "reference.json"
+    if cached.exists() and (out / "reference.npy").exists():
+        ref = json.loads(cached.read_text())
+        if ref["sequence"] == seq and ref["prompts"] == prompts and len(ref["greedy"][0]) == greedy_tokens:
+            return ref
+    model = T.AutoModelForCausalLM.from_pretrained(native, dtype=torch.float32).eval()
+    logits = model(torch.tensor([seq])).logits[0]  # (s, V)
+    np.save(out / "reference.npy", logits.numpy())
+    argmax = logits.argmax(-1).tolist()
+    del logits
+    greedy, margins = [], []
+    for prompt in prompts:
+        res = model(torch.tensor([prompt]), use_cache=True)
+        new, gaps = [], []
+        for _ in range(greedy_tokens):
+            top = res.logits[0, -1].topk(2)
+            nxt = int(top.indices[0])
+            new.append(nxt)
+            gaps.append(float(top.values[0] - top.values[1]))
+            res = model(torch.tensor([[nxt]]), past_key_values=res.past_key_values, use_cache=True)
+        greedy.append(new)
+        margins.append(gaps)
+    del model
+    exact_reference(native, seq, out / "exact.npy")
+    ref = {"sequence": seq, "prompts": prompts, "argmax": argmax, "greedy": greedy, "margins": margins}
+    cached.write_text(json.dumps(ref))
+    return ref
+
+
+@torch.no_grad()
+def exact_reference(native: Path, seq: list[int], path: Path, block: int = 256) -> None:
+    """Logits of ropebridge's exact float64 ALiBi forward pass (blockwise attention), (s, V) float64 .npy."""
+    from ropebridge.convert.families import SourceModel
+    from ropebridge.convert.reference import reference_hidden
+    from ropebridge.sources import load_config
+
+    model = SourceModel(native, load_config(native))
+    hidden = reference_hidden(model, torch.tensor(seq))  # (s, D) float64
+    head = model.head_rows(0, model.info.vocab_size)  # (V, D) float64
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64, shape=(len(seq), head.shape[0]))
+    for lo in range(0, len(seq), block):
+        out[lo:lo + block] = (hidden[lo:lo + block] @ head.T).numpy()  # (block, V)
+    out.flush()
+
+
+def convert_rope(native: Path, work: Path, window: int) -> dict[str, Path]:
+    """``ropebridge convert`` twice: the default plan (free base) and the fixed base 10000 plan that engines
+    dropping the base run as they are (FIXED_BASE: rotary dims and pairs per head)."""
+    from ropebridge.convert import convert
+
+    out = {"converted": work / "converted", "converted-base10000": work / "converted-base10000"}
+    for key, extra in (("converted", {}), ("converted-base10000", FIXED_BASE)):
+        if not (out[key] / "ropebridge.json").exists():
+            convert(native, out[key], window=window, dtype="float32", force=True, progress=False, **extra)
+    return out
+
+
+# ----------------------------------------------------------------------------- engines
+
+
+def gguf_files(env: envs.Env, native: Path, converted: dict[str, Path], work: Path) -> dict[str, Path]:
+    files = {"native": work / "native-f32.gguf", "converted": work / "converted-f32.gguf",
+             "converted+base": work / "converted-f32-base.gguf",
+             "converted-base10000": work / "converted-base10000-f32.gguf"}
+    for key, src in (("native", native), ("converted", converted["converted"]),
+                     ("converted-base10000", converted["converted-base10000"])):
+        if not files[key].exists():
+            log.info("convert_hf_to_gguf.py %s --outtype f32", src.name)
+            env.run([env.convert_hf_to_gguf, src, "--outtype", "f32", "--outfile", files[key]], gguf=True,
+                    log_file=work / f"convert_hf_to_gguf-{key}.log")
+    if not files["converted+base"].exists():
+        base = json.loads((converted["converted"] / "config.json").read_text())["rotary_emb_base"]
+        env.run([HERE / "worker_llamacpp.py", "set-base", files["converted"], files["converted+base"], base], gguf=True)
+    return files
+
+
+def ct2_dirs(env: envs.Env, native: Path, converted: dict[str, Path], work: Path) -> dict[str, Path]:
+    dirs = {"native": work / "ct2-native", "converted": work / "ct2-converted",
+            "converted+base": work / "ct2-converted-base", "converted-base10000": work / "ct2-converted-base10000"}
+    for key, src, keep in (("native", native, False), ("converted", converted["converted"], False),
+                           ("converted+base", converted["converted"], True),
+                           ("converted-base10000", converted["converted-base10000"], False)):
+        if not (dirs[key] / "model.bin").exists():
+            log.info("CTranslate2 converter: %s%s", src.name, " (base kept)" if keep else "")
+            env.run([HERE / "worker_ct2.py", "convert", src, dirs[key], *(["--keep-base"] if keep else [])])
+    return dirs
+
+
+def cached_run(env: envs.Env, worker: str, job: dict, work: Path, *, fresh: bool) -> dict:
+    """Run WORKER on JOB, or reuse the result of an identical earlier run: same job, same worker and
+    comparison code, same model files (names, sizes, modification times)."""
+    model = Path(job["model"])
+    files = sorted(model.iterdir()) if model.is_dir() else [model]
+    key = hashlib.sha256(json.dumps([job, (HERE / worker).read_text(), (HERE / "_compare.py").read_text(),
+                                     [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files]],
+                                    sort_keys=True).encode()).hexdigest()[:20]
+    out = work / "results" / f"{key}.json"
+    if out.exists() and not fresh:
+        return json.loads(out.read_text())
+    out.parent.mkdir(exist_ok=True)
+    path = work / f"job-{key}.json"
+    path.write_text(json.dumps({**job, "out": str(out) + ".tmp"}))
+    t0 = time.perf_counter()
+    env.run([HERE / worker, "run", path], gguf=worker == "worker_llamacpp.py")
+    result = json.loads(Path(str(out) + ".tmp").read_text())
+    result["seconds"] = time.perf_counter() - t0
+    out.write_text(json.dumps(result))
+    Path(str(out) + ".tmp").unlink()
+    path.unlink()
+    return result
+
+
+def summarise(result: dict, ref: dict) -> dict:
+    """Metrics of one model in one engine against the reference (and the exact float64 one)."""
+    exact = result["exact"]
+    result = {**result["transformers"], "greedy": result["greedy"]}
+    agree = float(np.mean(np.array(result["argmax"]) == np.array(ref["argmax"])))
+    partings = []
+    for p, (got, want, gaps) in enumerate(zip(result["greedy"], ref["greedy"], ref["margins"])):
+        for step, (a, b) in enumerate(zip(got, want)):
+            if a != b:
+                partings.append({"prompt": p, "step": step, "reference_margin": gaps[step]})
+                break
+    return {
+        "max_abs_logit_diff": float(np.max(result["max_abs_by_position"])),
+        "mean_kl": float(np.mean(result["kl_by_position"])),
+        "argmax_agreement": agree,
+        "greedy_identical": not partings,
+        "greedy_partings": partings,
+        "max_abs_by_position": result["max_abs_by_position"],
+        "max_abs_vs_exact": float(np.max(exact["max_abs_by_position"])),
+        "mean_kl_vs_exact": float(np.mean(exact["kl_by_position"])),
+    }
+
+
+def near_tie(parting: dict, errors: list[float]) -> bool:
+    """A parting is a near-tie when the reference's own top-2 margin there is within twice the larger
+    logit error of the two engine runs: such a step can go either way in any implementation."""
+    return parting["reference_margin"] <= 2 * max(errors)
+
+
+def engine_runs(engine: str, env: envs.Env, name: str, native: Path, converted: dict[str, Path], work: Path, ref: dict,
+                args) -> list[dict]:
+    seq, prompts = ref["sequence"], ref["prompts"]
+    references = {"transformers": str(work / "reference.npy"), "exact": str(work / "exact.npy")}
+    common = {"sequence": seq, "references": references, "prompts": prompts,
+              "greedy_tokens": args.greedy_tokens}
+    runs = []
+    cache: dict[str, dict] = {}
+
+    def once(worker, model, settings, key):
+        if key not in cache:
+            job = {**common, "model": str(model), "settings": settings, "n_ctx": len(seq) + args.greedy_tokens + 64}
+            cache[key] = cached_run(env, worker, job, work, fresh=args.fresh)
+        return cache[key]
+
+    if engine == "llama.cpp":
+        files = gguf_files(env, native, converted, work)
+        plan = {k: v for k, v in LLAMA_SETTINGS.items() if not args.quick or v[0] == RECOMMENDED_LLAMA}
+        for label, (settings, with_base) in plan.items():
+            st = {**settings, "threads": args.threads}
+            nat = once("worker_llamacpp.py", files["native"], st, f"native{settings}")
+            conv_file = files["converted+base" if with_base else "converted"]
+            conv = once("worker_llamacpp.py", conv_file, st, f"{conv_file}{settings}")
+            runs.append(record(engine, name, label, {**st, "rope_freq_base": "GGUF metadata" if with_base
+                                                     else "not set (10000)", "gguf": "F32"}, nat, conv, ref))
+        if args.quick:
+            return runs
+        st = {**RECOMMENDED_LLAMA, "threads": args.threads}
+        conv = once("worker_llamacpp.py", files["converted-base10000"], st, "base10000")
+        runs.append(record(engine, name, FIXED_BASE_LABEL, {**st, "rope_freq_base": "not set (10000)",
+                                                            "gguf": "F32", "plan": FIXED_BASE},
+                           once("worker_llamacpp.py", files["native"], st, f"native{RECOMMENDED_LLAMA}"), conv, ref))
+    elif engine == "transformers-4":
+        st = {"threads": args.threads, "dtype": "float32"}
+        nat = once("worker_hf4.py", native, st, "native")
+        for label, key in (("float32, config as written (legacy rotary_pct/rotary_emb_base keys)", "converted"),
+                           ("converted with --rope-base 10000 --rotary-dim 32 --pairs 3", "converted-base10000")):
+            if args.quick and key != "converted":
+                continue
+            conv = once("worker_hf4.py", converted[key], st, key)
+            runs.append(record(engine, name, label, {**st, **({"plan": FIXED_BASE} if key != "converted" else {})},
+                               nat, conv, ref))
+    else:
+        dirs = ct2_dirs(env, native, converted, work)
+        st = {"threads": args.threads, "compute_type": "float32", "device": "cpu"}
+        nat = once("worker_ct2.py", dirs["native"], st, "native")
+        for label, with_base in CT2_SETTINGS.items():
+            if args.quick and not with_base:
+                continue
+            conv = once("worker_ct2.py", dirs["converted+base" if with_base else "converted"], st, label)
+            runs.append(record(engine, name, label, {**st, "rotary_base": "set in the spec" if with_base
+                                                     else "converter's (10000)"}, nat, conv, ref))
+        if args.quick:
+            return runs
+        conv = once("worker_ct2.py", dirs["converted-base10000"], st, "base10000")
+        runs.append(record(engine, name, FIXED_BASE_LABEL, {**st, "rotary_base": "converter's (10000)",
+                                                            "plan": FIXED_BASE}, nat, conv, ref))
+    return runs
+
+
+def record(engine, name, label, settings, nat, conv, ref) -> dict:
+    n = summarise(nat, ref)
+    c = summarise(conv, ref)
+    errors = [n["max_abs_logit_diff"], c["max_abs_logit_diff"]]
+    ratio = c["max_abs_logit_diff"] / n["max_abs_logit_diff"] if n["max_abs_logit_diff"] > 0 else float("inf")
+    ratio_exact = c["max_abs_vs_exact"] / n["max_abs_vs_exact"]
+    unexplained = [p for p in c["greedy_partings"] if not near_tie(p, errors)]
+    # transformers 4.x runs BLOOM bit for bit like the reference (5.x): its native error is 0, and the
+    # comparison that means something there is the one against the exact float64 reference
+    criterion = "ratio" if n["max_abs_logit_diff"] > 0 else "ratio_vs_exact"
+    return {
+        "engine": engine, "model": name, "label": label, "settings": settings,
+        "context": len(ref["sequence"]), "greedy_prompts": len(ref["prompts"]),
+        "greedy_tokens": len(ref["greedy"][0]),
+        "converted_max_abs_logit_diff": c["max_abs_logit_diff"],
+        "native_max_abs_logit_diff": n["max_abs_logit_diff"],
+        "ratio": ratio,
+        "converted_mean_kl": c["mean_kl"], "native_mean_kl": n["mean_kl"],
+        "converted_max_abs_logit_diff_vs_exact": c["max_abs_vs_exact"],
+        "native_max_abs_logit_diff_vs_exact": n["max_abs_vs_exact"],
+        "ratio_vs_exact": ratio_exact,
+        "argmax_agreement": c["argmax_agreement"], "native_argmax_agreement": n["argmax_agreement"],
+        "greedy_identical": c["greedy_identical"], "native_greedy_identical": n["greedy_identical"],
+        "greedy_partings": c["greedy_partings"], "native_greedy_partings": n["greedy_partings"],
+        "greedy_partings_not_near_tie": unexplained,
+        "criterion": f"{criterion} <= 1.5 and no greedy parting outside a near-tie",
+        "passes": bool((ratio if criterion == "ratio" else ratio_exact) <= 1.5 and not unexplained),
+        "seconds": {"native": nat["seconds"], "converted": conv["seconds"]},
+        "converted_max_abs_by_position_256": block_max(c["max_abs_by_position"]),
+        "native_max_abs_by_position_256": block_max(n["max_abs_by_position"]),
+    }
+
+
+def block_max(values: list[float], block: int = 256) -> list[float]:
+    return [float(np.nan_to_num(np.max(values[i:i + block]), nan=np.inf)) for i in range(0, len(values), block)]
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="demo,bloom560m")
+    p.add_argument("--engines", default="llama.cpp,ctranslate2,transformers-4")
+    p.add_argument("--context", type=int, default=2048)
+    p.add_argument("--window", type=int, default=None, help="conversion window (default: the context)")
+    p.add_argument("--prompts", type=int, default=4)
+    p.add_argument("--prompt-len", type=int, default=32)
+    p.add_argument("--greedy-tokens", type=int, default=64)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--env-dir", type=Path, default=None)
+    p.add_argument("--work-dir", type=Path, default=None)
+    p.add_argument("--fresh", action="store_true", help="rerun engines even where an identical run is cached")
+    p.add_argument("--quick", action="store_true",
+                   help="demo model, 256 tokens, 2 prompts x 16 tokens, recommended settings; cached engine "
+                        "environments only")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    if args.quick:
+        args.models, args.context, args.prompts, args.greedy_tokens = "demo", 256, 2, 16
+    root = args.env_dir or envs.default_root()
+    work_root = args.work_dir or root / "work"
+    engines = [e for e in args.engines.split(",") if e]
+    bad = [e for e in engines if e not in envs.PACKAGES]
+    if bad:
+        p.error(f"unknown engine {bad[0]!r}; known: {', '.join(envs.PACKAGES)}")
+    env = {e: envs.ensure(e, root, reuse_only=args.quick) for e in engines}
+    any_env = env[engines[0]]
+    runs = []
+    for name in args.models.split(","):
+        if name not in ("demo", "bloom560m"):
+            p.error(f"unknown model {name!r}; known: demo, bloom560m")
+        work = work_root / f"{name}-{args.context}"
+        work.mkdir(parents=True, exist_ok=True)
+        native = prepare_native(name, work, any_env)
+        seq, prompts = token_ids(name, native, args.context, args.prompts, args.prompt_len)
+        log.info("%s: transformers float32 reference at %d tokens", name, len(seq))
+        ref = reference(native, seq, prompts, args.greedy_tokens, work)
+        converted = convert_rope(native, work, args.window or args.context)
+        for engine in engines:
+            log.info("%s: %s", name, engine)
+            runs += engine_runs(engine, env[engine], name, native, converted, work, ref, args)
+    cols = ["engine", "model", "label", "native_max_abs_logit_diff", "converted_max_abs_logit_diff", "ratio",
+            "ratio_vs_exact", "argmax_agreement", "greedy_identical", "passes"]
+    print(table(runs, cols))
+    out = HERE.parent / "results" / ("engines_quick.json" if args.quick else "engines.json")
+    context = {"machine": machine(), "command": " ".join(["python", *sys.argv]),
+               "reference": "transformers float32 BloomForCausalLM (eager) on the same token ids"}
+    out.write_text(json.dumps([{**r, **context} for r in runs], indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

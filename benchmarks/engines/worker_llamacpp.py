@@ -1,0 +1,98 @@
+"""Runs inside the llama.cpp engine environment (never ropebridge's), with llama.cpp's ``gguf-py`` on the
+path.
+
+    python worker_llamacpp.py tokenizer VOCAB.gguf OUT_DIR
+    python worker_llamacpp.py set-base IN.gguf OUT.gguf BASE
+    python worker_llamacpp.py run JOB.json
+
+``tokenizer`` rebuilds GPT-2's byte-level BPE tokenizer (tokens and merges as llama.cpp ships them in
+``models/ggml-vocab-gpt-2.gguf``) as a transformers tokenizer directory. llama.cpp's converter accepts only
+tokenizers whose pre-tokenizer hash it knows; GPT-2's is one of them.
+
+``set-base`` copies a GGUF file with ``<arch>.rope.freq_base`` set (llama.cpp's GPT-NeoX converter writes
+none, so 10000 would apply), through gguf-py's own metadata copier.
+
+``run`` JOB: {"model": GGUF, "sequence": [ids], "references": {name: NPY}, "prompts": [[ids]], "greedy_tokens": K,
+"n_ctx": C, "settings": {"flash_attn": bool, "type_k": "f32"|"f16", "type_v": ..., "threads": n},
+"out": JSON}. Writes the comparison of the logits with each reference (``_compare``) and the K greedy
+tokens after each prompt, generated one token at a time through the engine's KV cache.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+GGML_TYPES = {"f32": 0, "f16": 1}  # llama_cpp.GGML_TYPE_F32, GGML_TYPE_F16
+
+
+def tokenizer(vocab_gguf: str, out: str) -> int:
+    import gguf
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    fields = gguf.GGUFReader(vocab_gguf).fields
+
+    def strings(key):
+        f = fields[key]
+        return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+
+    tokens, merges = strings("tokenizer.ggml.tokens"), strings("tokenizer.ggml.merges")
+    bpe = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)},
+                               merges=[tuple(m.split(" ")) for m in merges]))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    eot = tokens[int(fields["tokenizer.ggml.eos_token_id"].contents())]
+    bpe.add_special_tokens([AddedToken(eot, special=True)])
+    PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=eot, eos_token=eot, unk_token=eot).save_pretrained(out)
+    return 0
+
+
+def set_base(src: str, dst: str, base: float) -> int:
+    import gguf
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+
+    reader = gguf.GGUFReader(src)
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(dst, arch=arch, endianess=reader.endianess)
+    copy_with_new_metadata(reader, writer, {f"{arch}.rope.freq_base": MetadataDetails(
+        gguf.GGUFValueType.FLOAT32, float(base))}, [])
+    return 0
+
+
+def run(job_path: str) -> int:
+    import llama_cpp
+    import numpy as np
+    from _compare import against_references
+
+    job = json.loads(Path(job_path).read_text())
+    st = job["settings"]
+    llm = llama_cpp.Llama(
+        model_path=job["model"], n_ctx=job["n_ctx"], n_batch=job["n_ctx"], n_ubatch=min(job["n_ctx"], 512),
+        logits_all=True, flash_attn=st["flash_attn"], type_k=GGML_TYPES[st["type_k"]],
+        type_v=GGML_TYPES[st["type_v"]], n_threads=st["threads"], n_threads_batch=st["threads"],
+        seed=0, verbose=False)
+    ids = job["sequence"]
+    llm.eval(ids)
+    result = against_references(llm.scores[: len(ids)], job["references"])
+    greedy = []
+    for prompt in job["prompts"]:
+        llm.reset()
+        llm.eval(prompt)
+        new = []
+        for _ in range(job["greedy_tokens"]):
+            nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            new.append(nxt)
+            llm.eval([nxt])
+        greedy.append(new)
+    result["greedy"] = greedy
+    Path(job["out"]).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    cmd, *rest = sys.argv[1:]
+    if cmd == "tokenizer":
+        sys.exit(tokenizer(*rest))
+    if cmd == "set-base":
+        sys.exit(set_base(rest[0], rest[1], float(rest[2])))
+    sys.exit(run(*rest))
