@@ -64,6 +64,24 @@ def test_prediction_bounds_measurement_within_4x(dtype, window, m, phase):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("log2_theta", [-26, -24, -18, -12])
+def test_power_of_two_theta_has_exact_angles(dtype, log2_theta):
+    # p * 2^k is exact in float32: the model drops the angle-rounding term, and must still bound the measurement
+    m, window, theta = 2**-0.5, 4096, 2.0**log2_theta
+    pairs = single(m, theta)
+    n = pairs[0].N
+    split = math.sqrt(n) if n > torch.finfo(error_model.DTYPES[dtype]).max else 1.0
+    predicted = predict(m, pairs, SCALE, window, dtype, split=split).total
+    measured = measure(m, pairs, SCALE, window, dtype, split=split)
+    # Without the angle term the bound is the absolute sum of the table and product roundings, which rarely
+    # align at their worst: observed up to ~5x looser, hence 6x (as for three pairs) instead of 4x.
+    assert measured <= predicted <= 6 * measured, (predicted, measured)
+    nudged = single(m, theta * (1 + 2**-20))  # the same theta but for its last bits: angles rounded again
+    if dtype == "float32":
+        assert predict(m, nudged, SCALE, window, dtype).rounding > 1.2 * predict(m, pairs, SCALE, window, dtype).rounding
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("k", [2, 3])
 def test_multi_pair_prediction_bounds_measurement(dtype, k):
     # The bound adds ~8 rounding sites per pair at their worst; the measured maximum of K pairs' independent
@@ -85,6 +103,23 @@ def test_split_prediction_bounds_measurement():
         predicted = predict(2**-0.5, pairs, SCALE, 2048, "float16", split=s).total
         measured = measure(2**-0.5, pairs, SCALE, 2048, "float16", split=s)
         assert measured <= predicted <= 4 * measured
+
+
+def test_exact_rotation_regime_in_float32():
+    # theta = 2^-k with theta * L <= 2^-12: angles, cos (= 1) and sin (= x) are exact in float32; what is left
+    # is the rounding of the products with N, and the model must still bound the measurement
+    m, window = 2**-0.5, 4096
+    theta = 2.0**-24
+    assert theta * window <= error_model.EXACT_TABLE_ANGLE
+    exact = predict(m, single(m, theta), SCALE, window, "float32")
+    generic = predict(m, single(m, theta * (1 + 2**-20)), SCALE, window, "float32")
+    assert exact.rounding < generic.rounding / 2
+    measured = measure(m, single(m, theta), SCALE, window, "float32")
+    assert measured <= exact.total, (measured, exact.total)
+    assert measure(m, single(m, theta * (1 + 2**-20)), SCALE, window, "float32") > 1.4 * measured
+    # and when N * theta * scale has few bits too (m = 1/2, scale 1/8: N theta = 4), every product is an
+    # exact integer: the emulated bias is ALiBi's to the last bit
+    assert measure(0.5, single(0.5, theta), SCALE, window, "float32") == 0.0
 
 
 def test_float16_subnormal_term_grows_like_one_over_theta():

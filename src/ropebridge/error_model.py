@@ -78,6 +78,15 @@ def half_ulp(x: np.ndarray | float, dtype: str) -> np.ndarray:
     return np.where(a > 0, np.ldexp(1.0, np.maximum(e - 1, e_min) - p), 0.0)
 
 
+EXACT_TABLE_ANGLE = 2.0**-12  # float32 cos(x) = 1 and sin(x) = x exactly for an exact x <= 2^-12
+
+
+def exact_angles(theta: float, last_position: float) -> bool:
+    """Whether float32 angles p*theta are exact for every integer position p <= last_position: theta a
+    power of two (then p*theta only shifts the exponent) and p < 2^24 (p itself exact in float32)."""
+    return _is_power_of_two(theta) and last_position < 2**24
+
+
 def _is_power_of_two(x: float) -> bool:
     m, _ = math.frexp(x)
     return m == 0.5
@@ -129,9 +138,13 @@ def rounding_bound(
         if ka != 1.0:
             out += term * half_ulp(ka, dtype) / ka
         theta32 = float(np.float32(p.theta))
-        out += a * (half_ulp(i * theta32, "float32") + half_ulp(j * theta32, "float32"))
+        last = float(np.max(np.maximum(i, j)))
+        exact = exact_angles(theta32, last)
+        if not exact:
+            out += a * (half_ulp(i * theta32, "float32") + half_ulp(j * theta32, "float32"))
         out += a * d * np.abs(np.cos(p.theta * d)) * abs(theta32 - p.theta)
-        out += a * (tab_cos(ci) * np.abs(sj) + tab(sj) * np.abs(ci) + tab(si) * np.abs(cj) + tab_cos(cj) * np.abs(si))
+        if not (exact and dtype == "float32" and theta32 * last <= EXACT_TABLE_ANGLE):
+            out += a * (tab_cos(ci) * np.abs(sj) + tab(sj) * np.abs(ci) + tab(si) * np.abs(cj) + tab_cos(cj) * np.abs(si))
         out += scale * ka * (half_ulp(qa * ci, dtype) * np.abs(sj) + half_ulp(qa * si, dtype) * np.abs(cj))
         if ka != 1.0:
             out += scale * qa * (half_ulp(ka * sj, dtype) * np.abs(ci) + half_ulp(ka * cj, dtype) * np.abs(si))
