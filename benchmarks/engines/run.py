@@ -33,6 +33,7 @@ import argparse
 import hashlib
 import json
 import logging
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -371,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--env-dir", type=Path, default=None)
     p.add_argument("--work-dir", type=Path, default=None)
-    p.add_argument("--fresh", action="store_true", help="rerun engines even where an identical run is cached")
+    p.add_argument("--fresh", action="store_true",
+                   help="rebuild every checkpoint, engine file and run (default: reuse what the work directory holds)")
     p.add_argument("--quick", action="store_true",
                    help="demo model, 256 tokens, 2 prompts x 16 tokens, recommended settings; cached engine "
                         "environments only")
@@ -392,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
         if name not in ("demo", "bloom560m"):
             p.error(f"unknown model {name!r}; known: demo, bloom560m")
         work = work_root / f"{name}-{args.context}"
+        if args.fresh and work.exists():
+            shutil.rmtree(work)
         work.mkdir(parents=True, exist_ok=True)
         native = prepare_native(name, work, any_env)
         seq, prompts = token_ids(name, native, args.context, args.prompts, args.prompt_len)
