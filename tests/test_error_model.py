@@ -52,14 +52,18 @@ GRID = [
 ]
 
 
-@pytest.mark.parametrize("dtype, window, m, phase", GRID)
-def test_prediction_bounds_measurement_within_4x(dtype, window, m, phase):
-    theta = phase / window
+def predicted_and_measured(m, theta, window, dtype):
+    """One pair at theta, split when N exceeds the dtype's range."""
     pairs = single(m, theta)
     n = pairs[0].N
     split = math.sqrt(n) if n > torch.finfo(error_model.DTYPES[dtype]).max else 1.0
-    predicted = predict(m, pairs, SCALE, window, dtype, split=split).total
-    measured = measure(m, pairs, SCALE, window, dtype, split=split)
+    return (predict(m, pairs, SCALE, window, dtype, split=split).total,
+            measure(m, pairs, SCALE, window, dtype, split=split))
+
+
+@pytest.mark.parametrize("dtype, window, m, phase", GRID)
+def test_prediction_bounds_measurement_within_4x(dtype, window, m, phase):
+    predicted, measured = predicted_and_measured(m, phase / window, window, dtype)
     assert measured <= predicted <= 4 * measured, (predicted, measured)
 
 
@@ -68,17 +72,14 @@ def test_prediction_bounds_measurement_within_4x(dtype, window, m, phase):
 def test_power_of_two_theta_has_exact_angles(dtype, log2_theta):
     # p * 2^k is exact in float32: the model drops the angle-rounding term, and must still bound the measurement
     m, window, theta = 2**-0.5, 4096, 2.0**log2_theta
-    pairs = single(m, theta)
-    n = pairs[0].N
-    split = math.sqrt(n) if n > torch.finfo(error_model.DTYPES[dtype]).max else 1.0
-    predicted = predict(m, pairs, SCALE, window, dtype, split=split).total
-    measured = measure(m, pairs, SCALE, window, dtype, split=split)
+    predicted, measured = predicted_and_measured(m, theta, window, dtype)
     # Without the angle term the bound is the absolute sum of the table and product roundings, which rarely
     # align at their worst: observed up to ~5x looser, hence 6x (as for three pairs) instead of 4x.
     assert measured <= predicted <= 6 * measured, (predicted, measured)
     nudged = single(m, theta * (1 + 2**-20))  # the same theta but for its last bits: angles rounded again
     if dtype == "float32":
-        assert predict(m, nudged, SCALE, window, dtype).rounding > 1.2 * predict(m, pairs, SCALE, window, dtype).rounding
+        exact = predict(m, single(m, theta), SCALE, window, dtype).rounding
+        assert predict(m, nudged, SCALE, window, dtype).rounding > 1.2 * exact
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
