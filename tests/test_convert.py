@@ -12,6 +12,7 @@ from pico import FAMILIES, build
 from ropebridge.convert import convert, verify
 from ropebridge.convert.families import SourceModel
 from ropebridge.convert.gpt_neox import robust_fraction
+from ropebridge.convert.pipeline import exact_rotation_theta
 from ropebridge.convert.reference import reference_logits
 from ropebridge.sources import load_config
 
@@ -126,6 +127,19 @@ def test_tokenizer_config_is_written_for_transformers_4(tmp_path):
     config = json.loads((res.destination / "tokenizer_config.json").read_text())
     assert config == {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<pad>"}
     assert (res.destination / "generation_config.json").read_text() == '{"max_new_tokens": 7}'
+
+
+def test_float32_default_theta_rotates_exactly(converted):
+    for window in (1, 2, 3, 1000, 1024, 1025, 8192, 2**20):
+        theta = exact_rotation_theta(window)
+        assert math.frexp(theta)[0] == 0.5, "a power of two"
+        assert theta * window <= 2**-12 < 2 * theta * window, "the largest with theta * L <= 2^-12"
+        p = torch.arange(window + 1, dtype=torch.float32)
+        x = p * torch.tensor(theta, dtype=torch.float32)
+        assert torch.equal(x.double(), p.double() * theta), "float32 angles are exact"
+        assert torch.equal(torch.cos(x), torch.ones_like(x)) and torch.equal(torch.sin(x), x), "and so are cos, sin"
+    _, res = converted["bloom-4heads"]  # float32, window 1024
+    assert {h.theta for h in res.plan.heads} == {exact_rotation_theta(1024)} == {2.0**-22}
 
 
 def test_rotary_fraction_survives_truncation():
