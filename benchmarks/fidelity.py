@@ -1,7 +1,7 @@
 """Fidelity across dtypes and contexts: native ALiBi and converted RoPE, each against an exact float64 ALiBi
 reference (``ropebridge.convert.reference``, blockwise attention).
 
-    python benchmarks/fidelity.py [--quick] [--models demo,mpt,falcon,bloom560m] [--contexts 512,2048,8192]
+    python benchmarks/fidelity.py [--quick] [--models demo,mpt,falcon,bloom560m] [--contexts 512,2048,8192] [--merge]
 
 For every model, dtype (float32, bfloat16, float16) and context: max |Δlogit| and mean KL(reference || model)
 of the native model (transformers; Falcon: its default SDPA path, which rounds the ALiBi bias to bfloat16)
@@ -14,6 +14,7 @@ would take 16 GB). Prints a table and writes benchmarks/results/fidelity.json (o
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import subprocess
 import sys
@@ -21,15 +22,26 @@ import tempfile
 from pathlib import Path
 
 import torch
-from _common import bloom_560m_shaped, save, table
+from _common import RESULTS, bloom_560m_shaped, save, table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # The native models run transformers' eager attention, which materialises (h, s, s) scores: BLOOM-560M at 8K
-# peaks at ~20 GB on its own (benchmarks/speed_memory.py), too much beside the float64 reference on a 24 GB
-# machine, and the demo model at 32K needs ~25 GB per score tensor. Those contexts are left out by default.
-DEFAULT_CONTEXTS = {"demo": "512,2048,8192", "mpt": "512,2048,8192", "falcon": "512,2048,8192", "bloom560m": "512,2048"}
+# peaks at ~20 GB (benchmarks/speed_memory.py), the demo model at 32K would need ~25 GB per score tensor.
+# Every model therefore runs in a child process (an out-of-memory kill costs only that row's native
+# numbers), before the float64 reference is built; those long contexts are in the defaults but slow.
+DEFAULT_CONTEXTS = {"demo": "512,2048,8192,32768", "mpt": "512,2048,8192", "falcon": "512,2048,8192",
+                    "bloom560m": "512,2048,8192"}
+CHILD = """
+import sys, torch, transformers as T
+path, dtype, ids_file, out = sys.argv[1:]
+model = T.AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
+base = getattr(model, "transformer", None) or model.gpt_neox
+with torch.no_grad():
+    hidden = base(torch.load(ids_file)[None]).last_hidden_state[0]  # (s, D) in dtype
+torch.save({"hidden": hidden, "head": model.get_output_embeddings().weight.detach()}, out)
+"""
 
 
 def build_sources(cache: Path, names: list[str]) -> dict[str, Path]:
@@ -65,24 +77,32 @@ def tokens(name: str, src: Path, n: int) -> torch.Tensor:
     return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(0))
 
 
-def base_model(model):
-    return getattr(model, "transformer", None) or model.gpt_neox
+def forward_in_child(path: Path, dtype: str, ids: torch.Tensor, work: Path) -> dict | str:
+    """Last hidden state (s, D) and output head (V, D), in DTYPE, computed in a child process; or the
+    reason it failed (an out-of-memory kill included)."""
+    ids_file, out = work / "ids.pt", work / f"{path.name}-{dtype}.pt"
+    torch.save(ids, ids_file)
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(path), dtype, str(ids_file), str(out)],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        if proc.returncode < 0:
+            return f"failed: killed by signal {-proc.returncode} (out of memory)"
+        return "failed: " + (proc.stderr.strip().splitlines() or ["?"])[-1][:100]
+    result = torch.load(out)
+    out.unlink()
+    return result
 
 
 @torch.no_grad()
-def compare(name, src, dst, dtype, ids, ref_hidden, head64) -> dict:
-    import transformers as T
-
+def compare(name, runs: dict, dtype, ids, ref_hidden, head64) -> dict:
+    """RUNS: {"native"|"converted": forward_in_child's result}."""
     out = {}
     hidden, heads = {}, {}
-    for which, path in (("native", src), ("converted", dst)):
-        try:
-            model = T.AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype]).eval()
-            hidden[which] = base_model(model)(ids[None]).last_hidden_state[0]  # (s, D) in dtype
-            heads[which] = model.lm_head.weight  # (V, D) in dtype
-        except (RuntimeError, MemoryError) as exc:
-            out[which] = f"failed: {str(exc).splitlines()[0][:80]}"
-        del model
+    for which, res in runs.items():
+        if isinstance(res, str):
+            out[which] = res
+        else:
+            hidden[which], heads[which] = res["hidden"], res["head"]
     n = ids.shape[0]
     stats = {w: {"max": 0.0, "kl": 0.0, "nll": 0.0} for w in hidden}
     ref_nll = 0.0
@@ -119,6 +139,7 @@ def main() -> int:
     p.add_argument("--contexts", help="comma-separated contexts (default: DEFAULT_CONTEXTS per model)")
     p.add_argument("--dtypes", default="float32,bfloat16,float16")
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "ropebridge-bench"))
+    p.add_argument("--merge", action="store_true", help="replace only the rows measured now in the results file")
     args = p.parse_args()
     from ropebridge.convert.families import SourceModel
     from ropebridge.convert.reference import reference_hidden
@@ -132,24 +153,37 @@ def main() -> int:
     for name, src in sources.items():
         contexts = [int(c) for c in (args.contexts or ("512,2048" if args.quick else DEFAULT_CONTEXTS[name])).split(",")]
         model = SourceModel(src, load_config(src))
-        head64 = model.head_rows(0, model.info.vocab_size)
-        for dtype in args.dtypes.split(","):
+        dtypes = args.dtypes.split(",")
+        for dtype in dtypes:
             dst = cache / f"fidelity-{name}-{dtype}-{max(contexts)}"
             if not (dst / "config.json").exists():
                 subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--dtype", dtype,
                                 "--window", str(max(contexts)), "--json", "--force"], check=True, capture_output=True)
         for c in contexts:
             ids = tokens(name, src, c)
+            with tempfile.TemporaryDirectory(dir=cache) as work:
+                # natives first, the float32 one while this process holds nothing large
+                runs = {dtype: {} for dtype in dtypes}
+                for which in ("native", "converted"):
+                    for dtype in dtypes:
+                        path = src if which == "native" else cache / f"fidelity-{name}-{dtype}-{max(contexts)}"
+                        runs[dtype][which] = forward_in_child(path, dtype, ids, Path(work))
             ref = reference_hidden(model, ids)
-            for dtype in args.dtypes.split(","):
-                dst = cache / f"fidelity-{name}-{dtype}-{max(contexts)}"
-                row = {"model": name, "dtype": dtype, "context": c, **compare(name, src, dst, dtype, ids, ref, head64)}
+            head64 = model.head_rows(0, model.info.vocab_size)
+            for dtype in dtypes:
+                row = {"model": name, "dtype": dtype, "context": c, **compare(name, runs[dtype], dtype, ids, ref, head64)}
                 rows.append(row)
                 print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+            del runs, ref, head64
     cols = ["model", "dtype", "context", "native_max_abs_logit_err", "converted_max_abs_logit_err", "ratio_max",
             "native_mean_kl", "converted_mean_kl", "ratio_kl", "native_ppl", "converted_ppl", "reference_ppl"]
     print(table(rows, cols))
-    path = save("fidelity_quick" if args.quick else "fidelity", {"rows": rows})
+    name = "fidelity_quick" if args.quick else "fidelity"
+    if args.merge and (RESULTS / f"{name}.json").exists():
+        fresh = {(r["model"], r["dtype"], r["context"]) for r in rows}
+        old = json.loads((RESULTS / f"{name}.json").read_text())["rows"]
+        rows = [r for r in old if (r["model"], r["dtype"], r["context"]) not in fresh] + rows
+    path = save(name, {"rows": rows})
     print(f"wrote {path}")
     return 0
 
