@@ -85,8 +85,10 @@ def forward_in_child(path: Path, dtype: str, ids: torch.Tensor, work: Path) -> d
     proc = subprocess.run([sys.executable, "-c", CHILD, str(path), dtype, str(ids_file), str(out)],
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
+        if proc.returncode == -9:
+            return "failed: killed (out of memory)"
         if proc.returncode < 0:
-            return f"failed: killed by signal {-proc.returncode} (out of memory)"
+            return f"failed: killed by signal {-proc.returncode}"
         return "failed: " + (proc.stderr.strip().splitlines() or ["?"])[-1][:100]
     result = torch.load(out)
     out.unlink()
