@@ -269,7 +269,8 @@ def engine_runs(engine: str, env: envs.Env, name: str, native: Path, converted: 
     runs = []
     cache: dict[str, dict] = {}
 
-    def once(worker, model, settings, key):
+    def once(worker, model, settings):  # a model runs once per settings, whatever rows share it
+        key = json.dumps([str(model), settings], sort_keys=True)
         if key not in cache:
             job = {**common, "model": str(model), "settings": settings, "n_ctx": len(seq) + args.greedy_tokens + 64}
             cache[key] = cached_run(env, worker, job, work, fresh=args.fresh)
@@ -280,41 +281,41 @@ def engine_runs(engine: str, env: envs.Env, name: str, native: Path, converted: 
         plan = {k: v for k, v in LLAMA_SETTINGS.items() if not args.quick or v[0] == RECOMMENDED_LLAMA}
         for label, (settings, with_base) in plan.items():
             st = {**settings, "threads": args.threads}
-            nat = once("worker_llamacpp.py", files["native"], st, f"native{settings}")
+            nat = once("worker_llamacpp.py", files["native"], st)
             conv_file = files["converted+base" if with_base else "converted"]
-            conv = once("worker_llamacpp.py", conv_file, st, f"{conv_file}{settings}")
+            conv = once("worker_llamacpp.py", conv_file, st)
             runs.append(record(engine, name, label, {**st, "rope_freq_base": "GGUF metadata" if with_base
                                                      else "not set (10000)", "gguf": "F32"}, nat, conv, ref))
         if args.quick:
             return runs
         st = {**RECOMMENDED_LLAMA, "threads": args.threads}
-        conv = once("worker_llamacpp.py", files["converted-base10000"], st, "base10000")
+        conv = once("worker_llamacpp.py", files["converted-base10000"], st)
         runs.append(record(engine, name, FIXED_BASE_LABEL, {**st, "rope_freq_base": "not set (10000)",
                                                             "gguf": "F32", "plan": FIXED_BASE},
-                           once("worker_llamacpp.py", files["native"], st, f"native{RECOMMENDED_LLAMA}"), conv, ref))
+                           once("worker_llamacpp.py", files["native"], st), conv, ref))
     elif engine == "transformers-4":
         st = {"threads": args.threads, "dtype": "float32"}
-        nat = once("worker_hf4.py", native, st, "native")
+        nat = once("worker_hf4.py", native, st)
         for label, key in (("float32, config as written (legacy rotary_pct/rotary_emb_base keys)", "converted"),
                            ("converted with --rope-base 10000 --rotary-dim 32 --pairs 3", "converted-base10000")):
             if args.quick and key != "converted":
                 continue
-            conv = once("worker_hf4.py", converted[key], st, key)
+            conv = once("worker_hf4.py", converted[key], st)
             runs.append(record(engine, name, label, {**st, **({"plan": FIXED_BASE} if key != "converted" else {})},
                                nat, conv, ref))
     else:
         dirs = ct2_dirs(env, native, converted, work)
         st = {"threads": args.threads, "compute_type": "float32", "device": "cpu"}
-        nat = once("worker_ct2.py", dirs["native"], st, "native")
+        nat = once("worker_ct2.py", dirs["native"], st)
         for label, with_base in CT2_SETTINGS.items():
             if args.quick and not with_base:
                 continue
-            conv = once("worker_ct2.py", dirs["converted+base" if with_base else "converted"], st, label)
+            conv = once("worker_ct2.py", dirs["converted+base" if with_base else "converted"], st)
             runs.append(record(engine, name, label, {**st, "rotary_base": "set in the spec" if with_base
                                                      else "converter's (10000)"}, nat, conv, ref))
         if args.quick:
             return runs
-        conv = once("worker_ct2.py", dirs["converted-base10000"], st, "base10000")
+        conv = once("worker_ct2.py", dirs["converted-base10000"], st)
         runs.append(record(engine, name, FIXED_BASE_LABEL, {**st, "rotary_base": "converter's (10000)",
                                                             "plan": FIXED_BASE}, nat, conv, ref))
     return runs

@@ -129,6 +129,7 @@ def rounding_bound(
     def tab_cos(x):  # rounding to nearest never moves farther than the representable 1.0
         return np.minimum(tab(x), np.abs(1 - np.abs(x)) + SINCOS_HALF_ULPS * half_ulp(x, "float32"))
 
+    last = float(np.max(np.maximum(i, j)))  # the last position either side reaches
     for p in pairs:
         qa = abs(p.N) / ka
         a = abs(p.N) * scale
@@ -138,13 +139,13 @@ def rounding_bound(
         if ka != 1.0:
             out += term * half_ulp(ka, dtype) / ka
         theta32 = float(np.float32(p.theta))
-        last = float(np.max(np.maximum(i, j)))
         exact = exact_angles(theta32, last)
         if not exact:
             out += a * (half_ulp(i * theta32, "float32") + half_ulp(j * theta32, "float32"))
         out += a * d * np.abs(np.cos(p.theta * d)) * abs(theta32 - p.theta)
         if not (exact and dtype == "float32" and theta32 * last <= EXACT_TABLE_ANGLE):
-            out += a * (tab_cos(ci) * np.abs(sj) + tab(sj) * np.abs(ci) + tab(si) * np.abs(cj) + tab_cos(cj) * np.abs(si))
+            out += a * (tab_cos(ci) * np.abs(sj) + tab(sj) * np.abs(ci)
+                        + tab(si) * np.abs(cj) + tab_cos(cj) * np.abs(si))
         out += scale * ka * (half_ulp(qa * ci, dtype) * np.abs(sj) + half_ulp(qa * si, dtype) * np.abs(cj))
         if ka != 1.0:
             out += scale * qa * (half_ulp(ka * sj, dtype) * np.abs(ci) + half_ulp(ka * cj, dtype) * np.abs(si))

@@ -21,7 +21,7 @@ import torch
 
 from .. import __version__, _checks
 from ..emulation import EmulationPlan, plan_emulation, shared_theta
-from ..error_model import DTYPES
+from ..error_model import DTYPES, EXACT_TABLE_ANGLE
 from ..sources import load_config
 from . import compact, gpt_neox
 from .families import SourceModel
@@ -87,9 +87,6 @@ def copy_side_files(src_dir: Path, out: Path) -> None:
                 log.info("tokenizer_class TokenizersBackend written as PreTrainedTokenizerFast (transformers 4.x)")
 
 
-EXACT_ROTATION_PHASE = 2.0**-12  # below it float32 rounds cos(x) to 1 and sin(x) to x itself
-
-
 def exact_rotation_theta(window: int) -> float:
     """theta = 2^-k, the largest power of two with theta * window <= 2^-12: every float32 angle p * theta
     (p <= window) is exact (a power of two only shifts the exponent), cos(p theta) rounds to exactly 1 and
@@ -100,7 +97,7 @@ def exact_rotation_theta(window: int) -> float:
     logits, where the error-optimal theta (4.3e-7, not a power of two) gave 5e-4 and native BLOOM in
     float32 2.3e-4. Half precision keeps the error-optimal theta: its tables are rounded anyway, and a
     float16 sine of 2^-25 is zero."""
-    return 2.0 ** -(math.ceil(math.log2(window)) + 12)
+    return math.ldexp(EXACT_TABLE_ANGLE, -(window - 1).bit_length())  # bit_length: ceil(log2(window))
 
 
 def conversion_plan(
