@@ -37,3 +37,38 @@ def test_identical_logits_have_zero_error_and_extra_columns_are_ignored(tmp_path
     out = against_references(wider, {"a": str(tmp_path / "r.npy")})["a"]
     assert out["max_abs_by_position"] == [0.0, 0.0, 0.0]
     assert out["argmax"] == [3, 3, 3]
+
+
+def _row(engine, model, ratio_vs_exact, partings=(), passes=None):
+    return {"engine": engine, "model": model, "ratio_vs_exact": ratio_vs_exact,
+            "greedy_partings_not_near_tie": list(partings), "passes": passes, "criterion": "old"}
+
+
+def test_judge_needs_the_exact_ratio_and_no_unexplained_parting():
+    from run import judge
+
+    assert judge(1.5, [])
+    assert not judge(1.51, [])
+    assert not judge(0.1, [{"prompt": 0, "step": 3, "reference_margin": 2.0}])
+    assert not judge(float("nan"), [])  # a NaN model never passes
+
+
+def test_merge_replaces_what_ran_and_judges_the_rest_again(tmp_path):
+    import json
+
+    from run import CRITERION, merge
+
+    out = tmp_path / "engines.json"
+    stored = [_row("llama.cpp", "demo", 0.99, passes=False),  # judged under an older criterion
+              _row("ctranslate2", "demo", 1.59, passes=False),
+              _row("ctranslate2", "bloom560m", 1.2, [{"prompt": 1, "step": 0, "reference_margin": 5.0}], True)]
+    out.write_text(json.dumps(stored))
+    fresh = [_row("ctranslate2", "demo", 0.06, passes=True)]
+    merged = merge(fresh, out)
+    by_key = {(r["engine"], r["model"]): r for r in merged}
+    assert len(merged) == 3
+    assert by_key["ctranslate2", "demo"] is fresh[0]
+    assert by_key["llama.cpp", "demo"]["passes"] is True
+    assert by_key["ctranslate2", "bloom560m"]["passes"] is False
+    assert all(r["criterion"] == CRITERION for r in merged if r is not fresh[0])
+    assert merge(fresh, tmp_path / "missing.json") == fresh

@@ -15,7 +15,9 @@ llama-cpp-python (compiled from source on first use, ~8 minutes on 2 cores) and 
 The RoPE base: the default conversion puts the emulation pair on a large base (θ⁻²); the engines'
 GPT-NeoX converters drop it, so it is set in the engine's own format afterwards (GGUF
 ``gptneox.rope.freq_base``; CTranslate2's per-layer ``rotary_base``). Runs with the base left as the
-converters write it show what happens without that step.
+converters write it show what happens without that step. CTranslate2 also gets the attention scale
+folded into its query projection (``worker_ct2.py --fold-scale``, which says why); runs without it are
+reported too.
 
 Tokenizer: llama.cpp's converter refuses a tokenizer whose pre-tokenizer hash it does not know (the demo
 model's own 4096-token BPE is one). Both checkpoints therefore carry GPT-2's tokenizer, rebuilt from the
@@ -24,7 +26,8 @@ with zero rows to GPT-2's 50257 entries (never fed; their logits are exactly 0 i
 come from the demo model's own tokenizer on its held-out text, so the logits compared are those of real
 text.
 
-Writes benchmarks/results/engines.json (``--quick``: engines_quick.json) and prints a table.
+Writes benchmarks/results/engines.json (``--quick``: engines_quick.json; the stored runs of engines and
+models not run this time are kept, judged again under the current criterion) and prints a table.
 """
 
 from __future__ import annotations
@@ -60,9 +63,12 @@ LLAMA_SETTINGS = {  # name: (settings, rope base set in the GGUF metadata)
 }
 FIXED_BASE = {"base": 10000.0, "rotary_dim": 32, "pairs": 3}
 FIXED_BASE_LABEL = "converted with --rope-base 10000 --rotary-dim 32 --pairs 3, engine converter as is"
+# label -> the CTranslate2 model directory of the converted checkpoint (see ct2_dirs)
+RECOMMENDED_CT2 = "float32, base set, 1/sqrt(d) folded into the queries (recommended)"
 CT2_SETTINGS = {
-    "float32, base set in the spec (recommended)": True,
-    "float32, converter as is (base 10000)": False,
+    RECOMMENDED_CT2: "converted+base+fold",
+    "float32, base set in the spec, kernel applies 1/sqrt(d)": "converted+base",
+    "float32, converter as is (base 10000)": "converted",
 }
 
 
@@ -196,14 +202,15 @@ def gguf_files(env: envs.Env, native: Path, converted: dict[str, Path], work: Pa
 
 
 def ct2_dirs(env: envs.Env, native: Path, converted: dict[str, Path], work: Path) -> dict[str, Path]:
-    dirs = {"native": work / "ct2-native", "converted": work / "ct2-converted",
-            "converted+base": work / "ct2-converted-base", "converted-base10000": work / "ct2-converted-base10000"}
-    for key, src, keep in (("native", native, False), ("converted", converted["converted"], False),
-                           ("converted+base", converted["converted"], True),
-                           ("converted-base10000", converted["converted-base10000"], False)):
+    jobs = {"native": (native, []), "converted": (converted["converted"], []),
+            "converted+base": (converted["converted"], ["--keep-base"]),
+            "converted+base+fold": (converted["converted"], ["--keep-base", "--fold-scale"]),
+            "converted-base10000": (converted["converted-base10000"], [])}
+    dirs = {key: work / f"ct2-{key.replace('+', '-')}" for key in jobs}
+    for key, (src, flags) in jobs.items():
         if not (dirs[key] / "model.bin").exists():
-            log.info("CTranslate2 converter: %s%s", src.name, " (base kept)" if keep else "")
-            env.run([HERE / "worker_ct2.py", "convert", src, dirs[key], *(["--keep-base"] if keep else [])])
+            log.info("CTranslate2 converter: %s %s", src.name, " ".join(flags))
+            env.run([HERE / "worker_ct2.py", "convert", src, dirs[key], *flags])
     return dirs
 
 
@@ -307,12 +314,14 @@ def engine_runs(engine: str, env: envs.Env, name: str, native: Path, converted: 
         dirs = ct2_dirs(env, native, converted, work)
         st = {"threads": args.threads, "compute_type": "float32", "device": "cpu"}
         nat = once("worker_ct2.py", dirs["native"], st)
-        for label, with_base in CT2_SETTINGS.items():
-            if args.quick and not with_base:
+        for label, key in CT2_SETTINGS.items():
+            if args.quick and label != RECOMMENDED_CT2:
                 continue
-            conv = once("worker_ct2.py", dirs["converted+base" if with_base else "converted"], st)
-            runs.append(record(engine, name, label, {**st, "rotary_base": "set in the spec" if with_base
-                                                     else "converter's (10000)"}, nat, conv, ref))
+            conv = once("worker_ct2.py", dirs[key], st)
+            runs.append(record(engine, name, label, {
+                **st, "rotary_base": "set in the spec" if "base" in key else "converter's (10000)",
+                "queries_scale": "1, 1/sqrt(d) folded into the query projection" if "fold" in key
+                else "kernel's 1/sqrt(d) (GEMM alpha)"}, nat, conv, ref))
         if args.quick:
             return runs
         conv = once("worker_ct2.py", dirs["converted-base10000"], st)
@@ -328,9 +337,11 @@ def record(engine, name, label, settings, nat, conv, ref) -> dict:
     ratio = c["max_abs_logit_diff"] / n["max_abs_logit_diff"] if n["max_abs_logit_diff"] > 0 else float("inf")
     ratio_exact = c["max_abs_vs_exact"] / n["max_abs_vs_exact"]
     unexplained = [p for p in c["greedy_partings"] if not near_tie(p, errors)]
-    # transformers 4.x runs BLOOM bit for bit like the reference (5.x): its native error is 0, and the
-    # comparison that means something there is the one against the exact float64 reference
-    criterion = "ratio" if n["max_abs_logit_diff"] > 0 else "ratio_vs_exact"
+    # An engine's error is its distance from the exact (float64) ALiBi model. The transformers float32
+    # reference carries its own ALiBi rounding (2.3e-4 on the demo model at 2K), and an engine whose native
+    # BLOOM adds the bias in the same order inherits it (CTranslate2: 1.1e-4 from the reference, 2.2e-4 from
+    # exact; transformers 4.x: 0): against that reference an exact conversion would measure as the
+    # reference's own error. Both ratios are reported; the criterion uses the exact one.
     return {
         "engine": engine, "model": name, "label": label, "settings": settings,
         "context": len(ref["sequence"]), "greedy_prompts": len(ref["prompts"]),
@@ -346,12 +357,31 @@ def record(engine, name, label, settings, nat, conv, ref) -> dict:
         "greedy_identical": c["greedy_identical"], "native_greedy_identical": n["greedy_identical"],
         "greedy_partings": c["greedy_partings"], "native_greedy_partings": n["greedy_partings"],
         "greedy_partings_not_near_tie": unexplained,
-        "criterion": f"{criterion} <= 1.5 and no greedy parting outside a near-tie",
-        "passes": bool((ratio if criterion == "ratio" else ratio_exact) <= 1.5 and not unexplained),
+        "criterion": CRITERION,
+        "passes": judge(ratio_exact, unexplained),
         "seconds": {"native": nat["seconds"], "converted": conv["seconds"]},
         "converted_max_abs_by_position_256": block_max(c["max_abs_by_position"]),
         "native_max_abs_by_position_256": block_max(n["max_abs_by_position"]),
     }
+
+
+CRITERION = "ratio_vs_exact <= 1.5 and no greedy parting outside a near-tie"
+
+
+def judge(ratio_vs_exact: float, partings_not_near_tie: list) -> bool:
+    """The issue's criterion (see ``record``): within 1.5x of the engine's native error from the exact
+    model, and greedy continuations that part from the reference only at near-ties."""
+    return bool(ratio_vs_exact <= 1.5 and not partings_not_near_tie)
+
+
+def merge(runs: list[dict], out: Path) -> list[dict]:
+    """This invocation's runs plus the stored runs of the (engine, model) pairs it did not run, those
+    judged again under the current criterion."""
+    ran = {(r["engine"], r["model"]) for r in runs}
+    kept = [r for r in (json.loads(out.read_text()) if out.exists() else []) if (r["engine"], r["model"]) not in ran]
+    for r in kept:
+        r["criterion"], r["passes"] = CRITERION, judge(r["ratio_vs_exact"], r["greedy_partings_not_near_tie"])
+    return kept + runs
 
 
 def block_max(values: list[float], block: int = 256) -> list[float]:
@@ -412,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     out = HERE.parent / "results" / ("engines_quick.json" if args.quick else "engines.json")
     context = {"machine": machine(), "command": " ".join(["python", *sys.argv]),
                "reference": "transformers float32 BloomForCausalLM (eager) on the same token ids"}
-    out.write_text(json.dumps([{**r, **context} for r in runs], indent=1))
+    out.write_text(json.dumps(merge([{**r, **context} for r in runs], out), indent=1))
     print(f"wrote {out}")
     return 0
 
