@@ -34,6 +34,33 @@ def child_peak_rss_mb(cmd: list[str]) -> tuple[float, float]:
     return float(wall), int(kib) / 1024
 
 
+# The least a converter written in Python has to do, with nothing computed and no torch: read every source
+# byte into user space and write as many bytes as the conversion writes, reading in one thread while the
+# main thread writes (64 MiB unbuffered blocks, at most four in flight).
+IO_FLOOR = """
+import os, queue, sys, threading
+src, dst, total = sys.argv[1], sys.argv[2], int(sys.argv[3])
+os.makedirs(dst)
+blocks = queue.Queue(maxsize=4)
+def read():
+    for name in sorted(os.listdir(src)):
+        with open(os.path.join(src, name), "rb", buffering=0) as r:
+            while n := r.readinto(block := bytearray(64 << 20)):
+                blocks.put(memoryview(block)[:n])
+    blocks.put(None)
+reader = threading.Thread(target=read)
+reader.start()
+written = 0
+with open(os.path.join(dst, "out.bin"), "wb", buffering=0) as w:
+    while (block := blocks.get()) is not None:
+        written += w.write(block)
+    pad = memoryview(bytearray(64 << 20))
+    while written < total:
+        written += w.write(pad[:min(len(pad), total - written)])
+reader.join()
+"""
+
+
 def logits_max_diff(native_dir: Path, converted_dir: Path, context: int, seed: int = 0) -> float:
     """max |native - converted| over every logit of ``context`` random tokens, the head applied in chunks."""
     import transformers as T
@@ -78,7 +105,7 @@ def main() -> int:
     def settle() -> None:
         """Same start for every timed command: no dirty pages to flush; the source in the page cache (warm)
         or not (``--cold``, where the kernel lets us drop caches)."""
-        for name in ("warm", "copy", "rope"):
+        for name in ("warm", "copy", "rope", "floor"):
             shutil.rmtree(work / name, ignore_errors=True)
         os.sync()
         if args.cold:
@@ -94,16 +121,22 @@ def main() -> int:
                                              str(work / "rope"), "--window", str(max(context, 2048)), "--json",
                                              "--max-shard-mb", str(int(largest) + 1)])
     out_bytes = sum(f.stat().st_size for f in (work / "rope").glob("*.safetensors")) / 2**20
+    diff = logits_max_diff(src, work / "rope", context)
+    settle()
+    floor_wall, floor_rss = child_peak_rss_mb([sys.executable, "-c", IO_FLOOR, str(src), str(work / "floor"),
+                                               str(int(out_bytes * 2**20))])
     rows = [
         {"what": "cp -r --reflink=never", "seconds": cp_wall, "peak_rss_mb": cp_rss},
         {"what": "python + imports", "seconds": base_wall, "peak_rss_mb": base_rss},
         {"what": "ropebridge convert", "seconds": conv_wall, "peak_rss_mb": conv_rss},
+        {"what": "I/O floor: python reads the source, writes the output's bytes", "seconds": floor_wall,
+         "peak_rss_mb": floor_rss},
     ]
-    diff = logits_max_diff(src, work / "rope", context)
     print(f"checkpoint: {layers} layers, vocab {vocab}, {len(shards)} shards, {total:.0f} MiB, largest {largest:.0f} MiB")
     print(table(rows, ["what", "seconds", "peak_rss_mb"]))
     summary = {
         "conversion_over_copy_time": conv_wall / cp_wall,
+        "io_floor_over_copy_time": floor_wall / cp_wall,
         "peak_rss_over_largest_shard": conv_rss / largest,
         "peak_rss_above_imports_over_largest_shard": (conv_rss - base_rss) / largest,
         "float32_max_abs_logit_diff": diff,
