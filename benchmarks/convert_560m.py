@@ -132,7 +132,8 @@ def main() -> int:
         {"what": "I/O floor: python reads the source, writes the output's bytes", "seconds": floor_wall,
          "peak_rss_mb": floor_rss},
     ]
-    print(f"checkpoint: {layers} layers, vocab {vocab}, {len(shards)} shards, {total:.0f} MiB, largest {largest:.0f} MiB")
+    print(f"checkpoint: {layers} layers, vocab {vocab}, {len(shards)} shards, {total:.0f} MiB, "
+          f"largest {largest:.0f} MiB")
     print(table(rows, ["what", "seconds", "peak_rss_mb"]))
     summary = {
         "conversion_over_copy_time": conv_wall / cp_wall,
