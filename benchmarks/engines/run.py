@@ -63,9 +63,8 @@ LLAMA_SETTINGS = {  # name: (settings, rope base set in the GGUF metadata)
 }
 FIXED_BASE = {"base": 10000.0, "rotary_dim": 32, "pairs": 3}
 FIXED_BASE_LABEL = "converted with --rope-base 10000 --rotary-dim 32 --pairs 3, engine converter as is"
-# label -> the CTranslate2 model directory of the converted checkpoint (see ct2_dirs)
 RECOMMENDED_CT2 = "float32, base set, 1/sqrt(d) folded into the queries (recommended)"
-CT2_SETTINGS = {
+CT2_SETTINGS = {  # label: the key of the converted checkpoint's CTranslate2 directory (see ct2_dirs)
     RECOMMENDED_CT2: "converted+base+fold",
     "float32, base set in the spec, kernel applies 1/sqrt(d)": "converted+base",
     "float32, converter as is (base 10000)": "converted",
