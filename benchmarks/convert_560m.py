@@ -120,11 +120,12 @@ def main() -> int:
     conv_wall, conv_rss = child_peak_rss_mb([sys.executable, "-m", "ropebridge", "convert", str(src),
                                              str(work / "rope"), "--window", str(max(context, 2048)), "--json",
                                              "--max-shard-mb", str(int(largest) + 1)])
-    out_bytes = sum(f.stat().st_size for f in (work / "rope").glob("*.safetensors")) / 2**20
+    out_nbytes = sum(f.stat().st_size for f in (work / "rope").glob("*.safetensors"))
+    out_bytes = out_nbytes / 2**20
     diff = logits_max_diff(src, work / "rope", context)
     settle()
     floor_wall, floor_rss = child_peak_rss_mb([sys.executable, "-c", IO_FLOOR, str(src), str(work / "floor"),
-                                               str(int(out_bytes * 2**20))])
+                                               str(out_nbytes)])
     rows = [
         {"what": "cp -r --reflink=never", "seconds": cp_wall, "peak_rss_mb": cp_rss},
         {"what": "python + imports", "seconds": base_wall, "peak_rss_mb": base_rss},

@@ -69,10 +69,7 @@ class SpecSettingConverter(TransformersConverter):
 
 
 def convert(src: str, out: str, keep_base: bool, fold_scale: bool) -> int:
-    if keep_base or fold_scale:
-        conv = SpecSettingConverter(src, keep_base=keep_base, fold_scale=fold_scale)
-    else:
-        conv = TransformersConverter(src, low_cpu_mem_usage=True)
+    conv = SpecSettingConverter(src, keep_base=keep_base, fold_scale=fold_scale)  # no flag: the spec as converted
     conv.convert(out, quantization="float32", force=True)
     return 0
 
