@@ -30,26 +30,33 @@ from . import __version__, _checks
 from .error_model import DTYPES, PairSpec, predict
 from .fixed_base import frequency_set, is_non_increasing, max_window_for_phase, multi_pair_amplitudes
 
-MODES = ("error-optimal", "max-phase", "theta", "fixed-base")
+MODES = ("error-optimal", "max-phase", "theta", "fixed-base", "ladder")
 HALF_PI = math.pi / 2
 
 
 @dataclass(frozen=True)
 class PairTerm:
-    """One rotating pair of a head: frequency (rad/token), amplitude N (pre-scale), index r in a fixed set."""
+    """One rotating pair of a head: frequency (rad/token), amplitudes N and M (pre-scale), index r in a fixed set.
+
+    The pair carries q = (-N/s, M/s), k = (0, s) and adds ``scale (M cos(theta d) - N sin(theta d))`` to the
+    logit; M is 0 except in the frequency ladder (``ladder``)."""
 
     theta: float
     N: float
     index: int | None = None
+    M: float = 0.0
 
     def __post_init__(self) -> None:
         _checks.positive("theta", self.theta)
         _checks.number("N", self.N)
+        _checks.number("M", self.M)
 
 
 @dataclass(frozen=True)
 class HeadPlan:
-    """The emulation of one head and its predicted worst logit error over the window."""
+    """The emulation of one head and its predicted worst logit error over the window. ``sine_error`` is the
+    approximation error in exact arithmetic (the sine's, or the ladder fit's); the ladder also records its
+    floor C (logits) and the distance W = C/m up to which the bias is exact."""
 
     head: int
     slope: float
@@ -59,6 +66,8 @@ class HeadPlan:
     sine_error: float
     rounding_error: float
     predicted_error: float
+    floor: float | None = None
+    exact_distance: int | None = None
 
     def __post_init__(self) -> None:
         _checks.positive("slope", self.slope)
@@ -111,7 +120,7 @@ class EmulationPlan:
             raise ValueError("a plan needs at least one head")
         limit = torch.finfo(DTYPES[self.dtype]).max
         for h in self.heads:
-            q = max(abs(p.N) for p in h.pairs) / h.split
+            q = max(max(abs(p.N), abs(p.M)) for p in h.pairs) / h.split
             if q > limit or h.split > limit:
                 raise ValueError(
                     f"head {h.head}: q = N/s = {q:.4g} and k = s = {h.split:.4g} must fit {self.dtype} (max {limit:.6g}); "

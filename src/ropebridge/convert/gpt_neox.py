@@ -3,7 +3,8 @@
 GPT-NeoX ties the head dim to ``hidden_size / heads`` and rotates the *first* ``r`` dims of each head
 (half layout within them: pair k is dims (k, k + r/2), theta_k = base^(-2k/r)). Each head becomes
 ``hd' = r + hd`` dims: ``r`` rotary dims carrying the emulation pairs (zero weights, constant biases:
-q = (-N'/s, 0), k = (0, s) on the chosen pair, zero elsewhere), then the ``hd`` content dims, unrotated.
+q = (-N'/s, M'/s), k = (0, s) on each planned pair, zero elsewhere; M = 0 but in the frequency ladder,
+which plans every pair), then the ``hd`` content dims, unrotated.
 So the residual stream grows by ``P = h*r`` pad dims, D' = D + P. Every residual writer (embedding,
 attention output, MLP output) writes the mean of its real rows into each pad dim, so each pad dim
 carries the mean mu of the real dims. LayerNorm over D' then keeps the mean mu and sees the variance
@@ -13,7 +14,7 @@ zero on the pads; readers (QKV, MLP input, output head) have zero columns there.
 
 Scales: GPT-NeoX applies 1/sqrt(hd'); the source applies ``qk_scale`` to q.k (1/sqrt(hd) for BLOOM and
 Falcon, ``softmax_scale`` for MPT), so the content q is multiplied by ``qk_scale * sqrt(hd')``, and the
-plan's N (stated for 1/sqrt(hd)) becomes ``N' = N sqrt(hd'/hd)``.
+plan's N and M (stated for 1/sqrt(hd)) become ``N' = N sqrt(hd'/hd)``, ``M' = M sqrt(hd'/hd)``.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def layout_for(src: SourceModel, plan: EmulationPlan) -> NeoxLayout:
     for hp in plan.heads:
         for pair in hp.pairs:
             q_rot[hp.head, pair.index] = -pair.N * n_scale / hp.split  # x of the pair
+            q_rot[hp.head, pair.index + r // 2] = pair.M * n_scale / hp.split  # y (nonzero in the ladder)
             k_rot[hp.head, pair.index + r // 2] = hp.split  # y of the pair
     return NeoxLayout(r, hd_out, info.hidden_size + h * r, plan.base, q_rot, k_rot, info.qk_scale * math.sqrt(hd_out))
 

@@ -22,6 +22,7 @@ import torch
 from .. import __version__, _checks
 from ..emulation import EmulationPlan, plan_emulation, shared_theta
 from ..error_model import DTYPES, EXACT_TABLE_ANGLE
+from ..ladder import DEFAULT_HEAD_DIM_MULTIPLE, plan_ladder
 from ..sources import load_config
 from . import compact, gpt_neox
 from .families import SourceModel
@@ -30,6 +31,7 @@ from .tensor_io import ShardWriter
 log = logging.getLogger(__name__)
 
 TARGETS = ("gpt-neox", "starcoder2", "nemotron")
+EMULATIONS = ("ladder", "single")
 COPIED_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
     "tokenizer.model", "added_tokens.json", "generation_config.json",
@@ -100,13 +102,24 @@ def exact_rotation_theta(window: int) -> float:
     return math.ldexp(EXACT_TABLE_ANGLE, -(window - 1).bit_length())  # bit_length: ceil(log2(window))
 
 
+def default_emulation(dtype: str, target: str) -> str:
+    """The frequency ladder for bfloat16/float16 on gpt-neox (its rounding does not grow with the context);
+    the exact single pair in float32 and on the compact targets (which rotate one pair only)."""
+    return "ladder" if dtype != "float32" and target == "gpt-neox" else "single"
+
+
 def conversion_plan(
     src: SourceModel, *, window: int, dtype: str, theta: float | None = None, max_phase: float | None = None,
     base: float | None = None, rotary_dim: int | None = None, pairs: int = 1, tolerance: float = 1e-3,
-    target: str = "gpt-neox",
+    target: str = "gpt-neox", emulation: str | None = None, floors: float | list[float] | None = None,
+    head_dim_multiple: int = DEFAULT_HEAD_DIM_MULTIPLE,
 ) -> EmulationPlan:
     """The emulation plan a target can express: every head of a stock model shares one frequency set.
 
+    ``emulation="ladder"`` (default for bfloat16/float16 on gpt-neox, ``default_emulation``, unless ``theta``,
+    ``max_phase`` or ``pairs`` ask for the single pair): every pair of a
+    rotary block of R dims (``rotary_dim``, default from the head-dim rule ``head_dim_multiple``), base free or
+    ``base``, per-head amplitudes and floors (``ladder.plan_ladder``). ``"single"``:
     gpt-neox with ``base`` (an engine that fixes it, e.g. llama.cpp's 10000): ``rotary_dim`` pairs of that base,
     the best ``pairs`` consecutive ones per head. Otherwise one theta for all heads (``theta``,
     ``max_phase/window``, ``exact_rotation_theta`` in float32, else the worst-head error-optimal theta):
@@ -115,6 +128,20 @@ def conversion_plan(
     """
     info = src.info
     common = dict(dtype=dtype, tolerance=tolerance, family=info.family, source=None)
+    if emulation is None:  # the single pair's own flags choose it
+        single = theta is not None or max_phase is not None or pairs != 1
+        emulation = "single" if single else default_emulation(dtype, target)
+    _checks.choice("emulation", emulation, EMULATIONS)
+    if emulation == "ladder":
+        if target != "gpt-neox":
+            raise ValueError(f"--target {target} rotates one pair at one theta; the ladder needs --target gpt-neox "
+                             "(or --emulation single)")
+        if theta is not None or max_phase is not None or pairs != 1:
+            raise ValueError("--theta, --max-phase and --pairs are for --emulation single; the ladder plans every pair")
+        return plan_ladder(info.slopes, info.head_dim, window, base=base, rotary_dim=rotary_dim,
+                           head_dim_multiple=head_dim_multiple, floors=floors, **common)
+    if floors is not None:
+        raise ValueError("--floor and --calibration-text are for --emulation ladder")
     if target != "gpt-neox" and (base is not None or pairs != 1):
         raise ValueError(f"--target {target} rotates one pair at a free theta: --rope-base and --pairs are for gpt-neox")
     if base is not None:
@@ -167,6 +194,9 @@ def convert(
     base: float | None = None,
     rotary_dim: int | None = None,
     pairs: int = 1,
+    emulation: str | None = None,
+    floors: float | list[float] | None = None,
+    head_dim_multiple: int = DEFAULT_HEAD_DIM_MULTIPLE,
     force: bool = False,
     max_shard_mb: float = 2000.0,
     progress: bool = False,
@@ -185,7 +215,8 @@ def convert(
     model = SourceModel(src_dir, config)
     dtype = default_dtype(config) if dtype is None else _checks.choice("dtype", dtype, tuple(DTYPES))
     plan = conversion_plan(model, window=window, dtype=dtype, theta=theta, max_phase=max_phase, base=base,
-                           rotary_dim=rotary_dim, pairs=pairs, target=target)
+                           rotary_dim=rotary_dim, pairs=pairs, target=target, emulation=emulation, floors=floors,
+                           head_dim_multiple=head_dim_multiple)
     plan = dataclasses.replace(plan, source=str(src))
     if target == "gpt-neox":
         layout = gpt_neox.layout_for(model, plan)
