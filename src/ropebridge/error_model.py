@@ -61,6 +61,10 @@ import torch
 from .rope import apply_rope, cos_sin
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# Per dtype: the largest logit error a conversion may show (verify's thresholds) and a plan may predict
+# (convert warns above it). Hand-chosen: float32 1e-3 (the converter issue's bar); half precision near a
+# few units of the dtype's rounding of O(10-100) logits.
+DEFAULT_MAX_LOGIT_DIFF = {"float32": 1e-3, "bfloat16": 1.0, "float16": 0.25}
 # (precision p in bits incl. the implicit one, minimum normal exponent)
 _FORMATS = {"float32": (24, -126), "bfloat16": (8, -126), "float16": (11, -14)}
 

@@ -49,7 +49,7 @@ from .error_model import DTYPES, _FORMATS, half_ulp
 from .rope import apply_rope, cos_sin
 
 DEFAULT_CUTOFF = 40.0  # logits below -cutoff carry no softmax weight (e^-40 ~ 4e-18)
-DEFAULT_ADVANTAGE = 20.0  # content advantage assumed without calibration (the demo models measure 4-13)
+DEFAULT_ADVANTAGE = 20.0  # content advantage assumed without calibration (the demo model measures 5.4-15)
 MIN_ROTARY_DIM = 16  # R = 8 fits the demo model's shallow heads to 1.6 logits at 8K; 16 to 0.05
 DEFAULT_HEAD_DIM_MULTIPLE = 16  # 80 / 96 for hd 64, 144 / 160 for hd 128: sizes fast kernels accept
 # Rounding standard deviation of one pair per unit amplitude and unit precision 2^-p (model doc).

@@ -72,3 +72,46 @@ def emulation_figure(plan, heads: list[int] | None = None) -> Figure:
     for ax in (left, right):
         ax.grid(True, which="both", alpha=0.3)
     return fig
+
+
+def ladder_figure(plan, heads: list[int] | None = None) -> Figure:
+    """For a few heads of a ladder plan: the fitted bias against -m d on a log-distance axis, with the floor
+    -C and the exact distance W (left), and the fit error |f(d) + m d| up to W against the predicted rounding
+    (right)."""
+    import numpy as np
+
+    from .ladder import ladder_bias
+
+    if heads is None:
+        order = sorted(range(len(plan.heads)), key=lambda h: -plan.heads[h].slope)
+        heads = sorted({order[0], order[len(order) // 2], order[-1]})
+    fig = _figure(11.0, 4.2)
+    left, right = fig.subplots(1, 2)
+    d = np.unique(np.round(np.geomspace(1, plan.window, 2000)))
+    for h in heads:
+        hp = plan.heads[h]
+        thetas = [p.theta for p in hp.pairs]
+        a = [-p.N * plan.scale for p in hp.pairs]
+        b = [p.M * plan.scale for p in hp.pairs]
+        f = ladder_bias(a, b, thetas, d)
+        (line,) = left.semilogx(d, -hp.slope * d, lw=1, label=f"head {h} ALiBi (m={hp.slope:.3g})")
+        left.semilogx(d, f, "--", color=line.get_color(), lw=1.5, label=f"head {h} ladder")
+        left.axvline(hp.exact_distance, color=line.get_color(), ls=":", lw=1)
+        near = d[d <= hp.exact_distance]
+        right.loglog(near, np.maximum(np.abs(ladder_bias(a, b, thetas, near) + hp.slope * near), 1e-12),
+                     color=line.get_color(), label=f"head {h} fit error")
+        right.axhline(hp.rounding_error, color=line.get_color(), ls="--", lw=1, label=f"head {h} rounding")
+    floor = max(hp.floor for hp in plan.heads)
+    left.axhline(-floor, color="k", ls="--", lw=1, label=f"-C (C = {floor:.3g})")
+    left.set_ylim(-2.5 * floor, 5)
+    left.set_xlabel("distance d (tokens, log)")
+    left.set_ylabel("bias (logits)")
+    left.set_title(f"ALiBi vs ladder ({plan.pairs_per_head} pairs, base {plan.base:.3g}), window {plan.window}")
+    left.legend(fontsize=7)
+    right.set_xlabel("distance d <= W (tokens)")
+    right.set_ylabel(f"|error| (logits), {plan.dtype}")
+    right.set_title("fit error (exact arithmetic) and predicted rounding")
+    right.legend(fontsize=7)
+    for ax in (left, right):
+        ax.grid(True, which="both", alpha=0.3)
+    return fig

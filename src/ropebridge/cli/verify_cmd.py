@@ -15,7 +15,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("src", help="the original ALiBi checkpoint directory")
     p.add_argument("dst", help="the converted checkpoint directory")
     p.add_argument("--context", type=int, default=256, help="tokens to compare (default 256)")
-    p.add_argument("--dtype", default="float32", choices=tuple(DTYPES))
+    p.add_argument("--dtype", choices=tuple(DTYPES),
+                   help="dtype both models run in (default: the one DST was converted for, from its ropebridge.json)")
     p.add_argument("--text", metavar="FILE", help="a text file: compare on its tokens and report perplexities")
     p.add_argument("--greedy-tokens", type=int, default=32, help="tokens of greedy generation (default 32)")
     p.add_argument("--max-logit-diff", type=float, help="threshold (default 1e-3 float32, 1.0 bf16, 0.25 fp16)")

@@ -21,10 +21,11 @@ import torch
 
 from .. import __version__, _checks
 from ..emulation import EmulationPlan, plan_emulation, shared_theta
-from ..error_model import DTYPES, EXACT_TABLE_ANGLE
+from ..error_model import DEFAULT_MAX_LOGIT_DIFF, DTYPES, EXACT_TABLE_ANGLE
 from ..ladder import DEFAULT_HEAD_DIM_MULTIPLE, plan_ladder
 from ..sources import load_config
 from . import compact, gpt_neox
+from .calibration import calibrated_floors
 from .families import SourceModel
 from .tensor_io import ShardWriter
 
@@ -110,7 +111,7 @@ def default_emulation(dtype: str, target: str) -> str:
 
 def conversion_plan(
     src: SourceModel, *, window: int, dtype: str, theta: float | None = None, max_phase: float | None = None,
-    base: float | None = None, rotary_dim: int | None = None, pairs: int = 1, tolerance: float = 1e-3,
+    base: float | None = None, rotary_dim: int | None = None, pairs: int = 1, tolerance: float | None = None,
     target: str = "gpt-neox", emulation: str | None = None, floors: float | list[float] | None = None,
     head_dim_multiple: int = DEFAULT_HEAD_DIM_MULTIPLE,
 ) -> EmulationPlan:
@@ -127,6 +128,7 @@ def conversion_plan(
     dim 4 and base ``theta^-2``, the compact targets with a RoPE scaling factor ``1/theta``.
     """
     info = src.info
+    tolerance = DEFAULT_MAX_LOGIT_DIFF[dtype] if tolerance is None else tolerance
     common = dict(dtype=dtype, tolerance=tolerance, family=info.family, source=None)
     if emulation is None:  # the single pair's own flags choose it
         single = theta is not None or max_phase is not None or pairs != 1
@@ -195,7 +197,8 @@ def convert(
     rotary_dim: int | None = None,
     pairs: int = 1,
     emulation: str | None = None,
-    floors: float | list[float] | None = None,
+    floor: float | None = None,
+    calibration_text: str | None = None,
     head_dim_multiple: int = DEFAULT_HEAD_DIM_MULTIPLE,
     force: bool = False,
     max_shard_mb: float = 2000.0,
@@ -214,10 +217,19 @@ def convert(
     config = load_config(src_dir)
     model = SourceModel(src_dir, config)
     dtype = default_dtype(config) if dtype is None else _checks.choice("dtype", dtype, tuple(DTYPES))
+    floors: float | list[float] | None = floor
+    if calibration_text is not None:
+        if floor is not None:
+            raise ValueError("give --floor or --calibration-text, not both")
+        floors = calibrated_floors(model, src_dir, calibration_text)
     plan = conversion_plan(model, window=window, dtype=dtype, theta=theta, max_phase=max_phase, base=base,
                            rotary_dim=rotary_dim, pairs=pairs, target=target, emulation=emulation, floors=floors,
                            head_dim_multiple=head_dim_multiple)
     plan = dataclasses.replace(plan, source=str(src))
+    if not plan.meets_tolerance:
+        log.warning("the plan predicts a worst error of %.3g logits (head %d), above the %s tolerance %g: "
+                    "a shorter --window, float32 or a larger --rotary-dim may do better",
+                    plan.worst_head.predicted_error, plan.worst_head.head, dtype, plan.tolerance)
     if target == "gpt-neox":
         layout = gpt_neox.layout_for(model, plan)
         geometry = {"rotary_dim": layout.rotary_dim, "head_dim": layout.head_dim, "hidden_size": layout.hidden_size,

@@ -9,6 +9,7 @@ m*j). Meant for small models: it holds the weights in float64.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -35,10 +36,15 @@ def _residual(x: torch.Tensor, h1: torch.Tensor, attn: torch.Tensor, layer, info
 
 
 @torch.no_grad()
-def reference_hidden(src: SourceModel, input_ids: torch.Tensor, *, query_block: int = 512) -> torch.Tensor:
+def reference_hidden(
+    src: SourceModel, input_ids: torch.Tensor, *, query_block: int = 512,
+    observe: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None,
+) -> torch.Tensor:
     """Final (LayerNorm-ed) hidden states ``(s, D)`` of one unpadded sequence ``input_ids`` ``(s,)``, float64,
     with attention computed a block of queries at a time (memory O(s * block) instead of O(s^2)): for long
-    contexts, where ``reference_logits`` would not fit. Multiply by ``src.head_rows`` to get logits."""
+    contexts, where ``reference_logits`` would not fit. Multiply by ``src.head_rows`` to get logits.
+    ``observe(layer, content, dist)``, if given, sees each block's content logits ``qk_scale q.k`` ``(h, block, t)``
+    (before the bias and the causal mask) and distances ``(block, t)``."""
     info = src.info
     s = input_ids.shape[0]
     slopes = torch.tensor(info.slopes, dtype=torch.float64)[:, None, None]  # (h, 1, 1)
@@ -54,7 +60,10 @@ def reference_hidden(src: SourceModel, input_ids: torch.Tensor, *, query_block: 
         for a in range(0, s, query_block):
             b = min(s, a + query_block)
             dist = pos[a:b, None] - pos[None, :b]  # (block, t)
-            logits = info.qk_scale * q[:, a:b] @ k[:, :b].transpose(-1, -2) - slopes * dist  # (h, block, t)
+            content = info.qk_scale * q[:, a:b] @ k[:, :b].transpose(-1, -2)  # (h, block, t)
+            if observe is not None:
+                observe(i, content, dist)
+            logits = content - slopes * dist
             logits = logits.masked_fill(dist < 0, float("-inf"))
             ctx[:, a:b] = torch.softmax(logits, -1) @ v[:, :b]
         attn = ctx.transpose(0, 1).reshape(s, -1) @ layer.o_w.T + layer.o_b  # (s, D)

@@ -12,6 +12,7 @@ exact float64 ALiBi forward pass, which separates the conversion's error from th
 
 from __future__ import annotations
 
+import json
 import logging
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
@@ -21,14 +22,13 @@ from typing import Any
 import torch
 
 from .. import _checks, alibi
-from ..error_model import DTYPES
+from ..error_model import DEFAULT_MAX_LOGIT_DIFF, DTYPES
 from ..sources import load_config
 from .families import SourceModel
 from .reference import reference_logits
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_LOGIT_DIFF = {"float32": 1e-3, "bfloat16": 1.0, "float16": 0.25}
 SOURCE_ATTENTION = {"bloom": "eager", "mpt": "eager", "falcon": "sdpa, ALiBi bias computed exactly"}
 
 
@@ -122,12 +122,23 @@ def _tokens(src: Path, text: str | None, context: int, vocab: int, seed: int) ->
     return ids
 
 
+def _conversion_record(dst: Path) -> dict[str, Any]:
+    """DST's ``ropebridge.json`` (dtype, plan), or {} for a checkpoint ropebridge did not write."""
+    path = dst / "ropebridge.json"
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+
+
 def verify(
     src: str | Path,
     dst: str | Path,
     *,
     context: int = 256,
-    dtype: str = "float32",
+    dtype: str | None = None,
     text: str | None = None,
     greedy_tokens: int = 32,
     max_logit_diff: float | None = None,
@@ -137,11 +148,17 @@ def verify(
 ) -> VerifyReport:
     """Run SRC (native ALiBi) and DST (converted) on the same tokens and check the thresholds (module doc)."""
     context = _checks.positive_int("context", context)
-    _checks.choice("dtype", dtype, tuple(DTYPES))
     src, dst = Path(src), Path(dst)
     for p in (src, dst):
         if not (p / "config.json").is_file():
             raise FileNotFoundError(f"no config.json in {p}")
+    record = _conversion_record(dst)
+    dtype = record.get("dtype", "float32") if dtype is None else dtype
+    _checks.choice("dtype", dtype, tuple(DTYPES))
+    window = record.get("plan", {}).get("window")
+    if window is not None and context > window:
+        raise ValueError(f"--context {context} is beyond the window {window} that {dst} was converted for "
+                         "(its bias is planned up to there only); convert again with a larger --window")
     torch_dtype = DTYPES[dtype]
     source = SourceModel(src, load_config(src))
     native, converted = _load(src, torch_dtype), _load(dst, torch_dtype)

@@ -1,0 +1,59 @@
+"""The ladder's floor C per head, measured on calibration text through the source model.
+
+Beyond ``W = C/m`` the ladder only keeps its bias below -C (``ladder`` module doc). A key there must
+carry no softmax weight, so C must exceed the cutoff (40 logits: e^-40 ~ 4e-18) plus the largest
+advantage a far key's content logit has over the best exact logit near the query. Per head and query i,
+with content logits ``s_ij = qk_scale q_i.k_j``:
+
+    A(i) = max_{j <= i} s_ij  -  max_{j <= i} (s_ij - m (i - j))
+
+(zero when the best key is also the best after ALiBi; large when a distant key's content would win
+without the bias). ``C_h = cutoff + margin * max over layers and queries of A(i)``, computed with the
+exact float64 forward pass of ``reference`` (the model's weights in float64, one layer at a time).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from .families import SourceModel
+from .reference import reference_hidden
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MARGIN = 1.25  # calibration text is a sample: the advantage elsewhere can be larger
+CALIBRATION_TOKENS = 2048
+
+
+def content_advantage(src: SourceModel, input_ids: torch.Tensor) -> torch.Tensor:
+    """The largest A(i) of each head over every layer and query of ``input_ids`` ``(s,)``, float64 ``(h,)``."""
+    slopes = torch.tensor(src.info.slopes, dtype=torch.float64)[:, None, None]  # (h, 1, 1)
+    worst = torch.zeros(src.info.n_heads, dtype=torch.float64)
+
+    def observe(layer: int, content: torch.Tensor, dist: torch.Tensor) -> None:
+        content = content.masked_fill(dist < 0, float("-inf"))  # (h, block, t): causal
+        advantage = content.amax(-1) - (content - slopes * dist).amax(-1)  # (h, block)
+        torch.maximum(worst, advantage.amax(-1), out=worst)
+
+    reference_hidden(src, input_ids, observe=observe)
+    return worst
+
+
+def calibrated_floors(src: SourceModel, directory, text: str, *, cutoff: float = 40.0, margin: float = DEFAULT_MARGIN,
+                      tokens: int = CALIBRATION_TOKENS) -> list[float]:
+    """C per head from ``text`` (its first ``tokens`` tokens through the tokenizer in the source ``directory``)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+    except Exception as exc:  # no or broken tokenizer files: one line for the CLI
+        raise ValueError(f"--calibration-text needs the source's tokenizer, which does not load from {directory}: "
+                         f"{type(exc).__name__}") from None
+    ids = torch.tensor(tokenizer(text)["input_ids"][:tokens])
+    if len(ids) < 16:
+        raise ValueError(f"the calibration text gives {len(ids)} tokens; at least 16 are needed")
+    adv = content_advantage(src, ids)
+    log.info("calibration on %d tokens: content advantage per head %s", len(ids), [round(float(a), 2) for a in adv])
+    return [cutoff + margin * float(a) for a in adv]

@@ -1,0 +1,232 @@
+"""The frequency ladder: head-dim rule, frequencies as transformers computes them, the fit's guarantees, the
+float64 rotation reference, the error model against measurement, and conversion end to end."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import transformers as T
+from pico import build
+
+from ropebridge import ladder
+from ropebridge.alibi import slopes as alibi_slopes
+from ropebridge.convert import convert
+from ropebridge.convert.families import SourceModel
+from ropebridge.convert.reference import reference_logits
+from ropebridge.emulation import EmulationPlan
+from ropebridge.rope import apply_rope, cos_sin
+from ropebridge.sources import load_config
+
+
+@pytest.mark.parametrize("head_dim, multiple, expected", [
+    (64, 16, 16), (32, 16, 16), (128, 16, 16), (64, 32, 32), (128, 32, 32), (80, 16, 16), (100, 16, 28),
+])
+def test_rotary_dim_rule_gives_kernel_friendly_heads(head_dim, multiple, expected):
+    r = ladder.rotary_dim_for(head_dim, multiple)
+    assert r == expected and (head_dim + r) % multiple == 0 and r >= ladder.MIN_ROTARY_DIM
+
+
+def test_frequencies_are_transformers_own():
+    cfg = T.GPTNeoXConfig(hidden_size=80, num_attention_heads=1, rotary_pct=0.2,
+                          rope_parameters={"rope_type": "default", "rope_theta": 29678.75, "partial_rotary_factor": 0.2})
+    rope = T.models.gpt_neox.modeling_gpt_neox.GPTNeoXRotaryEmbedding(cfg)
+    ours = ladder.engine_frequencies(29678.75, 16)
+    assert torch.equal(rope.inv_freq.double(), torch.tensor(ours))  # bit for bit: the fit uses these values
+    assert ours[0] == 1.0
+
+
+def test_rotation_in_float64_adds_the_ladder_bias():
+    # reference written from the construction: q = (a, b)/scale, k = (0, 1) on every pair, rotated by RoPE
+    rng = np.random.default_rng(0)
+    thetas = ladder.engine_frequencies(5000.0, 8)
+    a, b, scale = rng.normal(size=4) * 30, rng.normal(size=4) * 30, 1 / math.sqrt(40)
+    pos = torch.arange(300)
+    q = torch.tensor(np.concatenate([a, b]) / scale).expand(300, 8)
+    k = torch.tensor(np.concatenate([np.zeros(4), np.ones(4)])).expand(300, 8)
+    cos, sin = cos_sin(torch.tensor(thetas), pos, dtype=torch.float64)
+    logits = scale * apply_rope(q, cos, sin, layout="half") @ apply_rope(k, cos, sin, layout="half").T  # (s, t)
+    d = (pos[:, None] - pos[None, :]).double()
+    expected = ladder.ladder_bias(a, b, thetas, d.numpy().ravel()).reshape(300, 300)
+    torch.testing.assert_close(logits, torch.tensor(expected), rtol=0, atol=1e-9)  # float64 rounding of O(100)
+    # it depends only on n - m
+    torch.testing.assert_close(logits[200, 150], logits[60, 10], rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("slope", [0.5, 0.0625, 2**-8])
+def test_fit_is_exact_where_it_matters_and_below_the_floor_beyond(slope):
+    window, floor = 4096, 60.0
+    thetas = ladder.engine_frequencies(ladder.free_base(window, 16), 16)
+    fit = ladder.fit_head(slope, thetas, window, floor, "float16", stored_scale=1 / math.sqrt(48))
+    d = np.arange(window + 1.0)
+    f = ladder.ladder_bias(fit.a, fit.b, thetas, d)
+    w = fit.exact_distance
+    assert w == min(window, math.floor(floor / slope))
+    near, far = np.abs(f[: w + 1] + slope * d[: w + 1]).max(), (f[w + 1:] + floor).max(initial=-np.inf)
+    assert max(near, far, 0) == pytest.approx(fit.fit_error, rel=1e-12)
+    assert fit.fit_error < 0.05  # float16 weighting: the fit is far below a logit
+    # amplitudes of order C, independent of the window: nothing near float16's range (65504) once scaled
+    assert max(np.abs(fit.a).max(), np.abs(fit.b).max()) < 10 * floor
+
+
+def test_fit_uses_stored_amplitudes():
+    thetas = ladder.engine_frequencies(ladder.free_base(1024, 16), 16)
+    scale = 1 / math.sqrt(80)
+    fit = ladder.fit_head(0.25, thetas, 1024, 60.0, "bfloat16", stored_scale=scale)
+    for amps in (fit.a, fit.b):
+        stored = torch.tensor(amps, dtype=torch.float64) / scale  # the q values the checkpoint holds
+        # already bfloat16 numbers: a round trip moves them by float64 rounding of a / scale * scale only
+        torch.testing.assert_close(stored.to(torch.bfloat16).double(), stored, rtol=1e-12, atol=0)
+
+
+GRID = [(m, L, dt) for m in (0.5, 0.0442, 2**-8) for L in (512, 4096) for dt in ("bfloat16", "float16")]
+
+
+@pytest.mark.parametrize("slope, window, dtype", GRID)
+def test_error_model_against_measurement(slope, window, dtype):
+    # the prediction (fit + statistical rounding) covers the worst measured error over the window's query
+    # and key positions, computed as a model computes it, and stays within 3x of it: a useful prediction
+    r = 16
+    thetas = ladder.engine_frequencies(ladder.free_base(window, r), r)
+    scale = 1 / math.sqrt(64 + r)
+    fit = ladder.fit_head(slope, thetas, window, 60.0, dtype, stored_scale=scale)
+    err, rise = ladder.measure(fit, thetas, window, dtype, scale=scale)
+    measured = max(err, rise)
+    assert measured <= fit.predicted_error, (measured, fit)
+    assert fit.predicted_error <= 3 * measured, (measured, fit)
+
+
+def test_rounding_does_not_grow_with_the_window_like_the_single_pair():
+    # the single pair's rounding is ~ u m position; the ladder's stays ~ u C
+    m, scale = 0.5, 1 / math.sqrt(80)
+    errs = []
+    for window in (1024, 8192):
+        thetas = ladder.engine_frequencies(ladder.free_base(window, 16), 16)
+        fit = ladder.fit_head(m, thetas, window, 60.0, "bfloat16", stored_scale=scale)
+        errs.append(max(ladder.measure(fit, thetas, window, "bfloat16", scale=scale, queries=32)))
+    assert errs[1] < 2 * errs[0]
+    assert errs[1] < 2**-8 * m * 8192  # below the single pair's u m L
+
+
+def test_plan_serialises_and_respects_a_fixed_base():
+    plan = ladder.plan_ladder(alibi_slopes(4).tolist(), 32, 1024, dtype="float16", base=10000.0, rotary_dim=32,
+                              tolerance=0.25, family="bloom")
+    assert plan.mode == "ladder" and plan.base == 10000.0 and plan.rope_dim == 32 and plan.pairs_per_head == 16
+    h = plan.heads[0]
+    assert len(h.pairs) == 16 and h.floor == ladder.DEFAULT_CUTOFF + ladder.DEFAULT_ADVANTAGE
+    assert [p.theta for p in h.pairs] == ladder.engine_frequencies(10000.0, 32).tolist()
+    again = EmulationPlan.from_dict(json.loads(plan.to_json()))
+    assert again == plan
+
+
+def test_plan_refuses_bad_values():
+    with pytest.raises(ValueError, match="floor"):
+        ladder.plan_ladder([0.5], 32, 256, floors=[10.0])
+    with pytest.raises(ValueError, match="floors for"):
+        ladder.plan_ladder([0.5, 0.25], 32, 256, floors=[50.0])
+    with pytest.raises(ValueError, match="rotary_dim"):
+        ladder.plan_ladder([0.5], 32, 256, rotary_dim=7)
+
+
+@pytest.fixture(scope="module")
+def bloom(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("ladder") / "bloom", "bloom-4heads")
+
+
+def test_ladder_checkpoint_reproduces_the_exact_bias(bloom, tmp_path):
+    # a float32 checkpoint with the ladder: what is left is the fit error, which the plan predicts
+    res = convert(bloom, tmp_path / "rope", window=512, dtype="float32", emulation="ladder")
+    assert res.plan.mode == "ladder"
+    model = T.AutoModelForCausalLM.from_pretrained(res.destination).eval()
+    cfg = model.config
+    assert cfg.hidden_size // cfg.num_attention_heads == 32 + 16  # the head-dim rule: 48
+    ids = torch.randint(0, 320, (1, 512), generator=torch.Generator().manual_seed(2))
+    ref = reference_logits(SourceModel(bloom, load_config(bloom)), ids)
+    with torch.no_grad():
+        got = model(ids).logits.double()
+    worst = max(h.sine_error for h in res.plan.heads)  # fit error of the bias, logits
+    # a bias error e moves each attention output by at most ~e (softmax is 1-Lipschitz in its logits, scaled
+    # by |v|); through two layers of this pico model a few-fold amplification, hence 10x the bias error
+    assert float((got - ref).abs().max()) <= 10 * worst + 1e-3
+
+
+def test_ladder_in_bfloat16_beats_native_bfloat16(bloom, tmp_path):
+    res = convert(bloom, tmp_path / "rope16", window=1024, dtype="bfloat16")
+    assert res.plan.mode == "ladder"  # the half-precision default
+    ids = torch.randint(0, 320, (1, 1024), generator=torch.Generator().manual_seed(3))
+    ref = reference_logits(SourceModel(bloom, load_config(bloom)), ids)
+    errs = {}
+    for name, path in (("native", bloom), ("converted", res.destination)):
+        model = T.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval()
+        with torch.no_grad():
+            errs[name] = float((model(ids).logits.double() - ref).abs().max())
+    assert errs["converted"] <= errs["native"], errs
+
+
+def test_cli_plan_ladder_and_convert_record_the_same_plan(bloom, tmp_path, capsys):
+    from ropebridge.cli import main
+
+    argv = ["--window", "512", "--dtype", "bfloat16"]
+    assert main(["plan", "--model", str(bloom), *argv, "--json", "--plot", str(tmp_path / "l.png")]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["mode"] == "ladder" and (tmp_path / "l.png").stat().st_size > 0
+    assert main(["convert", str(bloom), str(tmp_path / "dst"), *argv, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    recorded = json.loads((tmp_path / "dst" / "ropebridge.json").read_text())["plan"]
+    assert summary["emulation"] == "ladder"
+    for key in ("base", "rope_dim", "window", "dtype", "mode"):
+        assert recorded[key] == planned[key], key
+    assert [h["pairs"] for h in recorded["heads"]] == [h["pairs"] for h in planned["heads"]]
+
+
+def test_cli_refusals(bloom, tmp_path, capsys):
+    from ropebridge.cli import main
+
+    dst = tmp_path / "dst"
+    assert main(["convert", str(bloom), str(dst), "--window", "256", "--dtype", "float16"]) == 0
+    capsys.readouterr()
+    cases = [
+        (["convert", str(bloom), str(tmp_path / "x"), "--target", "starcoder2", "--emulation", "ladder"], "gpt-neox"),
+        (["convert", str(bloom), str(tmp_path / "x"), "--emulation", "ladder", "--theta", "1e-5"], "single"),
+        (["convert", str(bloom), str(tmp_path / "x"), "--dtype", "float16", "--floor", "5"], "floor"),
+        (["convert", str(bloom), str(tmp_path / "x"), "--emulation", "single", "--floor", "60"], "ladder"),
+        (["convert", str(bloom), str(tmp_path / "x"), "--calibration-text", str(tmp_path / "nope.txt")], "nope.txt"),
+        (["verify", str(bloom), str(dst), "--context", "300"], "window 256"),
+        (["plan", "--heads", "4", "--head-dim", "32", "--window", "64", "--ladder", "--theta", "1e-3"], "single"),
+    ]
+    for argv, needle in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1, (argv, err)
+    assert not (tmp_path / "x").exists()
+
+
+def test_verify_follows_the_destination_dtype(bloom, tmp_path):
+    from ropebridge.convert import verify
+
+    res = convert(bloom, tmp_path / "dst", window=256, dtype="float16")
+    report = verify(bloom, res.destination, context=128, greedy_tokens=4)
+    assert report.dtype == "float16" and report.thresholds["max_abs_logit_diff"] == 0.25
+
+
+def test_calibrated_floors_cover_the_content_advantage(bloom):
+    from ropebridge.convert.calibration import content_advantage
+
+    src = SourceModel(bloom, load_config(bloom))
+    ids = torch.randint(0, 320, (256,), generator=torch.Generator().manual_seed(4))
+    adv = content_advantage(src, ids)
+    assert adv.shape == (4,) and (adv >= 0).all()
+    # direct check on the exact attention of layer 0: A(i) from its definition, on a few queries
+    from ropebridge.convert.reference import _ln
+
+    layer = src.layer(0)
+    h1 = _ln(src.embedding_rows(0, src.info.vocab_size)[ids], layer.ln1, src.info.eps)
+    q = torch.einsum("sd,hed->hse", h1, layer.q_w) + layer.q_b[:, None, :]
+    k = torch.einsum("sd,hed->hse", h1, layer.k_w) + layer.k_b[:, None, :]
+    content = src.info.qk_scale * q @ k.transpose(-1, -2)  # (h, s, t)
+    for head, m in enumerate(src.info.slopes):
+        for i in (10, 100, 255):
+            s = content[head, i, : i + 1]
+            a = float(s.max() - (s - m * torch.arange(i, -1, -1.0, dtype=torch.float64)).max())
+            assert a <= float(adv[head]) + 1e-12
