@@ -11,6 +11,8 @@ Every 25th document (in sorted path order) is held out; a slice of the held-out 
 Model: transformers' ``BloomForCausalLM`` (a genuine ALiBi checkpoint): 4 layers, hidden 192, 6 heads
 (head dim 32, a non-power-of-two head count), byte-level BPE of 4096 tokens trained with ``tokenizers``,
 trained at context 256 so the demo can show extrapolation to 4x that. Weights are stored in float16.
+``--family mpt|falcon --tokenizer src/ropebridge/data/demo`` trains the same shape as an MPT or a Falcon-RW
+(alibi) model with the demo's tokenizer, for the fidelity benchmark (``data/demo-mpt``, ``data/demo-falcon``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,18 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 HELD_OUT_EVERY = 25
+# One shape for every family: 4 layers, hidden 192, 6 heads of 32. MPT's max_seq_len bounds the inputs it
+# accepts (its ALiBi table is built that long), so it is set to the longest context the benchmarks use.
+FAMILIES = {
+    "bloom": lambda T, vocab, special: T.BloomConfig(vocab_size=vocab, hidden_size=192, n_layer=4, n_head=6,
+                                                     **special),
+    "mpt": lambda T, vocab, special: T.MptConfig(vocab_size=vocab, d_model=192, n_layers=4, n_heads=6,
+                                                 max_seq_len=32768, **special),
+    "falcon": lambda T, vocab, special: T.FalconConfig(vocab_size=vocab, hidden_size=192, num_hidden_layers=4,
+                                                       num_attention_heads=6, alibi=True,
+                                                       new_decoder_architecture=False, multi_query=False,
+                                                       parallel_attn=False, bias=True, **special),
+}
 HELDOUT_CHARS = 120_000
 
 
@@ -99,6 +113,10 @@ def main() -> int:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--family", choices=tuple(FAMILIES), default="bloom",
+                   help="architecture: bloom (the demo), mpt or falcon (Falcon-RW: alibi, sequential, bias)")
+    p.add_argument("--tokenizer", help="reuse this directory's tokenizer (the demo's, for mpt/falcon) instead of "
+                                       "training one")
     args = p.parse_args()
     import transformers as T
 
@@ -106,15 +124,18 @@ def main() -> int:
     work = Path(tempfile.mkdtemp())
     t0 = time.time()
     train_docs, held_docs, licence = fetch_corpus(work)
-    tokenizer = train_tokenizer(train_docs, args.vocab)
+    if args.tokenizer:
+        tokenizer = T.AutoTokenizer.from_pretrained(args.tokenizer)
+    else:
+        tokenizer = train_tokenizer(train_docs, args.vocab)
     train_ids, held_ids = encode(tokenizer, train_docs), encode(tokenizer, held_docs)
     print(f"corpus: {len(train_docs)} train docs ({len(train_ids)} tokens), {len(held_docs)} held out "
           f"({len(held_ids)} tokens)", flush=True)
 
-    config = T.BloomConfig(vocab_size=len(tokenizer), hidden_size=192, n_layer=4, n_head=6,
-                           bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                           pad_token_id=tokenizer.pad_token_id)
-    model = T.BloomForCausalLM(config)
+    special = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                   pad_token_id=tokenizer.pad_token_id)
+    config = FAMILIES[args.family](T, len(tokenizer), special)
+    model = T.AutoModelForCausalLM.from_config(config)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95))
     warmup = max(1, args.steps // 20)
@@ -160,10 +181,12 @@ def main() -> int:
         "corpus": "python3.11-doc (Debian), html/_sources/*.rst.txt; every 25th document held out",
         "corpus_license": "PSF License Agreement (see CORPUS_LICENSE.txt)",
         "train_tokens": len(train_ids), "heldout_tokens": len(held_ids),
+        "family": args.family,
         "config": {"hidden_size": 192, "n_layer": 4, "n_head": 6, "vocab_size": len(tokenizer)},
         "train_context": args.context, "steps": args.steps, "batch": args.batch, "lr": args.lr,
         "final_val_loss": evaluate(model32, held_ids, args.context),
-        "final_val_loss_float16_weights": evaluate(T.BloomForCausalLM.from_pretrained(out).float(), held_ids, args.context),
+        "final_val_loss_float16_weights": evaluate(T.AutoModelForCausalLM.from_pretrained(out).float(), held_ids,
+                                                   args.context),
         "history": history, "seconds": time.time() - t0, "torch": torch.__version__, "transformers": T.__version__,
     }
     (out / "training.json").write_text(json.dumps(record, indent=1))
