@@ -1,13 +1,16 @@
 """Fidelity across dtypes and contexts: native ALiBi and converted RoPE, each against an exact float64 ALiBi
 reference (``ropebridge.convert.reference``, blockwise attention).
 
-    python benchmarks/fidelity.py [--quick] [--models demo,mpt,falcon,bloom560m] [--contexts 512,2048,8192] [--merge]
+    python benchmarks/fidelity.py [--quick] [--models demo,demo-mpt,demo-falcon,mpt,falcon,bloom560m]
+                                  [--contexts 512,2048,8192] [--merge]
 
 For every model, dtype (float32, bfloat16, float16) and context: max |Δlogit| and mean KL(reference || model)
 of the native model (transformers; Falcon: its default SDPA path, which rounds the ALiBi bias to bfloat16)
 and of the converted model (converted *for that dtype*), their ratio (converted / native: <= 1 means the
-conversion adds no more error than the native model's own rounding), and, on real text (the demo model),
-the perplexity of each. Logits are compared a block of positions at a time (a 560M model's logits at 8K
+conversion adds no more error than the native model's own rounding), in half precision the **floor** (the
+source model in that dtype with attention and its bias exact, ``reference_hidden(round_to=…)``, as FA2 and
+vLLM add ALiBi in float32) and converted / floor, and, on real text (the demo models: BLOOM, MPT and
+Falcon-RW trained on the same corpus), the perplexity of each. Logits are compared a block of positions at a time (a 560M model's logits at 8K
 would take 16 GB). Prints a table and writes benchmarks/results/fidelity.json (or fidelity_quick.json).
 """
 
@@ -31,8 +34,11 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # peaks at ~20 GB (benchmarks/speed_memory.py), the demo model at 32K would need ~25 GB per score tensor.
 # Every model therefore runs in a child process (an out-of-memory kill costs only that row's native
 # numbers), before the float64 reference is built; those long contexts are in the defaults but slow.
-DEFAULT_CONTEXTS = {"demo": "512,2048,8192,32768", "mpt": "512,2048,8192", "falcon": "512,2048,8192",
+DEFAULT_CONTEXTS = {"demo": "512,2048,8192,32768", "demo-mpt": "512,2048,8192,32768",
+                    "demo-falcon": "512,2048,8192,32768", "mpt": "512,2048,8192", "falcon": "512,2048,8192",
                     "bloom560m": "512,2048,8192"}
+# Real-text models shipped as package data (scripts/train_demo_model.py --family …): name -> data directory
+TEXT_MODELS = {"demo": "demo", "demo-mpt": "demo-mpt", "demo-falcon": "demo-falcon"}
 CHILD = """
 import sys, torch, transformers as T
 path, dtype, ids_file, out = sys.argv[1:]
@@ -51,8 +57,8 @@ def build_sources(cache: Path, names: list[str]) -> dict[str, Path]:
 
     out = {}
     for name in names:
-        if name == "demo":
-            out[name] = data_dir()
+        if name in TEXT_MODELS:
+            out[name] = data_dir(TEXT_MODELS[name])
         elif name in ("mpt", "falcon"):
             path = cache / f"pico-{name}"
             if not (path / "config.json").exists():
@@ -66,7 +72,7 @@ def build_sources(cache: Path, names: list[str]) -> dict[str, Path]:
 
 
 def tokens(name: str, src: Path, n: int) -> torch.Tensor:
-    if name == "demo":
+    if name in TEXT_MODELS:
         from transformers import AutoTokenizer
 
         ids = AutoTokenizer.from_pretrained(src)((src / "heldout.txt").read_text())["input_ids"]
@@ -124,10 +130,12 @@ def compare(name, runs: dict, dtype, ids, ref_hidden, head64) -> dict:
     for w, s in stats.items():
         out[f"{w}_max_abs_logit_err"] = s["max"]
         out[f"{w}_mean_kl"] = s["kl"] / n
-        if name == "demo":
+        if name in TEXT_MODELS:
             out[f"{w}_ppl"] = math.exp(s["nll"] / (n - 1))
-    if name == "demo":
+    if name in TEXT_MODELS:
         out["reference_ppl"] = math.exp(ref_nll / (n - 1))
+    if "floor_max_abs_logit_err" in out and "converted_max_abs_logit_err" in out:
+        out["ratio_floor"] = out["converted_max_abs_logit_err"] / max(out["floor_max_abs_logit_err"], 1e-30)
     if "native_max_abs_logit_err" in out and "converted_max_abs_logit_err" in out:
         out["ratio_max"] = out["converted_max_abs_logit_err"] / max(out["native_max_abs_logit_err"], 1e-30)
         out["ratio_kl"] = out["converted_mean_kl"] / max(out["native_mean_kl"], 1e-300)
@@ -137,7 +145,7 @@ def compare(name, runs: dict, dtype, ids, ref_hidden, head64) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="demo, mpt and falcon picos at 512 and 2048")
-    p.add_argument("--models", help="comma-separated: demo, mpt, falcon, bloom560m")
+    p.add_argument("--models", help="comma-separated: demo, demo-mpt, demo-falcon, mpt, falcon, bloom560m")
     p.add_argument("--contexts", help="comma-separated contexts (default: DEFAULT_CONTEXTS per model)")
     p.add_argument("--dtypes", default="float32,bfloat16,float16")
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "ropebridge-bench"))
@@ -147,7 +155,8 @@ def main() -> int:
     from ropebridge.convert.reference import reference_hidden
     from ropebridge.sources import load_config
 
-    names = (args.models or ("demo,mpt,falcon" if args.quick else "demo,mpt,falcon,bloom560m")).split(",")
+    names = (args.models or ("demo,mpt,falcon" if args.quick else
+                             "demo,demo-mpt,demo-falcon,mpt,falcon,bloom560m")).split(",")
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     sources = build_sources(cache, names)
@@ -173,12 +182,17 @@ def main() -> int:
             ref = reference_hidden(model, ids)
             head64 = model.head_rows(0, model.info.vocab_size)
             for dtype in dtypes:
+                if dtype != "float32":  # the floor: this dtype everywhere but attention and the bias (exact)
+                    dt = DTYPES[dtype]
+                    runs[dtype]["floor"] = {"hidden": reference_hidden(model, ids, round_to=dt),
+                                            "head": head64.to(dt).double()}
                 row = {"model": name, "dtype": dtype, "context": c, **compare(name, runs[dtype], dtype, ids, ref, head64)}
                 rows.append(row)
                 print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
             del runs, ref, head64
-    cols = ["model", "dtype", "context", "native_max_abs_logit_err", "converted_max_abs_logit_err", "ratio_max",
-            "native_mean_kl", "converted_mean_kl", "ratio_kl", "native_ppl", "converted_ppl", "reference_ppl"]
+    cols = ["model", "dtype", "context", "native_max_abs_logit_err", "floor_max_abs_logit_err",
+            "converted_max_abs_logit_err", "ratio_max", "ratio_floor", "native_mean_kl", "converted_mean_kl",
+            "ratio_kl", "native_ppl", "floor_ppl", "converted_ppl", "reference_ppl"]
     print(table(rows, cols))
     name = "fidelity_quick" if args.quick else "fidelity"
     if args.merge and (RESULTS / f"{name}.json").exists():

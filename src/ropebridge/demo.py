@@ -30,9 +30,10 @@ PROMPT = "The json module"
 EVAL_TOKENS = 16384  # held-out tokens scored at every context
 
 
-def data_dir() -> Path:
-    """The embedded demo model's directory (package data)."""
-    return Path(str(resources.files("ropebridge") / "data" / "demo"))
+def data_dir(name: str = "demo") -> Path:
+    """An embedded model's directory (package data): ``demo`` (BLOOM), ``demo-mpt`` or ``demo-falcon``, all
+    trained on the same text with the same tokenizer (``scripts/train_demo_model.py``)."""
+    return Path(str(resources.files("ropebridge") / "data" / name))
 
 
 @dataclass

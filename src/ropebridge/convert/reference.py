@@ -8,6 +8,7 @@ m*j). Meant for small models: it holds the weights in float64.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -28,34 +29,57 @@ def _gelu(x: torch.Tensor, kind: str) -> torch.Tensor:
     return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
 
 
-def _residual(x: torch.Tensor, h1: torch.Tensor, attn: torch.Tensor, layer, info) -> torch.Tensor:
+def _same(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def _residual(x: torch.Tensor, h1: torch.Tensor, attn: torch.Tensor, layer, info, r=_same) -> torch.Tensor:
     """The block's residual update from its attention output ``attn`` (…, D): sequential
-    ``x + a + MLP(LN2(x + a))``, or parallel ``x + a + MLP(h1)`` (h1 = LN1(x), shared) when ``layer.ln2`` is None."""
-    h2 = h1 if layer.ln2 is None else _ln(x + attn, layer.ln2, info.eps)
-    return x + attn + _gelu(h2 @ layer.up_w.T + layer.up_b, info.activation) @ layer.down_w.T + layer.down_b
+    ``x + a + MLP(LN2(x + a))``, or parallel ``x + a + MLP(h1)`` (h1 = LN1(x), shared) when ``layer.ln2`` is None.
+    ``r`` rounds each op's result (``reference_hidden(round_to=…)``)."""
+    if layer.ln2 is None:
+        h2, x = h1, r(x + attn)
+    else:
+        x = r(x + attn)
+        h2 = r(_ln(x, layer.ln2, info.eps))
+    up = r(_gelu(r(h2 @ layer.up_w.T + layer.up_b), info.activation))
+    return r(x + r(up @ layer.down_w.T + layer.down_b))
 
 
 @torch.no_grad()
 def reference_hidden(
     src: SourceModel, input_ids: torch.Tensor, *, query_block: int = 512,
-    observe: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None,
+    observe: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None, round_to: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Final (LayerNorm-ed) hidden states ``(s, D)`` of one unpadded sequence ``input_ids`` ``(s,)``, float64,
     with attention computed a block of queries at a time (memory O(s * block) instead of O(s^2)): for long
     contexts, where ``reference_logits`` would not fit. Multiply by ``src.head_rows`` to get logits.
     ``observe(layer, content, dist)``, if given, sees each block's content logits ``qk_scale q.k`` ``(h, block, t)``
-    (before the bias and the causal mask) and distances ``(block, t)``."""
+    (before the bias and the causal mask) and distances ``(block, t)``.
+
+    ``round_to`` (bfloat16 or float16) gives the **floor** of that dtype instead: weights and the result of every
+    op (projections, LayerNorms, GELU, residual sums; each accumulated exactly, rounded once, as kernels with
+    float32 accumulation do) rounded to the dtype, while attention, its softmax and the ALiBi bias stay exact.
+    A positional encoding in that dtype owes its error to itself only above this floor."""
     info = src.info
+    if round_to is None:
+        r = _same
+    else:
+        def r(t: torch.Tensor) -> torch.Tensor:
+            return t.to(round_to).to(torch.float64)
     s = input_ids.shape[0]
     slopes = torch.tensor(info.slopes, dtype=torch.float64)[:, None, None]  # (h, 1, 1)
-    x = src.embedding_rows(0, info.vocab_size)[input_ids]  # (s, D)
+    x = r(src.embedding_rows(0, info.vocab_size)[input_ids])  # (s, D)
     pos = torch.arange(s, dtype=torch.float64)
     for i in range(info.n_layers):
         layer = src.layer(i)
-        h1 = _ln(x, layer.ln1, info.eps)
-        q = torch.einsum("sd,hed->hse", h1, layer.q_w) + layer.q_b[:, None, :]  # (h, s, hd)
-        k = torch.einsum("sd,hed->hse", h1, layer.k_w) + layer.k_b[:, None, :]
-        v = torch.einsum("sd,hed->hse", h1, layer.v_w) + layer.v_b[:, None, :]
+        if round_to is not None:
+            layer = dataclasses.replace(layer, **{f.name: _map(r, getattr(layer, f.name))
+                                                  for f in dataclasses.fields(layer)})
+        h1 = r(_ln(x, layer.ln1, info.eps))
+        q = r(torch.einsum("sd,hed->hse", h1, layer.q_w) + layer.q_b[:, None, :])  # (h, s, hd)
+        k = r(torch.einsum("sd,hed->hse", h1, layer.k_w) + layer.k_b[:, None, :])
+        v = r(torch.einsum("sd,hed->hse", h1, layer.v_w) + layer.v_b[:, None, :])
         ctx = torch.empty_like(q)
         for a in range(0, s, query_block):
             b = min(s, a + query_block)
@@ -66,9 +90,16 @@ def reference_hidden(
             logits = content - slopes * dist
             logits = logits.masked_fill(dist < 0, float("-inf"))
             ctx[:, a:b] = torch.softmax(logits, -1) @ v[:, :b]
-        attn = ctx.transpose(0, 1).reshape(s, -1) @ layer.o_w.T + layer.o_b  # (s, D)
-        x = _residual(x, h1, attn, layer, info)
-    return _ln(x, src.final_norm(), info.eps)
+        attn = r(r(ctx).transpose(0, 1).reshape(s, -1) @ layer.o_w.T + layer.o_b)  # (s, D)
+        x = _residual(x, h1, attn, layer, info, r)
+    return r(_ln(x, _map(r, src.final_norm()), info.eps))
+
+
+def _map(r, value):
+    """``r`` on a tensor, or on each tensor of a tuple (LayerNorm weight and bias); None stays None."""
+    if value is None:
+        return None
+    return tuple(r(t) for t in value) if isinstance(value, tuple) else r(value)
 
 
 @torch.no_grad()
