@@ -65,6 +65,12 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # (convert warns above it). Hand-chosen: float32 1e-3 (the converter issue's bar); half precision near a
 # few units of the dtype's rounding of O(10-100) logits.
 DEFAULT_MAX_LOGIT_DIFF = {"float32": 1e-3, "bfloat16": 1.0, "float16": 0.25}
+# The worst bias error a plan may predict before convert refuses it (``--tolerance``, ``--accept-error``).
+# A different quantity from verify's output-logit thresholds above: the emulated bias of the worst head and
+# distance, as an eager attention computes it. float32: the converter issue's bar. Half precision: the same
+# number of units of roundoff in both dtypes, 2^9 u (float16 u = 2^-11: 0.25; bfloat16 u = 2^-8: 2.0), about
+# eight half-ulps of a 60-logit score.
+PLAN_TOLERANCE = {"float32": 1e-3, "bfloat16": 2.0, "float16": 0.25}
 # (precision p in bits incl. the implicit one, minimum normal exponent)
 _FORMATS = {"float32": (24, -126), "bfloat16": (8, -126), "float16": (11, -14)}
 

@@ -34,6 +34,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        f"(default {DEFAULT_CUTOFF + DEFAULT_ADVANTAGE:g})")
     floor.add_argument("--calibration-text", metavar="FILE",
                        help="ladder: measure C per head on this text through the source model")
+    p.add_argument("--tolerance", type=float, help="largest predicted worst error (logits) the plan may have "
+                   "(default per dtype: float32 1e-3, bfloat16 2, float16 0.25)")
+    p.add_argument("--accept-error", action="store_true",
+                   help="write the checkpoint even when the plan's prediction exceeds --tolerance (warns, records it)")
     p.add_argument("--max-shard-mb", type=float, default=2000.0, help="output shard size in MB (default 2000)")
     p.add_argument("--force", action="store_true", help="replace an existing DST")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
@@ -45,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         args.src, args.dst, window=args.window, dtype=args.dtype, target=args.target, theta=args.theta,
         max_phase=args.max_phase, base=args.rope_base, rotary_dim=args.rotary_dim, pairs=args.pairs,
         emulation=args.emulation, floor=args.floor, head_dim_multiple=args.head_dim_multiple,
+        tolerance=args.tolerance, accept_error=args.accept_error,
         calibration_text=Path(args.calibration_text).read_text() if args.calibration_text else None,
         force=args.force, max_shard_mb=args.max_shard_mb, progress=not args.json,
     )

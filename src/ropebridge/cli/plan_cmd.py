@@ -8,7 +8,7 @@ import math
 import sys
 
 from ..emulation import plan_emulation
-from ..error_model import DEFAULT_MAX_LOGIT_DIFF, DTYPES
+from ..error_model import PLAN_TOLERANCE, DTYPES
 from ..ladder import DEFAULT_ADVANTAGE, DEFAULT_CUTOFF, DEFAULT_HEAD_DIM_MULTIPLE, plan_ladder
 from ..fixed_base import max_window_for_phase
 from ..sources import FAMILIES, from_config, from_heads
@@ -42,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", help="float16: k value s with q=(-N/s,0), k=(0,s); 'sqrt' for s=sqrt(N)")
     p.add_argument("--cutoff", type=float, default=40.0, help="logits below -cutoff carry no weight (default 40)")
     p.add_argument("--tolerance", type=float,
-                   help="error the plan must meet, logits (default per dtype: float32 1e-3, bfloat16 1, float16 0.25)")
+                   help="error the plan must meet, logits (default per dtype: float32 1e-3, bfloat16 2, float16 0.25)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--plot", metavar="FILE.png", help="ALiBi vs emulated bias and error vs distance for a few heads")
     p.set_defaults(run=run)
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         source = from_heads(args.heads, args.head_dim, args.family)
     if args.max_phase is not None and args.base is None and not 0 < args.max_phase < math.pi / 2:
         raise ValueError(f"max_phase must be in (0, pi/2), got {args.max_phase}")
-    tolerance = DEFAULT_MAX_LOGIT_DIFF[args.dtype] if args.tolerance is None else args.tolerance
+    tolerance = PLAN_TOLERANCE[args.dtype] if args.tolerance is None else args.tolerance
     single = args.max_phase is not None or args.theta is not None or args.pairs != 1 or args.split is not None
     emulation = args.emulation or ("single" if single or args.dtype == "float32" else "ladder")
     if emulation == "ladder":

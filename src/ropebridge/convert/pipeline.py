@@ -21,7 +21,7 @@ import torch
 
 from .. import __version__, _checks
 from ..emulation import EmulationPlan, plan_emulation, shared_theta
-from ..error_model import DEFAULT_MAX_LOGIT_DIFF, DTYPES, EXACT_TABLE_ANGLE
+from ..error_model import DTYPES, EXACT_TABLE_ANGLE, PLAN_TOLERANCE
 from ..ladder import DEFAULT_HEAD_DIM_MULTIPLE, plan_ladder
 from ..sources import load_config
 from . import compact, gpt_neox
@@ -128,7 +128,7 @@ def conversion_plan(
     dim 4 and base ``theta^-2``, the compact targets with a RoPE scaling factor ``1/theta``.
     """
     info = src.info
-    tolerance = DEFAULT_MAX_LOGIT_DIFF[dtype] if tolerance is None else tolerance
+    tolerance = PLAN_TOLERANCE[dtype] if tolerance is None else _checks.positive("tolerance", tolerance)
     common = dict(dtype=dtype, tolerance=tolerance, family=info.family, source=None)
     if emulation is None:  # the single pair's own flags choose it
         single = theta is not None or max_phase is not None or pairs != 1
@@ -172,6 +172,22 @@ def conversion_plan(
                           max_window=False, **common)
 
 
+def _what_would_fit(plan: EmulationPlan) -> str:
+    """One clause for a refusal: what the planner knows would meet the tolerance."""
+    hints = []
+    if plan.max_window is not None and plan.max_window < plan.window:
+        hints.append(f"--window {plan.max_window} fits" if plan.max_window > 0 else "no window fits this base")
+    else:
+        hints.append("try a shorter --window")
+    if plan.dtype != "float32":
+        hints.append("--dtype float32 (exact rotation)")
+    if plan.mode == "fixed-base":
+        hints.append("more --pairs or a larger --rotary-dim")
+    elif plan.mode == "ladder":
+        hints.append("a larger --rotary-dim or --calibration-text (a lower floor)")
+    return ", ".join(hints)
+
+
 def _check_destination(src: Path, dst: Path, force: bool) -> None:
     s, d = src.resolve(), dst.resolve()
     if d == s or s in d.parents:
@@ -200,6 +216,8 @@ def convert(
     floor: float | None = None,
     calibration_text: str | None = None,
     head_dim_multiple: int = DEFAULT_HEAD_DIM_MULTIPLE,
+    tolerance: float | None = None,
+    accept_error: bool = False,
     force: bool = False,
     max_shard_mb: float = 2000.0,
     progress: bool = False,
@@ -224,12 +242,14 @@ def convert(
         floors = calibrated_floors(model, src_dir, calibration_text)
     plan = conversion_plan(model, window=window, dtype=dtype, theta=theta, max_phase=max_phase, base=base,
                            rotary_dim=rotary_dim, pairs=pairs, target=target, emulation=emulation, floors=floors,
-                           head_dim_multiple=head_dim_multiple)
+                           head_dim_multiple=head_dim_multiple, tolerance=tolerance)
     plan = dataclasses.replace(plan, source=str(src))
     if not plan.meets_tolerance:
-        log.warning("the plan predicts a worst error of %.3g logits (head %d), above the %s tolerance %g: "
-                    "a shorter --window, float32 or a larger --rotary-dim may do better",
-                    plan.worst_head.predicted_error, plan.worst_head.head, dtype, plan.tolerance)
+        miss = (f"the plan predicts a worst error of {plan.worst_head.predicted_error:.3g} logits (head "
+                f"{plan.worst_head.head}), above the {dtype} tolerance {plan.tolerance:g}; {_what_would_fit(plan)}")
+        if not accept_error:
+            raise ValueError(miss + ", or pass --accept-error")
+        log.warning("%s (accepted with --accept-error)", miss)
     if target == "gpt-neox":
         layout = gpt_neox.layout_for(model, plan)
         geometry = {"rotary_dim": layout.rotary_dim, "head_dim": layout.head_dim, "hidden_size": layout.hidden_size,
@@ -268,6 +288,7 @@ def convert(
             "torch_version": torch.__version__,
             "layout": geometry,
             "plan": plan.to_dict(),
+            "accepted_error": not plan.meets_tolerance,
         }
         (tmp / "ropebridge.json").write_text(json.dumps(record, indent=1))
         if dst.exists():
