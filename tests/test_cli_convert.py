@@ -112,7 +112,7 @@ def test_bad_destination_and_plan(bloom, tmp_path, capsys):
         (["convert", str(bloom), str(tmp_path / "x"), "--window", "0"], "window"),
         (["convert", str(tmp_path / "nowhere"), str(tmp_path / "x")], "nowhere"),
         (["convert", str(bloom), str(tmp_path / "no" / "parent")], "parent"),
-        (["verify", str(bloom), str(tmp_path / "nowhere")], "config.json"),
+        (["verify", str(bloom), str(tmp_path / "nowhere")], "nowhere is neither a directory nor a hub id"),
         (["verify", str(bloom), str(bloom), "--context", "0"], "context"),
     ]
     for argv, needle in cases:

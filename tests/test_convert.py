@@ -12,7 +12,7 @@ from pico import FAMILIES, build
 from ropebridge.convert import convert, verify
 from ropebridge.convert.families import SourceModel
 from ropebridge.convert.gpt_neox import robust_fraction
-from ropebridge.convert.pipeline import exact_rotation_theta
+from ropebridge.planning import exact_rotation_theta
 from ropebridge.convert.reference import reference_logits
 from ropebridge.sources import load_config
 

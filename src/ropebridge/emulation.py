@@ -30,7 +30,7 @@ from . import __version__, _checks
 from .error_model import DTYPES, PairSpec, predict
 from .fixed_base import frequency_set, is_non_increasing, max_window_for_phase, multi_pair_amplitudes
 
-MODES = ("error-optimal", "max-phase", "theta", "fixed-base", "ladder")
+MODES = ("error-optimal", "max-phase", "theta", "fixed-base", "ladder", "exact-rotation")
 HALF_PI = math.pi / 2
 
 

@@ -33,7 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version (0) or a usage error (2, argparse's one line): a status, not an exit
+        return int(exc.code or 0)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command in ("verify", "demo") and not args.verbose:  # (convert never imports transformers: it starts faster)
         import transformers
@@ -42,14 +45,31 @@ def main(argv: list[str] | None = None) -> int:
         transformers.utils.logging.set_verbosity_error()
     try:
         return args.run(args)
+    except BrokenPipeError:  # output piped into `head` and the like: end quietly
+        _silence_stdout()
+        return 0
+    except KeyboardInterrupt:  # the library has removed what it was writing
+        print(f"ropebridge {args.command}: interrupted; nothing written", file=sys.stderr)
+        return 130
     except (ValueError, OSError) as exc:  # bad input: files, permissions, values
         print(f"ropebridge {args.command}: error: {exc}", file=sys.stderr)
         return 2
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush cannot fail on the closed pipe."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def console_main() -> None:
     try:
         sys.exit(main())
-    except BrokenPipeError:  # output piped into `head` and the like
-        sys.stderr.close()
+    except BrokenPipeError:  # a pipe closed while the exit status was being flushed
+        _silence_stdout()
         sys.exit(0)

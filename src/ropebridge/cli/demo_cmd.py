@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from ._options import add_verbose
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -12,6 +13,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--context", type=int, help="evaluation context beyond training (default 4x the training context)")
     p.add_argument("--model", metavar="DIR", help=argparse.SUPPRESS)  # another demo-shaped model directory (tests)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    add_verbose(p)
     p.set_defaults(run=run)
 
 

@@ -1,92 +1,54 @@
-"""``ropebridge plan``: theta and N for every ALiBi head, with predicted errors (calls ``emulation.plan_emulation``)."""
+"""``ropebridge plan``: preview the emulation ``convert`` would write, with predicted errors (calls
+``planning.checkpoint_plan`` with ``--model``, as convert does, or ``planning.conversion_plan`` with ``--heads``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
-from ..emulation import plan_emulation
-from ..error_model import PLAN_TOLERANCE, DTYPES
-from ..ladder import DEFAULT_ADVANTAGE, DEFAULT_CUTOFF, DEFAULT_HEAD_DIM_MULTIPLE, plan_ladder
 from ..fixed_base import max_window_for_phase
-from ..sources import FAMILIES, from_config, from_heads
+from ..planning import checkpoint_plan, conversion_plan
+from ..sources import FAMILIES, from_heads
+from ._options import add_planning_options, add_verbose, plan_kwargs
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plan", help="plan the RoPE emulation (theta, N) of every ALiBi head, with predicted errors")
+    p = sub.add_parser("plan", help="preview the RoPE emulation convert would write (theta, N or the ladder per head), "
+                                    "with predicted errors")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", metavar="PATH", help="a BLOOM, MPT or Falcon (alibi) checkpoint directory or config.json")
     src.add_argument("--heads", type=int, help="number of heads (with --head-dim)")
     p.add_argument("--head-dim", type=int, help="head dim (with --heads)")
-    p.add_argument("--family", default="bloom", help=f"with --heads: one of {', '.join(FAMILIES)} (default bloom)")
-    p.add_argument("--window", type=int, required=True, help="longest context to serve, extrapolation included")
-    p.add_argument("--dtype", default="float32", choices=tuple(DTYPES), help="dtype of the converted model (default float32)")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--max-phase", type=float, help="theta = phase/window (the source text's rule)")
-    mode.add_argument("--theta", type=float, help="a given theta")
-    p.add_argument("--base", "--rope-base", dest="base", type=float,
-                   help="fixed RoPE base: theta from base^(-2r/rope_dim)")
-    p.add_argument("--rope-dim", "--rotary-dim", dest="rope_dim", type=int,
-                   help="rotary dim of the frequency set (with --base; ladder: default from --head-dim-multiple)")
-    p.add_argument("--emulation", choices=("ladder", "single"),
-                   help="ladder (every pair of a rotary block, as convert does in bfloat16/float16) or single (one "
-                        "slow pair per head); default: ladder for bfloat16/float16 unless a single-pair flag is given")
+    p.add_argument("--family", default="bloom", choices=FAMILIES, help="with --heads (default bloom)")
+    add_planning_options(p)
     p.add_argument("--ladder", dest="emulation", action="store_const", const="ladder", help="same as --emulation ladder")
-    p.add_argument("--floor", type=float, help="ladder: the floor C (logits) beyond W = C/m "
-                   f"(default {DEFAULT_CUTOFF + DEFAULT_ADVANTAGE:g})")
-    p.add_argument("--head-dim-multiple", type=int, default=DEFAULT_HEAD_DIM_MULTIPLE,
-                   help=f"ladder: head_dim + R a multiple of this (default {DEFAULT_HEAD_DIM_MULTIPLE})")
-    p.add_argument("--pairs", type=int, default=1, help="pairs per head for the multi-pair fit (with --base)")
-    p.add_argument("--split", help="float16: k value s with q=(-N/s,0), k=(0,s); 'sqrt' for s=sqrt(N)")
-    p.add_argument("--cutoff", type=float, default=40.0, help="logits below -cutoff carry no weight (default 40)")
-    p.add_argument("--tolerance", type=float,
-                   help="error the plan must meet, logits (default per dtype: float32 1e-3, bfloat16 2, float16 0.25)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--plot", metavar="FILE.png", help="ALiBi vs emulated bias and error vs distance for a few heads")
+    add_verbose(p)
     p.set_defaults(run=run)
 
 
-def _split(text: str | None) -> float | str | None:
-    if text is None or text == "sqrt":
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"split must be a number or 'sqrt', got {text!r}") from None
-
-
 def run(args: argparse.Namespace) -> int:
+    flags = plan_kwargs(args)
+    if args.rope_base is not None and args.max_phase is not None:  # with a fixed base: the phase of the report only
+        flags["max_phase"] = None
     if args.model is not None:
-        source = from_config(args.model)
+        plan = checkpoint_plan(args.model, **flags)
     else:
         if args.head_dim is None:
             raise ValueError("--heads needs --head-dim")
-        source = from_heads(args.heads, args.head_dim, args.family)
-    if args.max_phase is not None and args.base is None and not 0 < args.max_phase < math.pi / 2:
-        raise ValueError(f"max_phase must be in (0, pi/2), got {args.max_phase}")
-    tolerance = PLAN_TOLERANCE[args.dtype] if args.tolerance is None else args.tolerance
-    single = args.max_phase is not None or args.theta is not None or args.pairs != 1 or args.split is not None
-    emulation = args.emulation or ("single" if single or args.dtype == "float32" else "ladder")
-    if emulation == "ladder":
-        if single:
-            raise ValueError("--max-phase, --theta, --pairs and --split are for --emulation single")
-        plan = plan_ladder(source.slopes, source.head_dim, args.window, dtype=args.dtype, base=args.base,
-                           rotary_dim=args.rope_dim, head_dim_multiple=args.head_dim_multiple, floors=args.floor,
-                           cutoff=args.cutoff, tolerance=tolerance, family=source.family, source=source.path)
+        if args.calibration_text is not None:
+            raise ValueError("--calibration-text needs --model (a checkpoint with weights)")
+        dtype = flags.pop("dtype") or "float32"
+        floor = flags.pop("floor")
+        flags.pop("calibration_text")
+        plan = conversion_plan(from_heads(args.heads, args.head_dim, args.family), dtype=dtype, floors=floor, **flags)
+    if plan.mode == "ladder":
         return _show_ladder(plan, args)
-    if args.floor is not None:
-        raise ValueError("--floor is for --emulation ladder")
-    plan = plan_emulation(
-        source.slopes, source.head_dim, args.window, dtype=args.dtype,
-        max_phase=args.max_phase if args.base is None else None, theta=args.theta,
-        base=args.base, rope_dim=args.rope_dim, pairs=args.pairs, split=_split(args.split),
-        cutoff=args.cutoff, tolerance=tolerance, family=source.family, source=source.path,
-    )
     phase_window = None
-    if args.base is not None:
-        phase_window = max_window_for_phase(args.base, args.rope_dim, args.max_phase or 0.1)
+    if plan.mode == "fixed-base":
+        phase_window = max_window_for_phase(plan.base, plan.rope_dim, args.max_phase or 0.1)
     if args.plot:
         from ..plots import emulation_figure
 
@@ -98,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(data, sys.stdout, indent=1)
         print()
         return 0
-    print(f"{source.family}: {len(plan.heads)} heads, head_dim {plan.head_dim}, window {plan.window}, "
+    print(f"{plan.family}: {len(plan.heads)} heads, head_dim {plan.head_dim}, window {plan.window}, "
           f"{plan.dtype}, mode {plan.mode}" + (f", base {plan.base:g}, rope_dim {plan.rope_dim}, "
                                               f"{plan.pairs_per_head} pair(s)/head" if plan.base else ""))
     print(f"{'head':>4} {'slope':>10} {'theta':>11} {'N':>11} {'phase':>8} {'sine_err':>10} {'round_err':>10} "

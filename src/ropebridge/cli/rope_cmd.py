@@ -8,6 +8,7 @@ import sys
 
 from ..analysis import analyse
 from ..frequencies import ROPE_TYPES
+from ._options import add_verbose
 
 # flag -> rope_parameters key, for the numeric keys passed straight through
 _NUMERIC = {
@@ -24,6 +25,20 @@ _NUMERIC = {
     "high_freq_factor": "high_freq_factor",
 }
 _INTEGER = {"original_max_position", "max_position"}
+_ALL = ("default", "linear", "ntk", "dynamic", "yarn", "longrope", "llama3", "proportional")
+# flag -> the rope types that read it (transformers' rope_parameters semantics)
+_USED_BY = {
+    "factor": ("linear", "ntk", "dynamic", "yarn", "longrope", "llama3", "proportional"),
+    "original_max_position": ("yarn", "longrope", "llama3"),
+    "max_position": ("dynamic", "yarn", "longrope"),
+    "partial_rotary_factor": _ALL,
+    "beta_fast": ("yarn",), "beta_slow": ("yarn",), "mscale": ("yarn",), "mscale_all_dim": ("yarn",),
+    "attention_factor": ("yarn", "longrope"),
+    "low_freq_factor": ("llama3",), "high_freq_factor": ("llama3",),
+    "short_factor": ("longrope",), "long_factor": ("longrope",), "no_truncate": ("yarn",),
+}
+_KEY_TO_FLAG = {key: "--" + flag.replace("_", "-") for flag, key in _NUMERIC.items()}
+_KEY_TO_FLAG.update(short_factor="--short-factor", long_factor="--long-factor", rope_theta="--base")
 
 
 def _floats(text: str) -> list[float]:
@@ -35,22 +50,30 @@ def _floats(text: str) -> list[float]:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rope", help="per-pair frequencies, wavelengths and turns of a RoPE configuration")
-    p.add_argument("--head-dim", type=int, required=True)
+    p.add_argument("--head-dim", type=int, required=True, help="attention head dim")
     p.add_argument("--base", type=float, default=10000.0, help="rope_theta (default 10000)")
     p.add_argument("--context", type=int, required=True, help="context length L in tokens")
-    p.add_argument("--rope-type", default="default", help=f"one of {', '.join(ROPE_TYPES)}")
-    for flag in _NUMERIC:
-        p.add_argument("--" + flag.replace("_", "-"), type=int if flag in _INTEGER else float)
+    p.add_argument("--rope-type", default="default", choices=tuple(ROPE_TYPES), help="scaling method (default default)")
+    for flag, key in _NUMERIC.items():
+        p.add_argument("--" + flag.replace("_", "-"), type=int if flag in _INTEGER else float,
+                       help=f"rope_parameters['{key}']; for {', '.join(_USED_BY[flag])}")
     p.add_argument("--short-factor", type=_floats, help="longrope: comma-separated per-pair factors")
     p.add_argument("--long-factor", type=_floats, help="longrope: comma-separated per-pair factors")
     p.add_argument("--no-truncate", action="store_true", help="yarn: do not floor/ceil the correction range")
     p.add_argument("--seq-len", type=int, help="current sequence length for dynamic/longrope (default: --context)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--plot", metavar="FILE.png", help="write a figure of wavelength per pair")
+    add_verbose(p)
     p.set_defaults(run=run)
 
 
 def rope_parameters(args: argparse.Namespace) -> dict:
+    """The flags as transformers' ``rope_parameters``; a flag the chosen type does not read is refused."""
+    for flag, types in _USED_BY.items():
+        value = getattr(args, flag)
+        if value is not None and value is not False and args.rope_type not in types:
+            raise ValueError(f"--{flag.replace('_', '-')} is not used by --rope-type {args.rope_type} "
+                             f"(it is for {', '.join(types)})")
     params: dict = {"rope_type": args.rope_type, "rope_theta": args.base}
     for flag, key in _NUMERIC.items():
         if getattr(args, flag) is not None:
@@ -70,7 +93,13 @@ def _fmt(x: float) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.context is not None and args.context <= 0:
         raise ValueError(f"context must be > 0, got {args.context}")
-    result = analyse(args.head_dim, rope_parameters(args), args.context, seq_len=args.seq_len)
+    try:
+        result = analyse(args.head_dim, rope_parameters(args), args.context, seq_len=args.seq_len)
+    except ValueError as exc:  # the library names rope_parameters keys; the user typed flags
+        message = str(exc)
+        for key, flag in sorted(_KEY_TO_FLAG.items(), key=lambda kv: -len(kv[0])):
+            message = message.replace(f"'{key}'", flag)
+        raise ValueError(message) from None
     if args.plot:
         from ..plots import wavelength_figure
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from ..convert.verify import verify
 from ..error_model import DTYPES
+from ._options import add_verbose
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,6 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-logit-diff", type=float, help="threshold (default 1e-3 float32, 1.0 bf16, 0.25 fp16)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--report", metavar="DIR", help="write report.md, report.json and plots into DIR")
+    add_verbose(p)
     p.set_defaults(run=run)
 
 
@@ -53,4 +56,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  vs exact float64 ALiBi  native {r.reference_native_max_err:.3e}, "
                   f"converted {r.reference_converted_max_err:.3e}")
         print("PASSED" if r.passed else "FAILED: " + "; ".join(r.failures))
+    if r.report_error is not None:  # the result above stands; the report could not be written
+        print(f"ropebridge verify: error: cannot write the report into {args.report}: {r.report_error}", file=sys.stderr)
+        return 2
     return 0 if r.passed else 1

@@ -1,6 +1,7 @@
 """Conversion of ALiBi checkpoints into stock RoPE checkpoints, and its verification."""
 
-from .pipeline import ConversionResult, convert, conversion_plan
+from ..planning import conversion_plan
+from .pipeline import ConversionResult, convert
 
 __all__ = ["ConversionResult", "convert", "conversion_plan"]
 

@@ -68,6 +68,11 @@ class SourceInfo:
     slopes: tuple[float, ...]  # per-logit ALiBi slopes
     config: Mapping[str, Any]
 
+    @property
+    def max_positions(self) -> int | None:
+        """The longest input the source accepts (MPT: ``max_seq_len``, its ALiBi table); None for no limit."""
+        return int(self.config["max_seq_len"]) if self.family == "mpt" and self.config.get("max_seq_len") else None
+
 
 def _zeros_if_missing(reader: CheckpointReader, name: str, shape: tuple[int, ...]) -> torch.Tensor:
     return reader.read(name) if name in reader else torch.zeros(shape, dtype=torch.float64)

@@ -78,6 +78,7 @@ class VerifyReport:
     error_by_position: list[float] = field(default_factory=list)
     thresholds: dict[str, Any] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    report_error: str | None = None  # why --report DIR could not be written, if it could not
 
     @property
     def passed(self) -> bool:
@@ -116,7 +117,12 @@ def _tokens(src: Path, text: str | None, context: int, vocab: int, seed: int) ->
         return torch.randint(0, vocab, (1, context), generator=g)
     from transformers import AutoTokenizer
 
-    ids = AutoTokenizer.from_pretrained(src)(text, return_tensors="pt")["input_ids"][:, :context]
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(src)
+    except Exception as exc:  # missing or broken tokenizer files surface as many types: one line
+        raise ValueError(f"--text needs the source's tokenizer, which does not load from {src} "
+                         f"({type(exc).__name__})") from None
+    ids = tokenizer(text, return_tensors="pt")["input_ids"][:, :context]
     if ids.shape[1] < 2:
         raise ValueError("the text gives fewer than 2 tokens")
     return ids
@@ -133,6 +139,27 @@ def _conversion_record(dst: Path) -> dict[str, Any]:
         raise ValueError(f"{path} is not valid JSON: {exc}") from None
 
 
+def _check_pair(source: SourceModel, src: Path, dst: Path, record: dict[str, Any]) -> None:
+    """Refuse a DST that was not converted from SRC: its recorded plan must have SRC's heads, head dim and
+    slopes, and its config SRC's vocabulary and depth."""
+    dst_config = load_config(dst)
+    info = source.info
+    plan = record.get("plan") or {}
+    slopes = [h.get("slope") for h in plan.get("heads", [])]
+    problems = []
+    if plan and (plan.get("head_dim") != info.head_dim or len(slopes) != info.n_heads
+                 or any(abs(a - b) > 1e-12 * b for a, b in zip(slopes, info.slopes))):
+        problems.append(f"its plan is for {len(slopes)} heads of dim {plan.get('head_dim')}, the source has "
+                        f"{info.n_heads} of dim {info.head_dim}")
+    if dst_config.get("vocab_size") != info.vocab_size:
+        problems.append(f"vocabulary {dst_config.get('vocab_size')} vs the source's {info.vocab_size}")
+    layers = dst_config.get("num_hidden_layers")
+    if layers is not None and layers != info.n_layers:
+        problems.append(f"{layers} layers vs the source's {info.n_layers}")
+    if problems:
+        raise ValueError(f"{dst} was not converted from {src}: " + "; ".join(problems))
+
+
 def verify(
     src: str | Path,
     dst: str | Path,
@@ -147,8 +174,10 @@ def verify(
     report_dir: str | Path | None = None,
 ) -> VerifyReport:
     """Run SRC (native ALiBi) and DST (converted) on the same tokens and check the thresholds (module doc)."""
+    from .pipeline import resolve_source
+
     context = _checks.positive_int("context", context)
-    src, dst = Path(src), Path(dst)
+    src, dst = resolve_source(src), resolve_source(dst)  # directories, or hub ids as in convert
     for p in (src, dst):
         if not (p / "config.json").is_file():
             raise FileNotFoundError(f"no config.json in {p}")
@@ -161,6 +190,10 @@ def verify(
                          "(its bias is planned up to there only); convert again with a larger --window")
     torch_dtype = DTYPES[dtype]
     source = SourceModel(src, load_config(src))
+    _check_pair(source, src, dst, record)
+    limit = source.info.max_positions
+    if limit is not None and context > limit:
+        raise ValueError(f"--context {context} is beyond the source's own limit of {limit} positions")
     native, converted = _load(src, torch_dtype), _load(dst, torch_dtype)
     vocab = source.info.vocab_size
     ids = _tokens(src, text, context, vocab, seed)
@@ -218,5 +251,9 @@ def verify(
     if report_dir is not None:
         from .report import write_report
 
-        write_report(report, Path(report_dir), native, converted, ids)
+        try:
+            write_report(report, Path(report_dir), native, converted, ids)
+        except OSError as exc:  # keep the computed result: the caller prints it and says why the report is missing
+            report.report_error = str(exc.strerror or exc)
+            log.info("cannot write the report into %s: %s", report_dir, report.report_error)
     return report

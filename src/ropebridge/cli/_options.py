@@ -1,0 +1,71 @@
+"""Planning options shared by ``plan`` and ``convert``: the same names, defaults and help in both, and one
+mapping to ``planning.conversion_plan``'s arguments (``plan_kwargs``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..error_model import DTYPES, PLAN_TOLERANCE
+from ..ladder import DEFAULT_ADVANTAGE, DEFAULT_CUTOFF, DEFAULT_HEAD_DIM_MULTIPLE
+from ..planning import DEFAULT_WINDOW, EMULATIONS, FIXED_BASE_ROTARY_DIM, TARGETS
+
+
+def add_verbose(p: argparse.ArgumentParser) -> None:
+    """``-v`` after the subcommand too (it is also accepted before it)."""
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log progress to stderr")
+
+
+def add_planning_options(p: argparse.ArgumentParser) -> None:
+    tol = ", ".join(f"{k} {v:g}" for k, v in PLAN_TOLERANCE.items())
+    p.add_argument("--window", type=int, default=DEFAULT_WINDOW,
+                   help=f"longest context to serve, extrapolation included (default {DEFAULT_WINDOW})")
+    p.add_argument("--dtype", choices=tuple(DTYPES),
+                   help="dtype of the converted model (default: the source checkpoint's; float32 with --heads)")
+    p.add_argument("--target", default="gpt-neox", choices=TARGETS, help="stock architecture (default gpt-neox)")
+    p.add_argument("--emulation", choices=EMULATIONS,
+                   help="ladder (every pair of a rotary block; default for bfloat16/float16 on gpt-neox) or single "
+                        "(one slow pair per head; default for float32, the compact targets, and when --theta, "
+                        "--max-phase, --pairs or --split is given)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--theta", type=float, help="single: one theta for every head")
+    mode.add_argument("--max-phase", type=float, help="single: theta = phase/window (the source text's rule)")
+    p.add_argument("--rope-base", "--base", dest="rope_base", type=float,
+                   help="fixed RoPE base (an engine that ignores the stored one, e.g. 10000); ladder: default free")
+    p.add_argument("--rotary-dim", "--rope-dim", dest="rotary_dim", type=int,
+                   help=f"rotary dims per head: single with --rope-base (default {FIXED_BASE_ROTARY_DIM}); ladder "
+                        "(default from --head-dim-multiple)")
+    p.add_argument("--pairs", type=int, default=1, help="single with --rope-base: pairs per head (multi-pair fit)")
+    p.add_argument("--split", help="single, float16: k value s with q = (-N/s, 0), k = (0, s); 'sqrt' for s = sqrt(N)")
+    p.add_argument("--head-dim-multiple", type=int, default=DEFAULT_HEAD_DIM_MULTIPLE,
+                   help=f"ladder: head_dim + R a multiple of this (default {DEFAULT_HEAD_DIM_MULTIPLE})")
+    floor = p.add_mutually_exclusive_group()
+    floor.add_argument("--floor", type=float, help="ladder: the floor C (logits) kept beyond W = C/m, every head "
+                       f"(default {DEFAULT_CUTOFF + DEFAULT_ADVANTAGE:g})")
+    floor.add_argument("--calibration-text", metavar="FILE",
+                       help="ladder: measure C per head on this text through the source model (needs its weights)")
+    p.add_argument("--cutoff", type=float, default=DEFAULT_CUTOFF,
+                   help=f"logits below -cutoff carry no weight (default {DEFAULT_CUTOFF:g})")
+    p.add_argument("--tolerance", type=float,
+                   help=f"largest predicted worst error (logits) a plan may have (default per dtype: {tol})")
+
+
+def _split(text: str | None) -> float | str | None:
+    if text is None or text == "sqrt":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"split must be a number or 'sqrt', got {text!r}") from None
+
+
+def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The parsed planning options as keyword arguments of ``checkpoint_plan`` / ``conversion_plan``."""
+    text = None
+    if args.calibration_text is not None:
+        text = Path(args.calibration_text).read_text()
+    return dict(window=args.window, dtype=args.dtype, target=args.target, emulation=args.emulation,
+                theta=args.theta, max_phase=args.max_phase, base=args.rope_base, rotary_dim=args.rotary_dim,
+                pairs=args.pairs, split=_split(args.split), head_dim_multiple=args.head_dim_multiple,
+                floor=args.floor, calibration_text=text, cutoff=args.cutoff, tolerance=args.tolerance)

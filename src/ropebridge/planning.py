@@ -1,0 +1,166 @@
+"""The one planning path: the emulation plan a converted checkpoint will carry.
+
+``ropebridge plan`` (a preview) and ``ropebridge convert`` (the action) both call ``conversion_plan`` with
+the same arguments, so ``plan --model SRC [flags] --json`` prints exactly the plan that ``convert SRC DST
+[flags]`` records in ``ropebridge.json``. A stock target's heads share one frequency set:
+
+- ``emulation="ladder"`` (default for bfloat16/float16 on gpt-neox): every pair of a rotary block
+  (``ladder.plan_ladder``);
+- ``"single"``: one slow pair per head: with ``base`` the best ``pairs`` consecutive pairs of that base
+  (mode ``fixed-base``); otherwise one theta for all heads (``theta``, ``max_phase / window``, the exact
+  rotation theta in float32, else the worst head's error-optimal theta), which gpt-neox realises with
+  rotary dim 4 and base ``theta^-2``, the compact targets with a RoPE scaling factor ``1/theta``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from . import _checks
+from .emulation import EmulationPlan, plan_emulation, shared_theta
+from .error_model import DTYPES, EXACT_TABLE_ANGLE, PLAN_TOLERANCE
+from .ladder import DEFAULT_CUTOFF, DEFAULT_HEAD_DIM_MULTIPLE, plan_ladder
+
+TARGETS = ("gpt-neox", "starcoder2", "nemotron")
+EMULATIONS = ("ladder", "single")
+DEFAULT_WINDOW = 8192
+SINGLE_PAIR_ROTARY_DIM = 4  # pair 0 always turns at 1 rad/token; pair 1 at base^(-1/2) = the planned theta
+FIXED_BASE_ROTARY_DIM = 16
+
+
+def exact_rotation_theta(window: int) -> float:
+    """theta = 2^-k, the largest power of two with theta * window <= 2^-12: every float32 angle p * theta
+    (p <= window) is exact (a power of two only shifts the exponent), cos(p theta) rounds to exactly 1 and
+    sin(p theta) to p theta itself (their next terms, x^2/2 and x^3/6, fall below half an ulp), so the
+    rotation of the emulation pair is exact: the rounding that remains is that of the products with N.
+    The sine approximation then costs m theta^2 d^3 / 6 <= m d 2^-24 / 6, below float32's own rounding
+    of m d. Measured on the demo model at 2K tokens, against an exact float64 ALiBi forward pass: 8e-6
+    logits, where the error-optimal theta (4.3e-7, not a power of two) gave 5e-4 and native BLOOM in
+    float32 2.3e-4."""
+    return math.ldexp(EXACT_TABLE_ANGLE, -(window - 1).bit_length())  # bit_length: ceil(log2(window))
+
+
+def default_emulation(dtype: str, target: str) -> str:
+    """The frequency ladder for bfloat16/float16 on gpt-neox (its rounding does not grow with the context);
+    the exact single pair in float32 and on the compact targets (which rotate one pair only)."""
+    return "ladder" if dtype != "float32" and target == "gpt-neox" else "single"
+
+
+def conversion_plan(
+    source: Any, *, window: int = DEFAULT_WINDOW, dtype: str = "float32", target: str = "gpt-neox",
+    emulation: str | None = None, theta: float | None = None, max_phase: float | None = None,
+    base: float | None = None, rotary_dim: int | None = None, pairs: int = 1,
+    floors: float | list[float] | None = None, head_dim_multiple: int = DEFAULT_HEAD_DIM_MULTIPLE,
+    tolerance: float | None = None, cutoff: float = DEFAULT_CUTOFF, split: float | str | None = None,
+) -> EmulationPlan:
+    """The plan (module doc). ``source``: anything with ``slopes`` ``(h,)``, ``head_dim`` and ``family``
+    (``sources.AlibiSource``, ``convert.families.SourceInfo``). ``tolerance`` defaults to the dtype's
+    ``PLAN_TOLERANCE``; ``emulation`` to ``default_emulation`` unless ``theta``, ``max_phase``, ``pairs`` or
+    ``split`` ask for the single pair."""
+    window = _checks.positive_int("window", window)
+    _checks.choice("dtype", dtype, tuple(DTYPES))
+    _checks.choice("target", target, TARGETS)
+    cutoff = _checks.positive("cutoff", cutoff)
+    tolerance = PLAN_TOLERANCE[dtype] if tolerance is None else _checks.positive("tolerance", tolerance)
+    common = dict(dtype=dtype, tolerance=tolerance, family=source.family, source=None, cutoff=cutoff)
+    single_flags = theta is not None or max_phase is not None or pairs != 1 or split is not None
+    if emulation is None:
+        emulation = "single" if single_flags else default_emulation(dtype, target)
+    _checks.choice("emulation", emulation, EMULATIONS)
+    if rotary_dim is not None and base is None and emulation == "single":
+        raise ValueError("--rotary-dim needs --rope-base with --emulation single (the free-theta pair uses 4 dims)")
+    if emulation == "ladder":
+        if target != "gpt-neox":
+            raise ValueError(f"--target {target} rotates one pair at one theta; the ladder needs --target gpt-neox "
+                             "(or --emulation single)")
+        if single_flags:
+            raise ValueError("--theta, --max-phase, --pairs and --split are for --emulation single; the ladder "
+                             "plans every pair")
+        return plan_ladder(source.slopes, source.head_dim, window, base=base, rotary_dim=rotary_dim,
+                           head_dim_multiple=head_dim_multiple, floors=floors, **common)
+    if floors is not None:
+        raise ValueError("--floor and --calibration-text are for --emulation ladder")
+    if target != "gpt-neox" and (base is not None or pairs != 1):
+        raise ValueError(f"--target {target} rotates one pair at a free theta: --rope-base and --pairs are for gpt-neox")
+    if base is not None:
+        if theta is not None or max_phase is not None:
+            raise ValueError("give either --rope-base (with --rotary-dim) or --theta/--max-phase, not both")
+        return plan_emulation(source.slopes, source.head_dim, window, base=base,
+                              rope_dim=rotary_dim or FIXED_BASE_ROTARY_DIM, pairs=pairs, split=split, **common)
+    if pairs != 1:
+        raise ValueError("--pairs > 1 needs a fixed base (--rope-base), whose frequency set provides the pairs")
+    if theta is not None and max_phase is not None:
+        raise ValueError("give --theta or --max-phase, not both")
+    if theta is not None:
+        mode = "theta"
+    elif max_phase is not None:
+        if not 0 < max_phase < math.pi / 2:
+            raise ValueError(f"max_phase must be in (0, pi/2), got {max_phase!r}")
+        mode, theta = "max-phase", max_phase / window
+    elif dtype == "float32":
+        mode, theta = "exact-rotation", exact_rotation_theta(window)
+    else:
+        mode, theta = "error-optimal", shared_theta(source.slopes, source.head_dim, window, dtype=dtype, cutoff=cutoff,
+                                                    split=split)
+    theta = _checks.positive("theta", theta)
+    if theta * window >= math.pi / 2:
+        raise ValueError(f"theta * window = {theta * window:.4g} must be < pi/2")
+    if target != "gpt-neox":
+        plan = plan_emulation(source.slopes, source.head_dim, window, theta=theta, split=split, **common)
+    else:  # (no max_window search: with a free base the window is whatever theta was planned for)
+        plan = plan_emulation(source.slopes, source.head_dim, window, base=theta**-2.0,
+                              rope_dim=SINGLE_PAIR_ROTARY_DIM, max_window=False, split=split, **common)
+    return dataclasses.replace(plan, mode=mode)
+
+
+def what_would_fit(plan: EmulationPlan) -> str:
+    """One clause for a refusal: what the planner knows would meet the tolerance."""
+    hints = []
+    if plan.max_window is not None and plan.max_window < plan.window:
+        hints.append(f"--window {plan.max_window} fits" if plan.max_window > 0 else "no window fits this base")
+    else:
+        hints.append("try a shorter --window")
+    if plan.dtype != "float32":
+        hints.append("--dtype float32 (exact rotation)")
+    if plan.mode == "fixed-base":
+        hints.append("more --pairs or a larger --rotary-dim")
+    elif plan.mode == "ladder":
+        hints.append("a larger --rotary-dim or --calibration-text (a lower floor)")
+    return ", ".join(hints)
+
+
+def default_dtype(config: dict) -> str:
+    """The dtype a checkpoint's config names (``dtype`` or ``torch_dtype``), float32 if none we know."""
+    name = str(config.get("dtype") or config.get("torch_dtype") or "float32").replace("torch.", "")
+    return name if name in DTYPES else "float32"
+
+
+def checkpoint_plan(
+    src_dir, *, dtype: str | None = None, floor: float | None = None, calibration_text: str | None = None,
+    source_name: str | None = None, **flags: Any,
+) -> EmulationPlan:
+    """``conversion_plan`` for a checkpoint directory (or its config.json): the dtype defaults to the
+    checkpoint's, and ``calibration_text`` measures the ladder's floors through its weights
+    (``convert.calibration``). ``plan --model`` and ``convert`` both call this."""
+    from .sources import from_config, load_config
+
+    config = load_config(src_dir)
+    source = from_config(config)
+    dtype = default_dtype(config) if dtype is None else _checks.choice("dtype", dtype, tuple(DTYPES))
+    floors: float | list[float] | None = floor
+    if calibration_text is not None:
+        if floor is not None:
+            raise ValueError("give --floor or --calibration-text, not both")
+        from pathlib import Path
+
+        from .convert.calibration import calibrated_floors
+        from .convert.families import SourceModel
+
+        directory = Path(src_dir)
+        if not directory.is_dir():
+            raise ValueError("--calibration-text needs a checkpoint directory with weights, not a config file")
+        floors = calibrated_floors(SourceModel(directory, config), directory, calibration_text)
+    plan = conversion_plan(source, dtype=dtype, floors=floors, **flags)
+    return dataclasses.replace(plan, source=str(src_dir) if source_name is None else source_name)
