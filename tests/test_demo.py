@@ -6,13 +6,12 @@ import shutil
 import pytest
 
 from ropebridge.cli import main
-from ropebridge.demo import data_dir, run_demo
+from ropebridge.demo import data_dir
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo")
-    return run_demo(out, context=512), out
+def report(demo_run):
+    return demo_run
 
 
 def test_embedded_model_ships_with_its_record():

@@ -41,7 +41,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(r.to_dict(), indent=1))
     else:
         print(f"{r.family} ({r.source_attention}) vs converted, {r.dtype}, {r.context} tokens")
-        print(f"  max |logit diff|        {r.max_abs_logit_diff:.3e}  (threshold {r.thresholds['max_abs_logit_diff']:g})")
+        against = r.thresholds["against"]
+        where = "" if against == "native" else f" against the {against}, or native's error"
+        print(f"  max |logit diff|        {r.max_abs_logit_diff:.3e}  (threshold {r.thresholds['max_abs_logit_diff']:g}"
+              f"{where})")
         if r.transformers_native_max_abs_logit_diff is not None:
             print(f"  ... against transformers' own Falcon (bias rounded to bfloat16): "
                   f"{r.transformers_native_max_abs_logit_diff:.3e}")

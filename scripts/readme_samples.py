@@ -1,0 +1,124 @@
+"""README sample outputs: regenerate them, or check them (``tests/test_readme_samples.py``).
+
+    python scripts/readme_samples.py          # rewrite every sample block of README.md from a fresh run
+    python scripts/readme_samples.py --check  # exit 1 where a sample no longer matches
+
+A sample is a fenced block whose first line is ``$ ropebridge …`` and that is preceded by the line
+``<!-- sample -->``. The command runs in a temporary directory (its ``--out``/``--plot`` files land
+there); long outputs keep their first ``HEAD`` and last ``TAIL`` lines around a `` ...`` line. Matching
+is line by line: the same words, and numbers within ``REL`` relative (times, which vary from run to run,
+only in form).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MARK = "<!-- sample -->"
+HEAD, TAIL, LONG = 3, 3, 18
+REL = 1e-3
+_NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+_TIME = re.compile(r"^\d+(\.\d+)?ms$")
+
+
+def blocks(text: str) -> list[tuple[int, int, str]]:
+    """(first line index of the output, end index (the closing fence), command) of every sample block."""
+    lines = text.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if line.strip() == MARK and i + 2 < len(lines) and lines[i + 1].startswith("```") \
+                and lines[i + 2].startswith("$ ropebridge "):
+            end = next(j for j in range(i + 3, len(lines)) if lines[j].startswith("```"))
+            out.append((i + 3, end, lines[i + 2][2:]))
+    return out
+
+
+def run(command: str) -> list[str]:
+    """The command's stdout lines, run through ``ropebridge.cli.main`` in a temporary directory."""
+    from ropebridge.cli import main
+
+    argv = command.split()[1:]
+    buffer = io.StringIO()
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory() as work:
+        os.chdir(work)
+        try:
+            with contextlib.redirect_stdout(buffer):
+                status = main(argv)
+        finally:
+            os.chdir(here)
+    if status != 0:
+        raise RuntimeError(f"{command!r} exited {status}")
+    return buffer.getvalue().rstrip("\n").splitlines()
+
+
+def elide(lines: list[str]) -> list[str]:
+    return lines if len(lines) <= LONG else lines[:HEAD] + [" ..."] + lines[-TAIL:]
+
+
+def _tokens(line: str) -> list[str]:
+    return re.split(r"[\s,;()=]+", line.strip())
+
+
+def _same_token(a: str, b: str) -> bool:
+    if a == b or (_TIME.match(a) and _TIME.match(b)):
+        return True
+    a, b = a.rstrip("%"), b.rstrip("%")
+    if _NUMBER.match(a) and _NUMBER.match(b):
+        x, y = float(a), float(b)
+        if abs(x) < 1e-3 and abs(y) < 1e-3:  # rounding-level numbers: the same order of magnitude
+            return (x == y == 0) or (x != 0 and y != 0 and 0.5 <= abs(x / y) <= 2)
+        return abs(x - y) <= REL * max(abs(x), abs(y))
+    return False
+
+
+def mismatches(expected: list[str], actual: list[str]) -> list[str]:
+    """Where the README's lines differ from an actual output (elided parts skipped)."""
+    problems = []
+    if " ..." in expected:
+        k = expected.index(" ...")
+        pairs = list(zip(expected[:k], actual[:k])) + list(zip(expected[k + 1:][::-1], actual[::-1]))[::-1]
+        if len(actual) < len(expected) - 1:
+            problems.append(f"{len(actual)} lines, the sample shows more")
+    else:
+        pairs = list(zip(expected, actual))
+        if len(expected) != len(actual):
+            problems.append(f"{len(actual)} lines, the sample has {len(expected)}")
+    for want, got in pairs:
+        if want.rstrip().endswith("s;") or " in " in want and " s;" in want:  # a timing clause
+            want, got = re.sub(r"in \d+\.\d+ s;", "", want), re.sub(r"in \d+\.\d+ s;", "", got)
+        a, b = _tokens(want), _tokens(got)
+        if len(a) != len(b) or not all(_same_token(x, y) for x, y in zip(a, b)):
+            problems.append(f"README: {want!r}\n   now: {got!r}")
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    lines = text.splitlines()
+    failed = 0
+    for first, end, command in reversed(blocks(text)):
+        actual = run(command)
+        if "--check" in argv:
+            problems = mismatches(lines[first:end], actual)
+            for p in problems:
+                print(f"{command}: {p}")
+            failed += bool(problems)
+        else:
+            lines[first:end] = elide(actual)
+            print(f"updated: {command}", file=sys.stderr)
+    if "--check" not in argv:
+        readme.write_text("\n".join(lines) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
