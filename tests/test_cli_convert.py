@@ -42,10 +42,32 @@ def test_convert_then_verify(bloom, tmp_path, capsys):
 
 
 def test_verify_fails_with_exit_1(bloom, tmp_path, capsys):
+    from safetensors.torch import load_file, save_file
+
+    dst = tmp_path / "rope"
+    assert main(["convert", str(bloom), str(dst), "--window", "512"]) == 0
+    weights = next(dst.glob("*.safetensors"))
+    tensors = load_file(weights)
+    name = next(k for k in tensors if "dense_4h_to_h.weight" in k)
+    tensors[name] = tensors[name] * 1.01  # a converted checkpoint damaged after the fact
+    save_file(tensors, weights, metadata={"format": "pt"})
+    capsys.readouterr()
+    assert main(["verify", str(bloom), str(dst), "--context", "64"]) == 1
+    assert "FAILED" in capsys.readouterr().out
+
+
+def test_verify_refuses_a_dst_from_another_source(bloom, tmp_path, capsys):
     other = build(tmp_path / "other", "bloom-12heads", seed=1)  # same shape, other weights
     assert main(["convert", str(other), str(tmp_path / "other-rope"), "--window", "512"]) == 0
-    assert main(["verify", str(bloom), str(tmp_path / "other-rope"), "--context", "64"]) == 1
-    assert "FAILED" in capsys.readouterr().out
+    capsys.readouterr()
+    assert main(["verify", str(bloom), str(tmp_path / "other-rope"), "--context", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "was not converted from" in err and len(err.strip().splitlines()) == 1
+    small = build(tmp_path / "small", "bloom-4heads")  # another shape
+    assert main(["convert", str(small), str(tmp_path / "small-rope"), "--window", "512"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(bloom), str(tmp_path / "small-rope"), "--context", "64"]) == 2
+    assert "4 heads" in capsys.readouterr().err
 
 
 def test_force_replaces(bloom, tmp_path, capsys):

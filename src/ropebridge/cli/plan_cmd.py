@@ -30,6 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.model is None and args.calibration_text is not None:
+        raise ValueError("--calibration-text needs --model (a checkpoint with weights)")
     flags = plan_kwargs(args)
     if args.rope_base is not None and args.max_phase is not None:  # with a fixed base: the phase of the report only
         flags["max_phase"] = None
@@ -38,8 +40,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         if args.head_dim is None:
             raise ValueError("--heads needs --head-dim")
-        if args.calibration_text is not None:
-            raise ValueError("--calibration-text needs --model (a checkpoint with weights)")
         dtype = flags.pop("dtype") or "float32"
         floor = flags.pop("floor")
         flags.pop("calibration_text")

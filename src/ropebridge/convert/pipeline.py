@@ -80,6 +80,23 @@ def copy_side_files(src_dir: Path, out: Path) -> None:
                 log.info("tokenizer_class TokenizersBackend written as PreTrainedTokenizerFast (transformers 4.x)")
 
 
+def source_fingerprint(src_dir: Path) -> str:
+    """sha256 of config.json and, for every weight file, its size and first and last MiB: the same for a
+    copy of the checkpoint anywhere, different for other weights (``verify`` checks DST against SRC)."""
+    import hashlib
+
+    h = hashlib.sha256((src_dir / "config.json").read_bytes())
+    files = sorted([*src_dir.glob("*.safetensors"), *src_dir.glob("*.bin")], key=lambda p: p.name)
+    for path in files:
+        size = path.stat().st_size
+        h.update(f"{path.name}:{size}".encode())
+        with open(path, "rb") as f:
+            h.update(f.read(2**20))
+            f.seek(max(0, size - 2**20))
+            h.update(f.read(2**20))
+    return h.hexdigest()
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -184,6 +201,7 @@ def convert(
             "ropebridge_version": __version__,
             "source": str(src),
             "source_family": model.info.family,
+            "source_fingerprint": source_fingerprint(src_dir),
             "target": target,
             "dtype": dtype,
             "torch_version": torch.__version__,

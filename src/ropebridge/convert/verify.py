@@ -159,6 +159,12 @@ def _check_pair(source: SourceModel, src: Path, dst: Path, record: dict[str, Any
     layers = dst_config.get("num_hidden_layers")
     if layers is not None and layers != info.n_layers:
         problems.append(f"{layers} layers vs the source's {info.n_layers}")
+    recorded = record.get("source_fingerprint")
+    if not problems and recorded is not None:
+        from .pipeline import source_fingerprint
+
+        if recorded != source_fingerprint(src):
+            problems.append("its recorded source fingerprint (config and weight files) differs from SRC's")
     if problems:
         raise ValueError(f"{dst} was not converted from {src}: " + "; ".join(problems))
 

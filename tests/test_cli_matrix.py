@@ -1,0 +1,165 @@
+"""Every subcommand against bad input: exit 2, exactly one line on stderr, no traceback, nothing written, the
+source untouched. Plus process hygiene: Ctrl-C, closed pipes, permissions, -v anywhere, documented flags."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from pico import build
+from test_cli_convert import tree_hash
+
+from ropebridge.cli import build_parser, main
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("matrix")
+    bloom = build(root / "bloom", "bloom-4heads")
+    mpt = build(root / "mpt", "mpt", max_seq_len=512)
+    other = build(root / "other", "bloom-4heads", seed=1)
+    for src, dst, window in ((bloom, "bloom-rope", "256"), (mpt, "mpt-rope", "1024"), (other, "other-rope", "256")):
+        assert main(["convert", str(src), str(root / dst), "--window", window]) == 0
+    return root
+
+
+# (argv with {root}, {out} placeholders, needle in the one stderr line)
+CASES = [
+    ("convert {root}/bloom {root}/bloom/inside", "inside"),
+    ("convert {root}/bloom {root}/bloom", "is the source"),
+    ("convert {root}/bloom {out}/no/parent", "parent"),
+    ("convert {root}/nowhere {out}/x", "nowhere"),
+    ("convert {root}/bloom {root}/bloom-rope", "exists; pass --force"),
+    ("convert {root}/bloom {out}/x --window 0", "window"),
+    ("convert {root}/bloom {out}/x --max-phase 2", "max_phase"),
+    ("convert {root}/bloom {out}/x --dtype float16 --theta 1e-12", "float16"),
+    ("convert {root}/bloom {out}/x --rotary-dim 32", "--rope-base"),
+    ("convert {root}/bloom {out}/x --pairs 2", "fixed base"),
+    ("convert {root}/bloom {out}/x --target starcoder2 --rope-base 10000", "gpt-neox"),
+    ("convert {root}/bloom {out}/x --target nemotron --emulation ladder", "gpt-neox"),
+    ("convert {root}/bloom {out}/x --dtype bfloat16 --floor 5", "floor"),
+    ("convert {root}/bloom {out}/x --calibration-text {root}/missing.txt", "missing.txt"),
+    ("convert {root}/bloom {out}/x --tolerance -1", "tolerance"),
+    ("convert {root}/bloom {out}/x --window 1000000000", "--accept-error"),
+    ("convert {root}/bloom {out}/x --rope-base 10000 --rotary-dim 32 --pairs 3", "--accept-error"),
+    ("convert {root}/bloom {out}/x --dtype float64", "invalid choice"),
+    ("verify {root}/bloom {root}/nowhere", "nowhere"),
+    ("verify {root}/bloom {root}/bloom-rope --context 0", "context"),
+    ("verify {root}/bloom {root}/bloom-rope --context 300", "window 256"),
+    ("verify {root}/mpt {root}/mpt-rope --context 600", "own limit of 512"),
+    ("verify {root}/bloom {root}/bloom-rope --text {root}/missing.txt", "missing.txt"),
+    ("verify {root}/bloom {root}/other-rope --context 64", "was not converted from"),
+    ("plan --heads 4 --head-dim 32 --window 64 --cutoff -1", "cutoff"),
+    ("plan --heads 4 --window 64", "--head-dim"),
+    ("plan --heads 4 --head-dim 32 --window 64 --family gpt", "invalid choice"),
+    ("plan --heads 4 --head-dim 32 --window 64 --ladder --theta 1e-3", "single"),
+    ("plan --heads 4 --head-dim 32 --window 64 --calibration-text {root}/missing.txt", "--model"),
+    ("plan --model {root}/nowhere --window 64", "config.json"),
+    ("rope --head-dim 64 --context 10 --factor 8", "--factor is not used"),
+    ("rope --head-dim 64 --context 10 --rope-type yarn --factor 2", "--original-max-position"),
+    ("demo --context 0", "context"),
+]
+
+
+@pytest.mark.parametrize("template, needle", CASES, ids=[c[0].split(" --")[0][:40] + f"#{i}" for i, c in enumerate(CASES)])
+def test_bad_input(models, tmp_path, capsys, template, needle):
+    sources = {name: tree_hash(models / name) for name in ("bloom", "mpt")}
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = template.format(root=models, out=out).split()
+    assert main(argv) == 2, argv
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and "Traceback" not in captured.err, captured.err
+    assert list(out.iterdir()) == []  # nothing written, no temporary directory left
+    assert not list(models.glob(".*tmp-*"))
+    assert {name: tree_hash(models / name) for name in sources} == sources
+
+
+def test_verify_text_without_tokenizer(models, tmp_path, capsys):
+    (tmp_path / "t.txt").write_text("some text " * 50)
+    assert main(["verify", str(models / "bloom"), str(models / "bloom-rope"), "--text", str(tmp_path / "t.txt")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tokenizer" in err[0]
+
+
+def test_verify_keeps_its_result_when_the_report_cannot_be_written(models, tmp_path, capsys):
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where the report directory should be
+    argv = ["verify", str(models / "bloom"), str(models / "bloom-rope"), "--context", "64", "--greedy-tokens", "4"]
+    assert main([*argv, "--report", str(blocked / "rep")]) == 2
+    captured = capsys.readouterr()
+    assert "PASSED" in captured.out  # the result is printed
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "cannot write the report" in err[0]
+
+
+@pytest.mark.parametrize("target", ["gpt-neox", "starcoder2", "nemotron"])
+def test_every_target_through_the_cli_without_json(models, tmp_path, capsys, target):
+    dst = tmp_path / target
+    assert main(["convert", str(models / "bloom"), str(dst), "--target", target, "--window", "256"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"wrote {dst} ({target}, float32") and "predicted max |error|" in line
+    assert json.loads((dst / "ropebridge.json").read_text())["target"] == target
+
+
+def test_plan_json_is_what_convert_records(models, tmp_path, capsys):
+    for flags in ([], ["--dtype", "float16"], ["--rope-base", "10000", "--rotary-dim", "16", "--pairs", "2",
+                                               "--window", "64"]):
+        flags = ["--window", "256", *flags] if "--window" not in flags else flags
+        assert main(["plan", "--model", str(models / "bloom"), *flags, "--json"]) == 0
+        planned = json.loads(capsys.readouterr().out)
+        dst = tmp_path / f"d{len(flags)}"
+        assert main(["convert", str(models / "bloom"), str(dst), *flags, "--json"]) == 0
+        capsys.readouterr()
+        recorded = json.loads((dst / "ropebridge.json").read_text())["plan"]
+        planned.pop("source"), recorded.pop("source")  # as given on each command line
+        planned.pop("max_window_at_phase", None)  # plan's one annotation beside the plan (fixed base)
+        assert planned == recorded, flags
+    assert recorded["mode"] == "fixed-base"
+
+
+def test_ctrl_c_is_one_line_and_130(models, tmp_path, capsys, monkeypatch):
+    import ropebridge.convert.pipeline as pipeline
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline.gpt_neox, "add_tensors", interrupted)
+    assert main(["convert", str(models / "bloom"), str(tmp_path / "x"), "--window", "256"]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["ropebridge convert: interrupted; nothing written"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_closed_pipe_ends_quietly():
+    cmd = f"{sys.executable} -m ropebridge rope --head-dim 256 --context 4096 | head -n 1"
+    proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stderr == "" and proc.stdout.startswith("pair")
+
+
+def test_destination_has_the_permissions_of_a_plain_mkdir(models, tmp_path):
+    old = os.umask(0o022)
+    try:
+        assert main(["convert", str(models / "bloom"), str(tmp_path / "x"), "--window", "256", "--json"]) == 0
+    finally:
+        os.umask(old)
+    assert (tmp_path / "x").stat().st_mode & 0o777 == 0o755
+
+
+def test_verbose_anywhere(capsys):
+    for argv in (["-v", "rope", "--head-dim", "8", "--context", "8"], ["rope", "--head-dim", "8", "--context", "8", "-v"]):
+        assert main(argv) == 0
+
+
+def test_every_flag_is_documented():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, p in sub.choices.items():
+        for action in p._actions:
+            if action.help is None:
+                pytest.fail(f"{name} {action.option_strings or action.dest} has no help")
+            if action.choices is not None and action.help is not argparse.SUPPRESS:
+                assert action.choices  # choices are listed by argparse in the usage and help
