@@ -230,3 +230,19 @@ def test_calibrated_floors_cover_the_content_advantage(bloom):
             s = content[head, i, : i + 1]
             a = float(s.max() - (s - m * torch.arange(i, -1, -1.0, dtype=torch.float64)).max())
             assert a <= float(adv[head]) + 1e-12
+
+
+def test_refusals_say_what_would_fit(bloom, tmp_path, capsys):
+    from ropebridge.cli import main
+
+    cases = [
+        # too few pairs for the window: the prediction misses, and a larger R that fits is named
+        (["--rotary-dim", "4", "--window", "8192"], "--rotary-dim 32 fits"),
+        # a base whose slowest pair turns too fast to stay below -C up to the window: infeasible
+        (["--rope-base", "10000", "--rotary-dim", "8", "--window", "4096"], "keeps the bias"),
+    ]
+    for flags, needle in cases:
+        assert main(["convert", str(bloom), str(tmp_path / "x"), "--dtype", "float16", *flags]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], err
+    assert not (tmp_path / "x").exists()

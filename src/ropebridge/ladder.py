@@ -189,7 +189,13 @@ def fit_head(
     ang = np.multiply.outer(d_all, thetas)
     sin_all, cos_all = np.sin(ang), np.cos(ang)  # (L + 1, P)
     for _ in range(iterations):
-        a, b, t = _solve(slope, thetas, near, far, floor, weights)
+        try:
+            a, b, t = _solve(slope, thetas, near, far, floor, weights)
+        except ValueError:
+            raise ValueError(
+                f"no ladder on these {len(thetas)} pairs (slowest {thetas.min():.3g} rad/token) keeps the bias of slope "
+                f"{slope:.4g} below -{floor:g} up to {window} tokens: give a larger --rotary-dim, a larger (or no) "
+                "--rope-base, or a shorter --window") from None
         f = sin_all @ a + cos_all @ b
         slack = 1e-6 * (1 + np.abs(a).sum() + np.abs(b).sum())  # HiGHS's feasibility tolerance, in logits
         err_near = np.abs(f[: w + 1] + slope * d_all[: w + 1])

@@ -127,8 +127,25 @@ def what_would_fit(plan: EmulationPlan) -> str:
     if plan.mode == "fixed-base":
         hints.append("more --pairs or a larger --rotary-dim")
     elif plan.mode == "ladder":
-        hints.append("a larger --rotary-dim or --calibration-text (a lower floor)")
+        hints.append(_ladder_that_fits(plan))
     return ", ".join(hints)
+
+
+def _ladder_that_fits(plan: EmulationPlan) -> str:
+    """The smallest larger rotary dim (up to 64, same base rule) whose ladder meets the tolerance, if any."""
+    from .ladder import free_base
+
+    slopes = [h.slope for h in plan.heads]
+    floors = [h.floor for h in plan.heads]
+    fixed = None if math.isclose(plan.base, free_base(plan.window, plan.rope_dim)) else plan.base
+    r = plan.rope_dim
+    while r < 64:
+        r = min(64, 2 * r)
+        better = plan_ladder(slopes, plan.head_dim, plan.window, dtype=plan.dtype, base=fixed, rotary_dim=r,
+                             floors=floors, cutoff=plan.cutoff, tolerance=plan.tolerance)
+        if better.meets_tolerance:
+            return f"--rotary-dim {r} fits (predicted {better.worst_head.predicted_error:.3g})"
+    return "no --rotary-dim up to 64 fits; --calibration-text may lower the floor"
 
 
 def default_dtype(config: dict) -> str:
