@@ -4,12 +4,26 @@ mapping to ``planning.conversion_plan``'s arguments (``plan_kwargs``)."""
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..error_model import DTYPES, PLAN_TOLERANCE
 from ..ladder import DEFAULT_ADVANTAGE, DEFAULT_CUTOFF, DEFAULT_HEAD_DIM_MULTIPLE
 from ..planning import DEFAULT_WINDOW, EMULATIONS, FIXED_BASE_ROTARY_DIM, TARGETS
+
+
+def plot_and_json(args: argparse.Namespace, figure: Callable[[], Any], data: Callable[[], dict]) -> bool:
+    """``--plot FILE`` saves ``figure()``; ``--json`` prints ``data()`` and returns True (the table is skipped)."""
+    if args.plot:
+        figure().savefig(args.plot, dpi=120)
+    if args.json:
+        json.dump(data(), sys.stdout, indent=1)
+        print()
+        return True
+    return False
 
 
 def add_verbose(p: argparse.ArgumentParser) -> None:

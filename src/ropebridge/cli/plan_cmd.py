@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from ..fixed_base import max_window_for_phase
 from ..planning import checkpoint_plan, conversion_plan
 from ..sources import FAMILIES, from_heads
-from ._options import add_planning_options, add_verbose, plan_kwargs
+from .. import plots
+from ._options import add_planning_options, add_verbose, plan_kwargs, plot_and_json
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -49,16 +48,13 @@ def run(args: argparse.Namespace) -> int:
     phase_window = None
     if plan.mode == "fixed-base":
         phase_window = max_window_for_phase(plan.base, plan.rope_dim, args.max_phase or 0.1)
-    if args.plot:
-        from ..plots import emulation_figure
-
-        emulation_figure(plan).savefig(args.plot, dpi=120)
-    if args.json:
-        data = plan.to_dict()
+    def data() -> dict:
+        out = plan.to_dict()
         if phase_window is not None:
-            data["max_window_at_phase"] = {"phase": args.max_phase or 0.1, "window": phase_window}
-        json.dump(data, sys.stdout, indent=1)
-        print()
+            out["max_window_at_phase"] = {"phase": args.max_phase or 0.1, "window": phase_window}
+        return out
+
+    if plot_and_json(args, lambda: plots.emulation_figure(plan), data):
         return 0
     print(f"{plan.family}: {len(plan.heads)} heads, head_dim {plan.head_dim}, window {plan.window}, "
           f"{plan.dtype}, mode {plan.mode}" + (f", base {plan.base:g}, rope_dim {plan.rope_dim}, "
@@ -83,13 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _show_ladder(plan, args: argparse.Namespace) -> int:
-    if args.plot:
-        from ..plots import ladder_figure
-
-        ladder_figure(plan).savefig(args.plot, dpi=120)
-    if args.json:
-        json.dump(plan.to_dict(), sys.stdout, indent=1)
-        print()
+    if plot_and_json(args, lambda: plots.ladder_figure(plan), plan.to_dict):
         return 0
     print(f"{plan.family}: {len(plan.heads)} heads, head_dim {plan.head_dim} -> {plan.head_dim + plan.rope_dim}, "
           f"window {plan.window}, {plan.dtype}, ladder of {plan.pairs_per_head} pairs, base {plan.base:.6g}")

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from ..analysis import analyse
 from ..frequencies import ROPE_TYPES
-from ._options import add_verbose
+from .. import plots
+from ._options import add_verbose, plot_and_json
 
 # flag -> rope_parameters key, for the numeric keys passed straight through
 _NUMERIC = {
@@ -100,13 +99,7 @@ def run(args: argparse.Namespace) -> int:
         for key, flag in sorted(_KEY_TO_FLAG.items(), key=lambda kv: -len(kv[0])):
             message = message.replace(f"'{key}'", flag)
         raise ValueError(message) from None
-    if args.plot:
-        from ..plots import wavelength_figure
-
-        wavelength_figure(result).savefig(args.plot, dpi=120)
-    if args.json:
-        json.dump(result.to_dict(), sys.stdout, indent=1)
-        print()
+    if plot_and_json(args, lambda: plots.wavelength_figure(result), result.to_dict):
         return 0
     scaled = result.rope_parameters["rope_type"] != "default"
     head = f"{'pair':>4} {'inv_freq':>11} {'wavelength':>11} {'turns':>10}"
