@@ -142,6 +142,29 @@ def compare(name, runs: dict, dtype, ids, ref_hidden, head64) -> dict:
     return out
 
 
+NAMES = {"demo": "demo (BLOOM)", "demo-mpt": "MPT, real text", "demo-falcon": "Falcon-RW, real text",
+         "bloom560m": "BLOOM-560M shape", "mpt": "MPT pico", "falcon": "Falcon-RW pico"}
+
+
+def markdown(rows: list[dict]) -> str:
+    """The README's table: one row per model, dtype and context of the results file."""
+    def num(row, key, fmt="{:.2g}"):
+        v = row.get(key)
+        return fmt.format(v) if isinstance(v, float) else "—"
+
+    out = ["| model | dtype | context | native max err | floor max err | converted max err | converted / native "
+           "| converted / floor | KL converted / native | perplexity native / floor / converted / exact |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        native = num(r, "native_max_abs_logit_err") if "native_max_abs_logit_err" in r else "out of memory"
+        ppl = "" if r.get("reference_ppl") is None else " / ".join(
+            num(r, k, "{:.2f}") for k in ("native_ppl", "floor_ppl", "converted_ppl", "reference_ppl"))
+        out.append(f"| {NAMES.get(r['model'], r['model'])} | {r['dtype']} | {r['context']} | {native} | "
+                   f"{num(r, 'floor_max_abs_logit_err')} | {num(r, 'converted_max_abs_logit_err')} | "
+                   f"{num(r, 'ratio_max')} | {num(r, 'ratio_floor')} | {num(r, 'ratio_kl')} | {ppl} |")
+    return "\n".join(out)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="demo, mpt and falcon picos at 512 and 2048")
@@ -150,7 +173,16 @@ def main() -> int:
     p.add_argument("--dtypes", default="float32,bfloat16,float16")
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "ropebridge-bench"))
     p.add_argument("--merge", action="store_true", help="replace only the rows measured now in the results file")
+    p.add_argument("--table", action="store_true", help="print the README table of the stored results and exit")
     args = p.parse_args()
+    if args.table:
+        rows = json.loads((RESULTS / "fidelity.json").read_text())["rows"]
+        order = list(NAMES)
+        rows.sort(key=lambda r: (order.index(r["model"]) if r["model"] in order else 99, r["context"],
+                                 ["float32", "bfloat16", "float16"].index(r["dtype"])))
+        contexts = {int(c) for c in (args.contexts or "2048,8192,32768").split(",")}
+        print(markdown([r for r in rows if r["context"] in contexts and (not args.models or r["model"] in args.models)]))
+        return 0
     from ropebridge.convert.families import SourceModel
     from ropebridge.convert.reference import reference_hidden
     from ropebridge.sources import load_config
