@@ -181,7 +181,8 @@ def main() -> int:
         rows.sort(key=lambda r: (order.index(r["model"]) if r["model"] in order else 99, r["context"],
                                  ["float32", "bfloat16", "float16"].index(r["dtype"])))
         contexts = {int(c) for c in (args.contexts or "2048,8192,32768").split(",")}
-        print(markdown([r for r in rows if r["context"] in contexts and (not args.models or r["model"] in args.models)]))
+        models = set(args.models.split(",")) if args.models else None
+        print(markdown([r for r in rows if r["context"] in contexts and (models is None or r["model"] in models)]))
         return 0
     from ropebridge.convert.families import SourceModel
     from ropebridge.convert.reference import reference_hidden
