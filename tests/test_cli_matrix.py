@@ -163,3 +163,21 @@ def test_every_flag_is_documented():
                 pytest.fail(f"{name} {action.option_strings or action.dest} has no help")
             if action.choices is not None and action.help is not argparse.SUPPRESS:
                 assert action.choices  # choices are listed by argparse in the usage and help
+
+
+def test_verify_takes_hub_ids_like_convert(models, capsys, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no network here: fail fast
+    assert main(["verify", "bigscience/bloom-560m", str(models / "bloom-rope")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot fetch bigscience/bloom-560m" in err[0]
+
+
+def test_force_into_the_current_directory(models, tmp_path, monkeypatch, capsys):
+    target = tmp_path / "here"
+    target.mkdir()
+    monkeypatch.chdir(target)
+    assert main(["convert", str(models / "bloom"), ".", "--force", "--window", "256", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["destination"] == str(target)
+    assert (target / "config.json").is_file()
