@@ -158,7 +158,7 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         reason = str(r.get("native", ""))
         native = (num(r, "native_max_abs_logit_err") if "native_max_abs_logit_err" in r else "out of memory"
-                  if "memory" in reason else "refused (max_seq_len)" if "size of tensor" in reason else "failed")
+                  if "memory" in reason or "allocate" in reason else "refused (max_seq_len)" if "size of tensor" in reason else "failed")
         ppl = "" if r.get("reference_ppl") is None else " / ".join(
             num(r, k, "{:.2f}") for k in ("native_ppl", "floor_ppl", "converted_ppl", "reference_ppl"))
         out.append(f"| {NAMES.get(r['model'], r['model'])} | {r['dtype']} | {r['context']} | {native} | "
