@@ -72,3 +72,24 @@ def test_demo_bad_input(capsys, tmp_path):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert needle in err and len(err.strip().splitlines()) == 1, (argv, err)
+
+
+@pytest.mark.parametrize("name, family", [("demo", "bloom"), ("demo-mpt", "mpt"), ("demo-falcon", "falcon")])
+def test_every_real_text_model_ships_and_is_the_family_it_claims(name, family):
+    import sys
+    from pathlib import Path
+
+    from ropebridge.sources import from_config
+
+    directory = data_dir(name)
+    record = json.loads((directory / "training.json").read_text())
+    assert from_config(directory).family == family and record.get("family", "bloom") == family
+    assert (directory / "tokenizer.json").read_bytes() == (data_dir() / "tokenizer.json").read_bytes()
+    assert sum(f.stat().st_size for f in directory.iterdir()) < 8 * 2**20
+    # the training script's config for the family is the shipped one's shape
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import train_demo_model
+    import transformers as T
+
+    config = train_demo_model.FAMILIES[family](T, 4096, {})
+    assert from_config(config.to_dict()).n_heads == from_config(directory).n_heads == 6

@@ -149,12 +149,10 @@ def convert(
     window = _checks.positive_int("window", window)
     max_shard_mb = _checks.positive("max_shard_mb", max_shard_mb)
     dst = Path(os.path.abspath(dst))  # "." and "sub/.." have a name once absolute
-    if Path(src).is_dir():
-        _check_destination(Path(src), dst, force)
-    elif dst.exists() and not force:  # before any download
+    if not Path(src).is_dir() and dst.exists() and not force:  # a hub id: refuse before any download
         raise FileExistsError(f"{dst} exists; pass --force to replace it")
     src_dir = resolve_source(src)
-    _check_destination(src_dir, dst, force)
+    _check_destination(src_dir, dst, force)  # (DST = SRC is named as such before "exists")
     model = SourceModel(src_dir, load_config(src_dir))  # refuses unsupported variants before planning
     plan = checkpoint_plan(src_dir, source_name=str(src), window=window, dtype=dtype, target=target,
                            emulation=emulation, theta=theta, max_phase=max_phase, base=base, rotary_dim=rotary_dim,
