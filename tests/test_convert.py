@@ -198,3 +198,13 @@ def test_blockwise_reference_equals_full_reference(tmp_path):
     full = reference_logits(model, ids)[0]
     blocked = reference_hidden(model, ids[0], query_block=64) @ model.head_rows(0, model.info.vocab_size).T
     torch.testing.assert_close(blocked, full, rtol=1e-12, atol=1e-12)  # same float64 math, other summation order
+
+
+def test_112_heads_end_to_end_in_float32_and_the_half_precision_default(tmp_path):
+    # BLOOM-176B's head count (non-power-of-two slopes), with small heads so the model stays a pico
+    src = build(tmp_path / "src", "bloom-4heads", n_head=112, hidden_size=112 * 8, n_layer=1)
+    for dtype, window in (("float32", 256), ("bfloat16", 256)):
+        res = convert(src, tmp_path / dtype, window=window, dtype=dtype)
+        assert len(res.plan.heads) == 112 and res.plan.mode == ("exact-rotation" if dtype == "float32" else "ladder")
+        report = verify(src, res.destination, context=256, greedy_tokens=8)
+        assert report.passed, (dtype, report.failures)  # bfloat16: within 1.0 of exact ALiBi (or of native's error)
