@@ -209,6 +209,32 @@ def predict(
     return ErrorPrediction(float(np.max(sine + rounding)), float(np.max(sine)), float(np.max(rounding)))
 
 
+def sample_positions(window: int, queries: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Query positions ``(s,)``: the last ``queries`` up to ``window`` and as many random ones; every key
+    position 0..window ``(t,)``."""
+    g = torch.Generator().manual_seed(seed)
+    last = torch.arange(max(0, window - queries + 1), window + 1)
+    rand = torch.randint(0, window + 1, (queries,), generator=g)
+    return torch.unique(torch.cat([last, rand])), torch.arange(window + 1)
+
+
+def model_logits(
+    q_pairs: torch.Tensor, k_pairs: torch.Tensor, thetas: Sequence[float], qpos: torch.Tensor, kpos: torch.Tensor,
+    dtype: str, scale: float,
+) -> torch.Tensor:
+    """The logits constant rotary q and k entries produce, computed as a model does in ``dtype``: float32
+    angles, cos/sin cast to the dtype, the rotation in the dtype, q.k with float32 accumulation, the result
+    in the dtype times the scale. ``q_pairs``, ``k_pairs``: ``(2K,)`` float64 values in the "half" layout
+    (pair k is dims (k, k + K)), cast to the dtype once. Returns float64 ``(s, t)``."""
+    dt = DTYPES[dtype]
+    freqs = torch.tensor(list(thetas), dtype=torch.float64).float()  # engines keep inv_freq in float32
+    q = q_pairs.to(dt).expand(len(qpos), -1)  # (s, 2K)
+    k = k_pairs.to(dt).expand(len(kpos), -1)  # (t, 2K)
+    q = apply_rope(q, *cos_sin(freqs, qpos, dtype=dt, angle_dtype=torch.float32), layout="half")  # (s, 2K)
+    k = apply_rope(k, *cos_sin(freqs, kpos, dtype=dt, angle_dtype=torch.float32), layout="half")  # (t, 2K)
+    return ((q @ k.T) * torch.tensor(scale, dtype=torch.float64).to(dt)).to(torch.float64)  # (s, t)
+
+
 def measure(
     slope: float,
     pairs: Sequence[PairSpec],
@@ -226,21 +252,13 @@ def measure(
 
     Pairs use the "half" layout: pair k is dims (k, k + K) of a 2K-dim q and k.
     """
-    dt = DTYPES[dtype]
     K = len(pairs)
-    g = torch.Generator().manual_seed(seed)
-    last = torch.arange(max(0, window - queries + 1), window + 1)
-    rand = torch.randint(0, window + 1, (queries,), generator=g)
-    qpos = torch.unique(torch.cat([last, rand]))  # (s,)
-    kpos = torch.arange(window + 1)  # (t,)
-    freqs = torch.tensor([p.theta for p in pairs], dtype=torch.float64).float()  # engines keep inv_freq in float32
-    q = torch.zeros(len(qpos), 2 * K, dtype=dt)
-    k = torch.zeros(len(kpos), 2 * K, dtype=dt)
-    q[:, :K] = torch.tensor([-p.N / split for p in pairs], dtype=torch.float64).to(dt)
-    k[:, K:] = torch.tensor(split, dtype=torch.float64).to(dt)
-    q = apply_rope(q, *cos_sin(freqs, qpos, dtype=dt, angle_dtype=torch.float32), layout="half")  # (s, 2K)
-    k = apply_rope(k, *cos_sin(freqs, kpos, dtype=dt, angle_dtype=torch.float32), layout="half")  # (t, 2K)
-    logits = (q @ k.T) * torch.tensor(scale, dtype=torch.float64).to(dt)  # (s, t)
+    qpos, kpos = sample_positions(window, queries, seed)
+    q_pairs = torch.zeros(2 * K, dtype=torch.float64)
+    k_pairs = torch.zeros(2 * K, dtype=torch.float64)
+    q_pairs[:K] = torch.tensor([-p.N / split for p in pairs], dtype=torch.float64)
+    k_pairs[K:] = split
+    logits = model_logits(q_pairs, k_pairs, [p.theta for p in pairs], qpos, kpos, dtype, scale)  # (s, t)
     d = (qpos[:, None] - kpos[None, :]).to(torch.float64)  # (s, t)
     err = (logits.to(torch.float64) + slope * d).abs()
     matters = (d >= 0) & (d <= matter_distance(slope, window, cutoff))

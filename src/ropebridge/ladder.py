@@ -45,8 +45,7 @@ import numpy as np
 import torch
 
 from . import _checks
-from .error_model import DTYPES, _FORMATS, half_ulp
-from .rope import apply_rope, cos_sin
+from .error_model import DTYPES, _FORMATS, half_ulp, model_logits, sample_positions
 
 DEFAULT_CUTOFF = 40.0  # logits below -cutoff carry no softmax weight (e^-40 ~ 4e-18)
 DEFAULT_ADVANTAGE = 20.0  # content advantage assumed without calibration (the demo model measures 5.4-15)
@@ -222,21 +221,11 @@ def measure(
     d <= W, worst rise above -C beyond W), over the last ``queries`` positions and as many random ones.
 
     Rounding only: the fit error is included (it is exact arithmetic), so subtract ``fit.fit_error`` bounds."""
-    dt = DTYPES[dtype]
     P = len(thetas)
-    g = torch.Generator().manual_seed(seed)
-    qpos = torch.unique(torch.cat([torch.arange(max(0, window - queries + 1), window + 1),
-                                   torch.randint(0, window + 1, (queries,), generator=g)]))  # (s,)
-    kpos = torch.arange(window + 1)  # (t,)
-    freqs = torch.tensor(np.asarray(thetas), dtype=torch.float64).float()
-    q = torch.zeros(len(qpos), 2 * P, dtype=dt)
-    k = torch.zeros(len(kpos), 2 * P, dtype=dt)
-    q[:, :P] = torch.tensor(fit.a, dtype=torch.float64).div(scale).to(dt)  # x of each pair: sin amplitude
-    q[:, P:] = torch.tensor(fit.b, dtype=torch.float64).div(scale).to(dt)  # y: cos amplitude
-    k[:, P:] = 1.0
-    q = apply_rope(q, *cos_sin(freqs, qpos, dtype=dt, angle_dtype=torch.float32), layout="half")  # (s, 2P)
-    k = apply_rope(k, *cos_sin(freqs, kpos, dtype=dt, angle_dtype=torch.float32), layout="half")  # (t, 2P)
-    logits = ((q @ k.T) * torch.tensor(scale, dtype=torch.float64).to(dt)).double()  # (s, t)
+    qpos, kpos = sample_positions(window, queries, seed)
+    q_pairs = torch.tensor([*fit.a, *fit.b], dtype=torch.float64) / scale  # x: sin amplitudes, y: cos amplitudes
+    k_pairs = torch.cat([torch.zeros(P, dtype=torch.float64), torch.ones(P, dtype=torch.float64)])
+    logits = model_logits(q_pairs, k_pairs, thetas, qpos, kpos, dtype, scale)  # (s, t)
     d = (qpos[:, None] - kpos[None, :]).double()  # (s, t)
     near = (d >= 0) & (d <= fit.exact_distance)
     far = (d > fit.exact_distance)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any
 
 from . import _checks
@@ -170,8 +171,6 @@ def checkpoint_plan(
     if calibration_text is not None:
         if floor is not None:
             raise ValueError("give --floor or --calibration-text, not both")
-        from pathlib import Path
-
         from .convert.calibration import calibrated_floors
         from .convert.families import SourceModel
 

@@ -28,6 +28,7 @@ from .. import _checks, alibi
 from ..error_model import DEFAULT_MAX_LOGIT_DIFF, DTYPES
 from ..sources import load_config
 from .families import SourceModel
+from .pipeline import resolve_source, source_fingerprint
 from .reference import reference_logits
 
 log = logging.getLogger(__name__)
@@ -161,8 +162,6 @@ def _check_pair(source: SourceModel, src: Path, dst: Path, record: dict[str, Any
         problems.append(f"{layers} layers vs the source's {info.n_layers}")
     recorded = record.get("source_fingerprint")
     if not problems and recorded is not None:
-        from .pipeline import source_fingerprint
-
         if recorded != source_fingerprint(src):
             problems.append("its recorded source fingerprint (config and weight files) differs from SRC's")
     if problems:
@@ -183,8 +182,6 @@ def verify(
     report_dir: str | Path | None = None,
 ) -> VerifyReport:
     """Run SRC (native ALiBi) and DST (converted) on the same tokens and check the thresholds (module doc)."""
-    from .pipeline import resolve_source
-
     context = _checks.positive_int("context", context)
     src, dst = resolve_source(src), resolve_source(dst)  # directories, or hub ids as in convert
     for p in (src, dst):
