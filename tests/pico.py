@@ -24,8 +24,9 @@ FAMILIES = {
 }
 
 
-def build(directory: Path, family: str, *, seed: int = 0, safe_serialization: bool = True, **overrides) -> Path:
-    """Save a random pico model of ``family``; weights are drawn wider than the default init so that
+def build(directory: Path, family: str, *, seed: int = 0, safe_serialization: bool = True, std: float = 0.2,
+          **overrides) -> Path:
+    """Save a random pico model of ``family``; weights are drawn wider than the default init (``std``) so that
     attention is sharp and logits are O(1-10), which makes the comparisons demanding."""
     config = FAMILIES[family]()
     for k, v in overrides.items():
@@ -37,7 +38,7 @@ def build(directory: Path, family: str, *, seed: int = 0, safe_serialization: bo
             if p.dim() == 1 and "norm" in name:
                 p.add_(0.1 * torch.randn_like(p))
             else:
-                p.normal_(0.0, 0.2)
+                p.normal_(0.0, std)
     model.save_pretrained(directory)
     if not safe_serialization:  # transformers 5 always writes safetensors: make the legacy PyTorch file by hand
         torch.save({k: v.contiguous() for k, v in model.state_dict().items()}, Path(directory) / "pytorch_model.bin")

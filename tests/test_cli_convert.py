@@ -100,6 +100,13 @@ def _bad_sources(tmp_path: Path) -> dict:
     data = (corrupt / "model.safetensors").read_bytes()
     (corrupt / "model.safetensors").write_bytes(data[: len(data) // 2])
     out["corrupt"] = (corrupt, "truncated")
+    short = build(tmp_path / "short", "bloom-4heads")  # a header whose shape needs more bytes than it maps
+    raw = (short / "model.safetensors").read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = raw[8:8 + n].replace(b'"shape":[320,128]', b'"shape":[330,128]', 1)
+    assert header != raw[8:8 + n]
+    (short / "model.safetensors").write_bytes(raw[:8] + header + raw[8 + n:])
+    out["short tensor"] = (short, "need")
     garbage = build(tmp_path / "garbage", "bloom-4heads")
     (garbage / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!")
     out["garbage"] = (garbage, "not a safetensors file")
@@ -152,3 +159,20 @@ def test_hub_id_path_reports_unreachable_hub(tmp_path, capsys, monkeypatch):
     assert main(["convert", "bigscience/bloom-560m", str(tmp_path / "x")]) == 2
     assert "cannot fetch bigscience/bloom-560m" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_refuses_when_the_disk_lacks_room_for_the_output(bloom, tmp_path, capsys, monkeypatch):
+    import collections
+    import shutil
+
+    real = shutil.disk_usage
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**9, 10**9 - 10**6, 10**6))  # 1 MB free
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["convert", str(bloom), str(out / "dst"), "--window", "512"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "GB free" in err[0] and "needs" in err[0], err
+    assert list(out.iterdir()) == []
+    monkeypatch.setattr(shutil, "disk_usage", real)
+    assert main(["convert", str(bloom), str(out / "dst"), "--window", "512"]) == 0

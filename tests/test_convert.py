@@ -208,3 +208,17 @@ def test_112_heads_end_to_end_in_float32_and_the_half_precision_default(tmp_path
         assert len(res.plan.heads) == 112 and res.plan.mode == ("exact-rotation" if dtype == "float32" else "ladder")
         report = verify(src, res.destination, context=256, greedy_tokens=8)
         assert report.passed, (dtype, report.failures)  # bfloat16: within 1.0 of exact ALiBi (or of native's error)
+
+
+def test_128_dim_heads_end_to_end_in_float32_and_the_half_precision_default(tmp_path):
+    # BLOOM-176B's head dim, 12 heads: not a power of two, so slopes follow the same interleaving rule as 112
+    # (2^-8/8 ... for the closest power of two, the rest from the next one); one layer keeps it a pico
+    # weights drawn at 0.2 * sqrt(144 / 1536), the other picos' std scaled to this width, keep logits O(1-10)
+    # (at std 0.2 they reach hundreds, and bfloat16's relative rounding alone exceeds verify's absolute bar)
+    src = build(tmp_path / "src", "bloom-12heads", hidden_size=12 * 128, n_layer=1, std=0.2 * math.sqrt(144 / 1536))
+    for dtype, head_dim in (("float32", 132), ("bfloat16", 144)):  # r = 4 (one pair), then the ladder's r = 16
+        res = convert(src, tmp_path / dtype, window=256, dtype=dtype)
+        cfg = T.AutoConfig.from_pretrained(res.destination)
+        assert cfg.hidden_size // cfg.num_attention_heads == head_dim, dtype
+        report = verify(src, res.destination, context=256, greedy_tokens=8)
+        assert report.passed, (dtype, report.failures)

@@ -18,13 +18,14 @@ silently wrong: use the default ``gpt-neox`` target for portability.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from ..emulation import EmulationPlan
 from .families import SourceModel
-from .gpt_neox import EMBED_BLOCK_ROWS, WORK, robust_fraction
+from .gpt_neox import WORK, robust_fraction
 from .tensor_io import ShardWriter, row_blocks, single
 
 COMPACT_TARGETS = ("starcoder2", "nemotron")
@@ -61,68 +62,71 @@ def layout_for(src: SourceModel, plan: EmulationPlan, target: str) -> CompactLay
                          info.qk_scale * math.sqrt(hd_out))
 
 
-def _projections(src: SourceModel, i: int, lay: CompactLayout) -> dict[str, torch.Tensor]:
-    """q, k, v weights ``(h hd', D)`` and biases ``(h hd',)`` with content dims placed and the pair set."""
-    info = src.info
-    h, d = info.n_heads, info.hidden_size
-    qw, kw, vw, qb, kb, vb = src.qkv(i)
-    out = {}
-    for name, w, b in (("q", qw * lay.content_scale, qb * lay.content_scale), ("k", kw, kb), ("v", vw, vb)):
-        weight = torch.zeros(h, lay.head_dim, d, dtype=torch.float64)
-        bias = torch.zeros(h, lay.head_dim, dtype=torch.float64)
-        weight[:, lay.content], bias[:, lay.content] = w, b
-        if name == "q":
-            bias[:, lay.pair_x] = lay.q_pair
-        elif name == "k":
-            bias[:, lay.pair_y] = lay.k_pair
-        out[name + "_w"], out[name + "_b"] = weight.reshape(h * lay.head_dim, d), bias.reshape(-1)
-    return out
+def _proj_heads(src: SourceModel, i: int, lay: CompactLayout, part: int, a: int, b: int,
+                dtype: torch.dtype) -> torch.Tensor:
+    """Rows of the q (part 0), k (1) or v (2) projection ``(h hd', D)`` for heads ``[a, b)`` in the output
+    ``dtype``, content dims placed (q scaled in float64 and rounded once)."""
+    weight = torch.zeros(b - a, lay.head_dim, src.info.hidden_size, dtype=dtype)
+    if part == 0:
+        weight[:, lay.content] = (src.qkv_part(i, 0, (a, b)) * lay.content_scale).to(dtype)  # (n, hd, D)
+    else:
+        weight[:, lay.content] = src.qkv_part(i, part, (a, b), dtype=dtype)
+    return weight.view((b - a) * lay.head_dim, -1)  # (n hd', D)
 
 
-def _o_proj(src: SourceModel, i: int, lay: CompactLayout) -> torch.Tensor:
+def _proj_bias(src: SourceModel, i: int, lay: CompactLayout, part: int) -> torch.Tensor:
+    """Bias ``(h hd',)`` of projection ``part``: content biases, and the emulation pair's constant on q and k."""
+    bias = torch.zeros(src.info.n_heads, lay.head_dim, dtype=torch.float64)
+    b = src.qkv_part(i, part, suffix=".bias")  # (h, hd)
+    bias[:, lay.content] = b * lay.content_scale if part == 0 else b
+    if part == 0:
+        bias[:, lay.pair_x] = lay.q_pair
+    elif part == 1:
+        bias[:, lay.pair_y] = lay.k_pair
+    return bias.reshape(-1)
+
+
+def _o_rows(src: SourceModel, i: int, lay: CompactLayout, a: int, b: int, dtype: torch.dtype) -> torch.Tensor:
+    """Rows ``[a, b)`` of the attention output ``(D, h hd')`` in ``dtype``: zero columns on the pair dims."""
     info = src.info
-    w, _ = src.linear(i, "o", WORK)
-    per_head = torch.zeros(info.hidden_size, info.n_heads, lay.head_dim, dtype=WORK)
-    per_head[:, :, lay.content] = w.view(info.hidden_size, info.n_heads, info.head_dim)
-    return per_head.reshape(info.hidden_size, -1)  # (D, h hd')
+    per_head = torch.zeros(b - a, info.n_heads, lay.head_dim, dtype=dtype)
+    per_head[:, :, lay.content] = src.linear(i, "o", dtype, (a, b))[0].view(b - a, info.n_heads, info.head_dim)
+    return per_head.view(b - a, -1)  # (rows, h hd')
 
 
 def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> None:
+    """Describe every target tensor to ``writer``, large ones in row (or head) blocks as in ``gpt_neox``."""
     info = src.info
     d, v, f, h = info.hidden_size, info.vocab_size, info.intermediate_size, info.n_heads
     one_p = lay.target == "nemotron"  # LayerNorm1P stores weight - 1
     up, down = ("c_fc", "c_proj") if lay.target == "starcoder2" else ("up_proj", "down_proj")
 
-
-
     def norm(wb):
         return (wb[0] - 1 if one_p else wb[0]), wb[1]
 
-    last: dict = {}
+    def rows_of(i: int, which: str) -> Callable[[int, int], torch.Tensor]:  # moved: one cast from the source
+        return lambda a, b: src.linear(i, which, writer.dtype, (a, b))[0]
 
-    def proj(i: int) -> dict[str, torch.Tensor]:
-        if last.get("i") != i:
-            last.update(i=i, value=_projections(src, i, lay))
-        return last["value"]
-
-    writer.add("model.embed_tokens.weight", (v, d), row_blocks(src.embedding_rows, v, EMBED_BLOCK_ROWS))
+    writer.add("model.embed_tokens.weight", (v, d), row_blocks(src.embedding_rows, v, 8 * d))
     for i in range(info.n_layers):
         p = f"model.layers.{i}."
         for name, which in (("input_layernorm", "ln1"), ("post_attention_layernorm", "ln2")):
             writer.add(p + name + ".weight", (d,), single(lambda i=i, w=which: norm(src.norm(i, w))[0]))
             writer.add(p + name + ".bias", (d,), single(lambda i=i, w=which: norm(src.norm(i, w))[1]))
-        for x in "qkv":
-            writer.add(p + f"self_attn.{x}_proj.weight", (h * lay.head_dim, d), single(lambda i=i, x=x: proj(i)[x + "_w"]))
-            writer.add(p + f"self_attn.{x}_proj.bias", (h * lay.head_dim,), single(lambda i=i, x=x: proj(i)[x + "_b"]))
-        writer.add(p + "self_attn.o_proj.weight", (d, h * lay.head_dim), single(lambda i=i: _o_proj(src, i, lay)))
-        writer.add(p + "self_attn.o_proj.bias", (d,), single(lambda i=i: src.linear(i, "o", WORK)[1]))
-        writer.add(p + f"mlp.{up}.weight", (f, d), single(lambda i=i: src.linear(i, "up", WORK)[0]))
-        writer.add(p + f"mlp.{up}.bias", (f,), single(lambda i=i: src.linear(i, "up", WORK)[1]))
-        writer.add(p + f"mlp.{down}.weight", (d, f), single(lambda i=i: src.linear(i, "down", WORK)[0]))
-        writer.add(p + f"mlp.{down}.bias", (d,), single(lambda i=i: src.linear(i, "down", WORK)[1]))
+        for part, x in enumerate("qkv"):
+            writer.add(p + f"self_attn.{x}_proj.weight", (h * lay.head_dim, d),
+                       row_blocks(lambda a, b, i=i, part=part: _proj_heads(src, i, lay, part, a, b, writer.dtype), h, 8 * lay.head_dim * d))
+            writer.add(p + f"self_attn.{x}_proj.bias", (h * lay.head_dim,), single(lambda i=i, part=part: _proj_bias(src, i, lay, part)))
+        writer.add(p + "self_attn.o_proj.weight", (d, h * lay.head_dim),
+                   row_blocks(lambda a, b, i=i: _o_rows(src, i, lay, a, b, writer.dtype), d, 8 * h * lay.head_dim))
+        writer.add(p + "self_attn.o_proj.bias", (d,), single(lambda i=i: src.bias(i, "o", WORK)))
+        writer.add(p + f"mlp.{up}.weight", (f, d), row_blocks(rows_of(i, "up"), f, 8 * d))
+        writer.add(p + f"mlp.{up}.bias", (f,), single(lambda i=i: src.bias(i, "up", WORK)))
+        writer.add(p + f"mlp.{down}.weight", (d, f), row_blocks(rows_of(i, "down"), d, 8 * f))
+        writer.add(p + f"mlp.{down}.bias", (d,), single(lambda i=i: src.bias(i, "down", WORK)))
     writer.add("model.norm.weight", (d,), single(lambda: norm(src.final_norm())[0]))
     writer.add("model.norm.bias", (d,), single(lambda: norm(src.final_norm())[1]))
-    writer.add("lm_head.weight", (v, d), row_blocks(lambda a, b: src.head_rows(a, b, WORK), v, EMBED_BLOCK_ROWS))
+    writer.add("lm_head.weight", (v, d), row_blocks(lambda a, b: src.head_rows(a, b, writer.dtype), v, 8 * d))
 
 
 def config_for(src: SourceModel, lay: CompactLayout, plan: EmulationPlan, dtype: str) -> dict:

@@ -169,34 +169,52 @@ class SourceModel:
         """LayerNorm ``which`` ('ln1' or 'ln2') of block i: weight and bias ``(D,)``."""
         return self._ln(self._names(i)[which])
 
+    def qkv_part(self, i: int, part: int, heads: tuple[int, int] | None = None, suffix: str = ".weight",
+                 dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """Block i's q (part 0), k (1) or v (2) weight ``(n, hd, D)`` (or, with ``suffix=".bias"``, bias
+        ``(n, hd)``) for heads ``[a, b)`` (all by default), in ``dtype``, reading only those heads' rows."""
+        info, name = self.info, self._names(i)["qkv"]
+        h, hd, d = info.n_heads, info.head_dim, info.hidden_size
+        a, b = heads or (0, h)
+        rest = (d,) if suffix == ".weight" else ()
+        total = self.reader.shape(name + ".weight")[0]
+
+        def rows(start: int, stop: int) -> torch.Tensor:  # (stop - start, *rest)
+            if name + suffix in self.reader:
+                return self.reader.read(name + suffix, (start, stop), dtype)
+            return torch.zeros(stop - start, *rest, dtype=dtype)
+
+        if total == 3 * h * hd and info.family == "mpt":  # [Q | K | V]
+            return rows((part * h + a) * hd, (part * h + b) * hd).view(b - a, hd, *rest)
+        if total == 3 * h * hd:  # per head (h, 3, hd): one read per head
+            return torch.stack([rows((3 * j + part) * hd, (3 * j + part + 1) * hd) for j in range(a, b)])
+        if total == (h + 2) * hd and info.family == "falcon":  # multi-query: h query heads, then one k and one v
+            if part == 0:
+                return rows(a * hd, b * hd).view(b - a, hd, *rest)
+            one = h + part - 1
+            return rows(one * hd, (one + 1) * hd).view(1, hd, *rest).expand(b - a, hd, *rest)  # replicated (exact)
+        raise ValueError(f"{name}.weight has {total} rows; expected {3 * h * hd}"
+                         + ("" if info.family == "mpt" else f" or {(h + 2) * hd}"))
+
     def qkv(self, i: int) -> tuple[torch.Tensor, ...]:
         """Block i's (q_w, k_w, v_w) ``(h, hd, D)`` and (q_b, k_b, v_b) ``(h, hd)``, float64."""
-        n, info = self._names(i), self.info
-        h, hd, d = info.n_heads, info.head_dim, info.hidden_size
-        qkv_w = self.reader.read(n["qkv"] + ".weight")
-        rows = qkv_w.shape[0]
-        qkv_b = _zeros_if_missing(self.reader, n["qkv"] + ".bias", (rows,))
-        if info.family == "mpt":  # [Q | K | V]
-            qw, kw, vw = (t.reshape(h, hd, d) for t in qkv_w.chunk(3, 0))  # (h, hd, D) each
-            qb, kb, vb = (t.reshape(h, hd) for t in qkv_b.chunk(3, 0))
-        elif rows == 3 * h * hd:  # per head (h, 3, hd)
-            w, b = qkv_w.view(h, 3, hd, d), qkv_b.view(h, 3, hd)
-            qw, kw, vw, qb, kb, vb = w[:, 0], w[:, 1], w[:, 2], b[:, 0], b[:, 1], b[:, 2]
-        elif rows == (h + 2) * hd:  # Falcon multi-query: h query heads, then one k and one v head
-            w, b = qkv_w.view(h + 2, hd, d), qkv_b.view(h + 2, hd)
-            qw, qb = w[:h], b[:h]
-            kw, vw = w[h:h + 1].expand(h, hd, d), w[h + 1:].expand(h, hd, d)
-            kb, vb = b[h:h + 1].expand(h, hd), b[h + 1:].expand(h, hd)
-        else:
-            raise ValueError(f"{n['qkv']}.weight has {rows} rows; expected {3 * h * hd} or {(h + 2) * hd}")
-        return qw, kw, vw, qb, kb, vb
+        return (*(self.qkv_part(i, p) for p in range(3)), *(self.qkv_part(i, p, suffix=".bias") for p in range(3)))
 
-    def linear(self, i: int, which: str, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+    def linear(self, i: int, which: str, dtype: torch.dtype = torch.float64,
+               rows: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Block i's linear ``which`` ('o', 'up' or 'down'): weight ``(out, in)`` and bias ``(out,)`` (zeros if none),
-        in ``dtype`` (float64 by default; float32 holds any float32/bf16/fp16 source exactly)."""
+        or rows ``[a, b)`` of both, in ``dtype`` (float64 by default; float32 holds any float32/bf16/fp16
+        source exactly)."""
+        return self.reader.read(self._names(i)[which] + ".weight", rows, dtype), self.bias(i, which, dtype, rows)
+
+    def bias(self, i: int, which: str, dtype: torch.dtype = torch.float64,
+             rows: tuple[int, int] | None = None) -> torch.Tensor:
+        """The bias ``(out,)`` of block i's linear ``which`` (or its rows ``[a, b)``), zeros if it has none."""
         name = self._names(i)[which]
-        w = self.reader.read(name + ".weight", dtype=dtype)
-        return w, _zeros_if_missing(self.reader, name + ".bias", (w.shape[0],)).to(dtype)
+        if name + ".bias" in self.reader:
+            return self.reader.read(name + ".bias", rows, dtype)
+        n = self.reader.shape(name + ".weight")[0]
+        return torch.zeros(n if rows is None else rows[1] - rows[0], dtype=dtype)
 
     def layer(self, i: int) -> Layer:
         """All of block i (for references and tests; the converter reads tensor by tensor)."""

@@ -20,15 +20,15 @@ plan's N and M (stated for 1/sqrt(hd)) become ``N' = N sqrt(hd'/hd)``, ``M' = M 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 
 from ..emulation import EmulationPlan
 from .families import SourceModel
-from .tensor_io import ShardWriter, row_blocks, single
+from .tensor_io import Producer, ShardWriter, row_blocks, rows_per_block, single
 
-EMBED_BLOCK_ROWS = 2048  # rows per block of the embedding and output head: bounds the working set
 # Tensors that are only copied, zero-padded or row-averaged are handled in float32, which holds any
 # float32/bfloat16/float16 source exactly (means are summed in float64); q (scaled) and LayerNorms
 # (folded) are computed in float64. Either way every output value is rounded once, at the end.
@@ -83,14 +83,28 @@ def layout_for(src: SourceModel, plan: EmulationPlan) -> NeoxLayout:
 
 
 def _pad_rows_with_mean(w: torch.Tensor, pads: int) -> torch.Tensor:
-    """Residual writer ``(D, …)`` -> ``(D + P, …)``: each pad row is the mean of the real rows (summed in float64)."""
-    mean = w.mean(0, keepdim=True, dtype=torch.float64).to(w.dtype)
-    return torch.cat([w, mean.expand(pads, *w.shape[1:])], 0)
+    """Small residual writer ``(D, …)`` -> ``(D + P, …)`` float64: each pad row is the mean of the real rows."""
+    w = w.to(torch.float64)
+    return torch.cat([w, w.mean(0, keepdim=True).expand(pads, *w.shape[1:])], 0)
 
 
-def _pad_cols_with_zeros(w: torch.Tensor, pads: int) -> torch.Tensor:
-    """Residual reader ``(…, D)`` -> ``(…, D + P)`` with zero columns on the pads."""
-    return torch.cat([w, w.new_zeros(*w.shape[:-1], pads)], -1)
+def mean_padded_rows(read: Callable[[int, int], torch.Tensor], n_real: int, pads: int, width: int) -> Producer:
+    """Residual writer ``(D + P, width)`` in row blocks: the real rows ``read(a, b)``, then ``P`` rows each the
+    mean of the real rows. The sum runs row by row in float64, so its bytes do not depend on the block size."""
+
+    def gen() -> Iterator[torch.Tensor]:
+        total = torch.zeros(width, dtype=torch.float64)
+        block = rows_per_block(8 * width)
+        for a in range(0, n_real, block):
+            rows = read(a, min(n_real, a + block))  # (rows, width)
+            for row in rows:
+                total.add_(row)
+            yield rows
+        mean = total / n_real  # float64: rounded once, by the writer
+        for a in range(0, pads, block):
+            yield mean.expand(min(pads, a + block) - a, width)
+
+    return gen
 
 
 def _norm(w: torch.Tensor, b: torch.Tensor, d: int, pads: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -98,74 +112,83 @@ def _norm(w: torch.Tensor, b: torch.Tensor, d: int, pads: int) -> tuple[torch.Te
     return torch.cat([w * g, w.new_zeros(pads)]), torch.cat([b, b.new_zeros(pads)])
 
 
-def _qkv(src: SourceModel, i: int, lay: NeoxLayout) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fused QKV ``(3 h hd', D')`` laid out per head as (h, 3, hd'), and its bias ``(3 h hd',)``."""
-    info = src.info
-    h, r, pads = info.n_heads, lay.rotary_dim, lay.hidden_size - info.hidden_size
-    qw, kw, vw, qb, kb, vb = src.qkv(i)
-    weight = torch.zeros(h, 3, lay.head_dim, lay.hidden_size, dtype=torch.float64)
+def _qkv_heads(src: SourceModel, i: int, lay: NeoxLayout, a: int, b: int, dtype: torch.dtype) -> torch.Tensor:
+    """Rows of the fused QKV ``(3 h hd', D')`` for heads ``[a, b)`` in the output ``dtype``: ``((b - a) 3 hd', D')``,
+    laid out per head as (h, 3, hd'); the content q scaled in float64 and rounded once, k and v cast once, zero
+    on the rotary dims and the pad columns."""
+    d, r = src.info.hidden_size, lay.rotary_dim
+    weight = torch.zeros(b - a, 3, lay.head_dim, lay.hidden_size, dtype=dtype)
+    weight[:, 0, r:, :d] = src.qkv_part(i, 0, (a, b)) * lay.content_scale  # (n, hd, D)
+    for part in (1, 2):
+        weight[:, part, r:, :d] = src.qkv_part(i, part, (a, b), dtype=dtype)
+    return weight.view((b - a) * 3 * lay.head_dim, lay.hidden_size)  # (n 3 hd', D')
+
+
+def _qkv_bias(src: SourceModel, i: int, lay: NeoxLayout) -> torch.Tensor:
+    """Fused QKV bias ``(3 h hd',)``: content biases, and the emulation's constant q and k on the rotary dims."""
+    h, r = src.info.n_heads, lay.rotary_dim
     bias = torch.zeros(h, 3, lay.head_dim, dtype=torch.float64)
-    for part, (w, b) in enumerate(((qw * lay.content_scale, qb * lay.content_scale), (kw, kb), (vw, vb))):
-        weight[:, part, r:, :] = _pad_cols_with_zeros(w, pads)  # (h, hd, D')
-        bias[:, part, r:] = b
+    for part in range(3):
+        b = src.qkv_part(i, part, suffix=".bias")  # (h, hd)
+        bias[:, part, r:] = b * lay.content_scale if part == 0 else b
     bias[:, 0, :r], bias[:, 1, :r] = lay.q_rot, lay.k_rot
-    return weight.reshape(3 * h * lay.head_dim, lay.hidden_size), bias.reshape(-1)  # (3 h hd', D'), (3 h hd',)
-
-
-def _attn_out(src: SourceModel, i: int, lay: NeoxLayout) -> tuple[torch.Tensor, torch.Tensor]:
-    info = src.info
-    h, hd, r, pads = info.n_heads, info.head_dim, lay.rotary_dim, lay.hidden_size - info.hidden_size
-    w, b = src.linear(i, "o", WORK)
-    per_head = torch.zeros(info.hidden_size, h, lay.head_dim, dtype=WORK)
-    per_head[:, :, r:] = w.view(info.hidden_size, h, hd)  # (D, h, hd'): zero columns on the rotary dims
-    return _pad_rows_with_mean(per_head.reshape(info.hidden_size, h * lay.head_dim), pads), _pad_rows_with_mean(b, pads)
+    return bias.reshape(-1)  # (3 h hd',)
 
 
 def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter) -> None:
-    """Describe every target tensor to ``writer``; each is computed from the source when written."""
+    """Describe every target tensor to ``writer``; each is computed from the source when written, in row (or head)
+    blocks of at most ``tensor_io.BLOCK_BYTES`` of float64, so memory is bounded by a block, not a tensor."""
     info = src.info
-    d, pads, dp, v = info.hidden_size, lay.hidden_size - info.hidden_size, lay.hidden_size, info.vocab_size
-
-
-    last: dict = {}
-
-    def qkv(i: int):  # weight and bias come from one read of the fused source tensor
-        if last.get("i") != i:
-            last.update(i=i, value=_qkv(src, i, lay))
-        return last["value"]
-
+    d, pads, dp, v, h = info.hidden_size, lay.hidden_size - info.hidden_size, lay.hidden_size, info.vocab_size, info.n_heads
+    r, hd, f = lay.rotary_dim, info.head_dim, info.intermediate_size
 
     def embed_rows(a: int, b: int) -> torch.Tensor:  # (rows, D'): each pad column holds the row's mean
         x = src.embedding_rows(a, b)  # (rows, D), float64
-        out = torch.empty(b - a, dp, dtype=writer.dtype)
+        out = torch.empty(b - a, dp, dtype=torch.float64)
         out[:, :d], out[:, d:] = x, x.mean(1, keepdim=True)
         return out
 
     def head_rows(a: int, b: int) -> torch.Tensor:  # (rows, D'): zero columns on the pads
         out = torch.zeros(b - a, dp, dtype=writer.dtype)
-        out[:, :d] = src.head_rows(a, b, WORK)
+        out[:, :d] = src.head_rows(a, b, writer.dtype)  # moved, not computed: one cast from the source
         return out
 
-    writer.add("gpt_neox.embed_in.weight", (v, dp), row_blocks(embed_rows, v, EMBED_BLOCK_ROWS))
+    def attn_out_rows(i: int, a: int, b: int) -> torch.Tensor:  # (rows, h hd'): zero columns on the rotary dims
+        out = torch.zeros(b - a, h, lay.head_dim, dtype=WORK)
+        out[:, :, r:] = src.linear(i, "o", WORK, (a, b))[0].view(b - a, h, hd)  # (rows, h, hd')
+        return out.view(b - a, h * lay.head_dim)
+
+    def up_rows(i: int, a: int, b: int) -> torch.Tensor:  # (rows, D'): zero columns on the pads
+        out = torch.zeros(b - a, dp, dtype=writer.dtype)
+        out[:, :d] = src.linear(i, "up", writer.dtype, (a, b))[0]  # one cast from the source
+        return out
+
+    def bias(i: int, which: str, padded: bool) -> Producer:
+        return single(lambda: _pad_rows_with_mean(src.bias(i, which, WORK), pads) if padded else src.bias(i, which, WORK))
+
+    writer.add("gpt_neox.embed_in.weight", (v, dp), row_blocks(embed_rows, v, 8 * dp))
     for i in range(info.n_layers):
         p = f"gpt_neox.layers.{i}."
         ln2 = "ln1" if info.parallel else "ln2"  # parallel: both read the same LayerNorm
         for name, which in (("input_layernorm", "ln1"), ("post_attention_layernorm", ln2)):
             writer.add(p + name + ".weight", (dp,), single(lambda i=i, w=which: _norm(*src.norm(i, w), d, pads)[0]))
             writer.add(p + name + ".bias", (dp,), single(lambda i=i, w=which: _norm(*src.norm(i, w), d, pads)[1]))
-        n_qkv = 3 * info.n_heads * lay.head_dim
-        writer.add(p + "attention.query_key_value.weight", (n_qkv, dp), single(lambda i=i: qkv(i)[0]))
-        writer.add(p + "attention.query_key_value.bias", (n_qkv,), single(lambda i=i: qkv(i)[1]))
-        writer.add(p + "attention.dense.weight", (dp, info.n_heads * lay.head_dim), single(lambda i=i: _attn_out(src, i, lay)[0]))
-        writer.add(p + "attention.dense.bias", (dp,), single(lambda i=i: _attn_out(src, i, lay)[1]))
-        f = info.intermediate_size
-        writer.add(p + "mlp.dense_h_to_4h.weight", (f, dp), single(lambda i=i: _pad_cols_with_zeros(src.linear(i, "up", WORK)[0], pads)))
-        writer.add(p + "mlp.dense_h_to_4h.bias", (f,), single(lambda i=i: src.linear(i, "up", WORK)[1]))
-        writer.add(p + "mlp.dense_4h_to_h.weight", (dp, f), single(lambda i=i: _pad_rows_with_mean(src.linear(i, "down", WORK)[0], pads)))
-        writer.add(p + "mlp.dense_4h_to_h.bias", (dp,), single(lambda i=i: _pad_rows_with_mean(src.linear(i, "down", WORK)[1], pads)))
+        n_qkv = 3 * h * lay.head_dim
+        # a block of whole heads: each head's q, k and v rows are contiguous in the target
+        writer.add(p + "attention.query_key_value.weight", (n_qkv, dp),
+                   row_blocks(lambda a, b, i=i: _qkv_heads(src, i, lay, a, b, writer.dtype), h, 8 * 3 * lay.head_dim * dp))
+        writer.add(p + "attention.query_key_value.bias", (n_qkv,), single(lambda i=i: _qkv_bias(src, i, lay)))
+        writer.add(p + "attention.dense.weight", (dp, h * lay.head_dim),
+                   mean_padded_rows(lambda a, b, i=i: attn_out_rows(i, a, b), d, pads, h * lay.head_dim))
+        writer.add(p + "attention.dense.bias", (dp,), bias(i, "o", True))
+        writer.add(p + "mlp.dense_h_to_4h.weight", (f, dp), row_blocks(lambda a, b, i=i: up_rows(i, a, b), f, 8 * dp))
+        writer.add(p + "mlp.dense_h_to_4h.bias", (f,), bias(i, "up", False))
+        writer.add(p + "mlp.dense_4h_to_h.weight", (dp, f),
+                   mean_padded_rows(lambda a, b, i=i: src.linear(i, "down", WORK, (a, b))[0], d, pads, f))
+        writer.add(p + "mlp.dense_4h_to_h.bias", (dp,), bias(i, "down", True))
     writer.add("gpt_neox.final_layer_norm.weight", (dp,), single(lambda: _norm(*src.final_norm(), d, pads)[0]))
     writer.add("gpt_neox.final_layer_norm.bias", (dp,), single(lambda: _norm(*src.final_norm(), d, pads)[1]))
-    writer.add("embed_out.weight", (v, dp), row_blocks(head_rows, v, EMBED_BLOCK_ROWS))
+    writer.add("embed_out.weight", (v, dp), row_blocks(head_rows, v, 8 * dp))
 
 
 def config_for(src: SourceModel, lay: NeoxLayout, plan: EmulationPlan, dtype: str) -> dict:

@@ -97,6 +97,19 @@ def source_fingerprint(src_dir: Path) -> str:
     return h.hexdigest()
 
 
+SPACE_SLACK = 64 << 20  # headers, index, config and report, with room to spare
+
+
+def check_free_space(directory: Path, needed: int) -> None:
+    """Refuse (OSError, with the numbers) when ``directory``'s file system has less free space than ``needed``
+    bytes plus a slack; checked before anything is written. An existing DST replaced with ``--force`` is
+    removed only after the new one is complete, so it does not count as free."""
+    free = shutil.disk_usage(directory).free
+    if free < needed + SPACE_SLACK:
+        raise OSError(f"not enough free space in {directory}: the output needs {needed / 1e9:.3g} GB, "
+                      f"{free / 1e9:.3g} GB free")
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -179,12 +192,15 @@ def convert(
     log.info("plan: %s heads, %s, worst predicted error %.3g", len(plan.heads), geometry,
              plan.worst_head.predicted_error)
 
+    writer = ShardWriter(dst.parent, DTYPES[dtype], int(max_shard_mb * 2**20))  # directory: the temporary one below
+    module.add_tensors(model, layout, writer)  # describes the tensors; nothing is read yet
+    check_free_space(dst.parent, writer.total_bytes() + sum(
+        (src_dir / name).stat().st_size for name in COPIED_FILES if (src_dir / name).is_file()))
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700; DST gets what a plain mkdir would give
     try:
         bar = None
-        writer = ShardWriter(tmp, DTYPES[dtype], int(max_shard_mb * 2**20))
-        module.add_tensors(model, layout, writer)
+        writer.directory = tmp
         if progress:
             from tqdm.auto import tqdm
 

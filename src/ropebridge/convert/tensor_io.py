@@ -59,7 +59,12 @@ def _read_header(path: Path) -> dict[str, TensorInfo]:
         begin, end = meta["data_offsets"]
         if 8 + n + end > size:
             raise ValueError(f"{path} is truncated: tensor {name} ends beyond the file")
-        out[name] = TensorInfo(path, ST_DTYPES[meta["dtype"]], tuple(meta["shape"]), 8 + n + begin, 8 + n + end)
+        dtype, shape = ST_DTYPES[meta["dtype"]], tuple(meta["shape"])
+        need = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+        if end - begin != need:
+            raise ValueError(f"{path}: tensor {name} has {end - begin} bytes, its shape {list(shape)} and dtype "
+                             f"{meta['dtype']} need {need}")
+        out[name] = TensorInfo(path, dtype, shape, 8 + n + begin, 8 + n + end)
     return out
 
 
@@ -143,16 +148,29 @@ class CheckpointReader:
 
 Producer = Callable[[], Iterator[torch.Tensor]]  # yields blocks of rows, in order
 
+# Working-set budget of one block: a large matrix is read, transformed and written this many bytes of
+# float64 at a time (at least one row, or one head for the fused QKV), so peak memory is a few blocks, not a
+# tensor. Read at call time, so tests can force tiny blocks.
+BLOCK_BYTES = 128 << 20
+
+
+def rows_per_block(row_bytes: int, unit: int = 1) -> int:
+    """How many rows of ``row_bytes`` (float64 working bytes) fit ``BLOCK_BYTES``: at least one, a multiple of
+    ``unit``."""
+    return max(unit, BLOCK_BYTES // max(row_bytes, 1) // unit * unit)
+
 
 def single(fn: Callable[[], torch.Tensor]) -> Producer:
     """A producer of one block: the whole tensor, computed when written."""
     return lambda: iter([fn()])
 
 
-def row_blocks(fn: Callable[[int, int], torch.Tensor], n_rows: int, block: int = 2048) -> Producer:
-    """A producer of ``fn(start, stop)`` for consecutive row blocks (bounds the memory of big tensors)."""
+def row_blocks(fn: Callable[[int, int], torch.Tensor], n_rows: int, row_bytes: int, unit: int = 1) -> Producer:
+    """A producer of ``fn(start, stop)`` for consecutive row blocks of ``rows_per_block(row_bytes, unit)`` rows,
+    the block size chosen when the tensor is written (bounds the memory of big tensors)."""
 
     def gen() -> Iterator[torch.Tensor]:
+        block = rows_per_block(row_bytes, unit)
         for start in range(0, n_rows, block):
             yield fn(start, min(n_rows, start + block))
 
@@ -179,6 +197,7 @@ class ShardWriter:
         self.itemsize = torch.empty((), dtype=dtype).element_size()
         self.pending: list[_Pending] = []
         self.progress = progress
+        self.largest_block = 0  # bytes of the largest block produced, in the dtype it was produced in
 
     def add(self, name: str, shape: tuple[int, ...], producer: Producer) -> None:
         self.pending.append(_Pending(name, tuple(shape), producer))
@@ -234,6 +253,7 @@ class ShardWriter:
                     for block in p.producer():
                         if stop.is_set():
                             return
+                        self.largest_block = max(self.largest_block, block.nbytes)
                         data = block.to(self.dtype).contiguous().reshape(-1).view(torch.uint8).numpy()  # bf16 too
                         blocks.put((p, data))
                     blocks.put((p, None))
