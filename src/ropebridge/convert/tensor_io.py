@@ -151,7 +151,7 @@ Producer = Callable[[], Iterator[torch.Tensor]]  # yields blocks of rows, in ord
 # Working-set budget of one block: a large matrix is read, transformed and written this many bytes of
 # float64 at a time (at least one row, or one head for the fused QKV), so peak memory is a few blocks, not a
 # tensor. Read at call time, so tests can force tiny blocks.
-BLOCK_BYTES = 128 << 20
+BLOCK_BYTES = 32 << 20
 
 
 def rows_per_block(row_bytes: int, unit: int = 1) -> int:
