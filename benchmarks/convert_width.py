@@ -8,7 +8,7 @@ shards) is written tensor by tensor with random values, so building it needs no 
 Conversion runs as ``python -m ropebridge convert`` in a child process (its own peak RSS); the plan alone is
 timed too, since it is paid once per model, not per layer. The extrapolation to the full model (70 layers,
 vocab 250880) scales the per-byte conversion time by the output bytes of the full model. Prints a table and
-writes benchmarks/results/convert_width.json.
+writes benchmarks/results/convert_width.json (convert_width_wL.json for another --window).
 """
 
 from __future__ import annotations
@@ -160,7 +160,8 @@ def main() -> int:
     print(table(rows, ["what", "seconds", "peak_rss_gib"]))
     for k, v in summary.items():
         print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
-    path = save("convert_width", {"args": vars(args), "rows": rows, **summary})
+    path = save("convert_width" + ("" if args.window == 2048 else f"_w{args.window}"),
+                {"args": vars(args), "rows": rows, **summary})
     print(f"wrote {path}")
     return 0
 
