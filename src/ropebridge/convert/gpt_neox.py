@@ -29,9 +29,10 @@ from ..emulation import EmulationPlan
 from .families import SourceModel
 from .tensor_io import Producer, ShardWriter, row_blocks, rows_per_block, single
 
-# Tensors that are only copied, zero-padded or row-averaged are handled in float32, which holds any
-# float32/bfloat16/float16 source exactly (means are summed in float64); q (scaled) and LayerNorms
-# (folded) are computed in float64. Either way every output value is rounded once, at the end.
+# Tensors that are only copied or zero-padded are cast once from the source into the output dtype; those
+# whose rows are also averaged (the residual writers' pad rows) are read in float32, which holds any
+# float32/bfloat16/float16 source exactly, and their means summed in float64; q (scaled) and LayerNorms
+# (folded) are computed in float64. Either way every output value is rounded once.
 WORK = torch.float32
 
 
