@@ -19,6 +19,10 @@ converters write it show what happens without that step. CTranslate2 also gets t
 folded into its query projection (``worker_ct2.py --fold-scale``, which says why); runs without it are
 reported too.
 
+Half precision (llama.cpp): the frequency ladder converted with ``LADDER`` (float16, on the base 10000 that
+llama.cpp's converter assumes, so no GGUF edit), converted by ``convert_hf_to_gguf.py`` at F16 and Q8_0 like
+the native model, and run with llama.cpp's default settings (f16 K/V cache, flash attention off and on).
+
 Tokenizer: llama.cpp's converter refuses a tokenizer whose pre-tokenizer hash it does not know (the demo
 model's own 4096-token BPE is one). Both checkpoints therefore carry GPT-2's tokenizer, rebuilt from the
 vocabulary file llama.cpp ships (``models/ggml-vocab-gpt-2.gguf``); the demo model's embedding is padded
@@ -63,6 +67,15 @@ LLAMA_SETTINGS = {  # name: (settings, rope base set in the GGUF metadata)
 }
 FIXED_BASE = {"base": 10000.0, "rotary_dim": 32, "pairs": 3}
 FIXED_BASE_LABEL = "converted with --rope-base 10000 --rotary-dim 32 --pairs 3, engine converter as is"
+# Half precision: the frequency ladder on the base engines' converters assume (nothing set in the GGUF), the
+# engine's default settings, native BLOOM in the same GGUF type and settings beside it.
+LADDER = {"dtype": "float16", "emulation": "ladder", "base": 10000.0, "rotary_dim": 32}
+LADDER_LABEL = "ladder (--dtype float16 --rope-base 10000 --rotary-dim 32), engine converter as is"
+HALF_GGUF_TYPES = ("f16", "q8_0")  # convert_hf_to_gguf.py --outtype
+HALF_LLAMA = {  # llama.cpp's own defaults: f16 K/V cache, flash attention off, then on
+    "binding defaults (-fa off, f16 K/V cache)": {"flash_attn": False, "type_k": "f16", "type_v": "f16"},
+    "-fa on (f16 K/V cache)": {"flash_attn": True, "type_k": "f16", "type_v": "f16"},
+}
 RECOMMENDED_CT2 = "float32, base set, 1/sqrt(d) folded into the queries (recommended)"
 CT2_SETTINGS = {  # label: the key of the converted checkpoint's CTranslate2 directory (see ct2_dirs)
     RECOMMENDED_CT2: "converted+base+fold",
@@ -174,10 +187,12 @@ def convert_rope(native: Path, work: Path, window: int) -> dict[str, Path]:
     dropping the base run as they are (FIXED_BASE: rotary dims and pairs per head)."""
     from ropebridge.convert import convert
 
-    out = {"converted": work / "converted", "converted-base10000": work / "converted-base10000"}
-    for key, extra in (("converted", {}), ("converted-base10000", FIXED_BASE)):
+    plans = {"converted": {"dtype": "float32"}, "converted-base10000": {"dtype": "float32", **FIXED_BASE},
+             "ladder-f16": LADDER}
+    out = {key: work / key for key in plans}
+    for key, extra in plans.items():
         if not (out[key] / "ropebridge.json").exists():
-            convert(native, out[key], window=window, dtype="float32", force=True, progress=False, **extra)
+            convert(native, out[key], window=window, force=True, progress=False, **extra)
     return out
 
 
@@ -194,6 +209,13 @@ def gguf_files(env: envs.Env, native: Path, converted: dict[str, Path], work: Pa
             log.info("convert_hf_to_gguf.py %s --outtype f32", src.name)
             env.run([env.convert_hf_to_gguf, src, "--outtype", "f32", "--outfile", files[key]], gguf=True,
                     log_file=work / f"convert_hf_to_gguf-{key}.log")
+    for t in HALF_GGUF_TYPES:
+        for key, src in ((f"native-{t}", native), (f"ladder-{t}", converted["ladder-f16"])):
+            files[key] = work / f"{key}.gguf"
+            if not files[key].exists():
+                log.info("convert_hf_to_gguf.py %s --outtype %s", src.name, t)
+                env.run([env.convert_hf_to_gguf, src, "--outtype", t, "--outfile", files[key]], gguf=True,
+                        log_file=work / f"convert_hf_to_gguf-{key}.log")
     if not files["converted+base"].exists():
         base = json.loads((converted["converted"] / "config.json").read_text())["rotary_emb_base"]
         env.run([HERE / "worker_llamacpp.py", "set-base", files["converted"], files["converted+base"], base], gguf=True)
@@ -299,6 +321,13 @@ def engine_runs(engine: str, env: envs.Env, name: str, native: Path, converted: 
         runs.append(record(engine, name, FIXED_BASE_LABEL, {**st, "rope_freq_base": "not set (10000)",
                                                             "gguf": "F32", "plan": FIXED_BASE},
                            once("worker_llamacpp.py", files["native"], st), conv, ref))
+        for t in HALF_GGUF_TYPES:
+            for label, settings in HALF_LLAMA.items():
+                st = {**settings, "threads": args.threads}
+                runs.append(record(engine, name, f"{LADDER_LABEL}, {t.upper()} GGUF, {label}",
+                                   {**st, "rope_freq_base": "not set (10000)", "gguf": t.upper(), "plan": LADDER},
+                                   once("worker_llamacpp.py", files[f"native-{t}"], st),
+                                   once("worker_llamacpp.py", files[f"ladder-{t}"], st), ref))
     elif engine == "transformers-4":
         st = {"threads": args.threads, "dtype": "float32"}
         nat = once("worker_hf4.py", native, st)
