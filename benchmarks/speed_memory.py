@@ -1,5 +1,7 @@
 """Prefill speed and peak memory: native BLOOM (eager, its only path) against the converted GPT-NeoX (SDPA)
-and against the same converted model with the emulation pair removed (no positional encoding: the limit).
+the same source converted in the half-precision default (the frequency ladder, which at 8K takes 32 rotary dims per
+head: head 64 -> 96, residual 1024 -> 1536; timed in float32 like the rest), and the converted model with the emulation pair removed (no
+positional encoding: the limit).
 
     python benchmarks/speed_memory.py [--quick] [--lengths 1024,2048,...] [--timeout 900]
 
@@ -81,21 +83,35 @@ def main() -> int:
     src = bloom_560m_shaped(cache / f"bloom560m-shaped-{layers}x{vocab}", layers=layers, vocab=vocab)
     dst = cache / f"bloom560m-shaped-{layers}x{vocab}-rope{max(lengths)}"
     if not (dst / "config.json").exists():
+        # float32 at 8K+ predicts ~1.5e-3 on this shape, above the 1e-3 tolerance: accepted, speed is what is measured
         subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--window",
-                        str(max(lengths)), "--json", "--force"], check=True, capture_output=True)
+                        str(max(lengths)), "--json", "--force", "--accept-error"], check=True, capture_output=True)
+    # The half-precision default (the frequency ladder; at 8K in bfloat16 the planner takes r = 32: head 64 -> 96)
+    # has the shape that matters here; in float32 the planner takes the same r.
+    # Written in float32 like the others (a bfloat16 file loaded as float32 would add a conversion's memory),
+    # where its fit error exceeds the float32 tolerance: accepted, speed is what is measured.
+    ladder = cache / f"bloom560m-shaped-{layers}x{vocab}-ladder{max(lengths)}"
+    if not (ladder / "config.json").exists():
+        subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(ladder), "--window",
+                        str(max(lengths)), "--dtype", "float32", "--emulation", "ladder", "--json", "--force",
+                        "--accept-error"], check=True,
+                       capture_output=True)
     rows = []
+    variants = (("native", src, "prefill"), ("converted", dst, "prefill"), ("ladder", ladder, "prefill"),
+                ("limit", dst, "limit"))
     for length in lengths:
-        for variant, path, mode in (("native", src, "prefill"), ("converted", dst, "prefill"), ("limit", dst, "limit")):
+        for variant, path, mode in variants:
             r = run_child(path, length, mode, args.timeout)
             rows.append({"length": length, "variant": variant, **r})
             print(json.dumps(rows[-1]), flush=True)
     decode_len = 512 if args.quick else 2048
-    decode = {v: run_child(path, decode_len, "decode", args.timeout) for v, path in (("native", src), ("converted", dst))}
+    decode = {v: run_child(path, decode_len, "decode", args.timeout)
+              for v, path in (("native", src), ("converted", dst), ("ladder", ladder))}
     summary = []
     for length in lengths:
         by = {r["variant"]: r for r in rows if r["length"] == length}
         row = {"length": length}
-        for v in ("native", "converted", "limit"):
+        for v in ("native", "converted", "ladder", "limit"):
             r = by[v]
             row[f"{v}_tok_s"] = r["tokens_per_s"] if r["status"] == "ok" else r["status"]
             row[f"{v}_rss_mb"] = r["peak_rss_mb"] if r["status"] == "ok" else "-"
@@ -104,13 +120,21 @@ def main() -> int:
             row["memory_native_over_converted"] = by["native"]["peak_rss_mb"] / by["converted"]["peak_rss_mb"]
         if by["limit"]["status"] == "ok" and by["converted"]["status"] == "ok":
             row["converted_over_limit_time"] = by["converted"]["seconds"] / by["limit"]["seconds"]
+        if by["ladder"]["status"] == "ok" and by["converted"]["status"] == "ok":
+            row["ladder_over_converted_time"] = by["ladder"]["seconds"] / by["converted"]["seconds"]
+            row["ladder_over_converted_rss"] = by["ladder"]["peak_rss_mb"] / by["converted"]["peak_rss_mb"]
         summary.append(row)
-    cols = ["length", "native_tok_s", "converted_tok_s", "limit_tok_s", "native_rss_mb", "converted_rss_mb",
-            "limit_rss_mb", "speedup_vs_native", "memory_native_over_converted", "converted_over_limit_time"]
+    cols = ["length", "native_tok_s", "converted_tok_s", "ladder_tok_s", "limit_tok_s", "native_rss_mb",
+            "converted_rss_mb", "ladder_rss_mb", "limit_rss_mb", "speedup_vs_native", "memory_native_over_converted",
+            "converted_over_limit_time", "ladder_over_converted_time", "ladder_over_converted_rss"]
     print(table(summary, cols))
     print(f"decode after {decode_len} tokens, tokens/s: native {decode['native'].get('decode_tokens_per_s', decode['native']['status'])}, "
-          f"converted {decode['converted'].get('decode_tokens_per_s', decode['converted']['status'])}")
-    path = save("speed_memory_quick" if args.quick else "speed_memory",
+          f"converted {decode['converted'].get('decode_tokens_per_s', decode['converted']['status'])}, "
+          f"ladder {decode['ladder'].get('decode_tokens_per_s', decode['ladder']['status'])}")
+    name = "speed_memory_quick" if args.quick else "speed_memory"
+    if args.lengths:  # a partial run keeps the default run's file
+        name += "_" + "_".join(str(n) for n in lengths)
+    path = save(name,
                 {"layers": layers, "vocab": vocab, "runs": rows, "summary": summary, "decode_context": decode_len,
                  "decode": decode})
     print(f"wrote {path}")

@@ -219,6 +219,9 @@ def test_128_dim_heads_end_to_end_in_float32_and_the_half_precision_default(tmp_
     for dtype, head_dim in (("float32", 132), ("bfloat16", 144)):  # r = 4 (one pair), then the ladder's r = 16
         res = convert(src, tmp_path / dtype, window=256, dtype=dtype)
         cfg = T.AutoConfig.from_pretrained(res.destination)
-        assert cfg.hidden_size // cfg.num_attention_heads == head_dim, dtype
+        assert cfg.hidden_size // cfg.num_attention_heads == head_dim, dtype  # vLLM's and TensorRT-LLM's head size
+        raw = json.loads((res.destination / "config.json").read_text())  # what vLLM/TensorRT-LLM read, as written
+        assert int(head_dim * raw["rotary_pct"]) == res.plan.rope_dim == head_dim - 128, dtype
+        assert raw["rotary_emb_base"] == raw["rope_parameters"]["rope_theta"] == res.plan.base
         report = verify(src, res.destination, context=256, greedy_tokens=8)
         assert report.passed, (dtype, report.failures)
