@@ -154,10 +154,9 @@ Producer = Callable[[], Iterator[torch.Tensor]]  # yields blocks of rows, in ord
 BLOCK_BYTES = 32 << 20
 
 
-def rows_per_block(row_bytes: int, unit: int = 1) -> int:
-    """How many rows of ``row_bytes`` (float64 working bytes) fit ``BLOCK_BYTES``: at least one, a multiple of
-    ``unit``."""
-    return max(unit, BLOCK_BYTES // max(row_bytes, 1) // unit * unit)
+def rows_per_block(row_bytes: int) -> int:
+    """How many rows of ``row_bytes`` (float64 working bytes) fit ``BLOCK_BYTES``: at least one."""
+    return max(1, BLOCK_BYTES // max(row_bytes, 1))
 
 
 def single(fn: Callable[[], torch.Tensor]) -> Producer:
@@ -165,12 +164,12 @@ def single(fn: Callable[[], torch.Tensor]) -> Producer:
     return lambda: iter([fn()])
 
 
-def row_blocks(fn: Callable[[int, int], torch.Tensor], n_rows: int, row_bytes: int, unit: int = 1) -> Producer:
-    """A producer of ``fn(start, stop)`` for consecutive row blocks of ``rows_per_block(row_bytes, unit)`` rows,
-    the block size chosen when the tensor is written (bounds the memory of big tensors)."""
+def row_blocks(fn: Callable[[int, int], torch.Tensor], n_rows: int, row_bytes: int) -> Producer:
+    """A producer of ``fn(start, stop)`` for consecutive row blocks of ``rows_per_block(row_bytes)`` rows, the
+    block size chosen when the tensor is written (bounds the memory of big tensors)."""
 
     def gen() -> Iterator[torch.Tensor]:
-        block = rows_per_block(row_bytes, unit)
+        block = rows_per_block(row_bytes)
         for start in range(0, n_rows, block):
             yield fn(start, min(n_rows, start + block))
 
