@@ -92,10 +92,10 @@ def checkpoint_tp_problems(directory: str | Path, tp: int) -> list[str]:
     reader = CheckpointReader(directory)
     problems = geo.tp_problems(tp)
     q = geo.heads * geo.head_dim
+    want = {"attention.query_key_value.weight": (0, 3 * q), "attention.dense.weight": (1, q),
+            "mlp.dense_h_to_4h.weight": (0, geo.intermediate), "mlp.dense_4h_to_h.weight": (1, geo.intermediate)}
     for name in reader.names():
         shape = reader.shape(name)
-        want = {"attention.query_key_value.weight": (0, 3 * q), "attention.dense.weight": (1, q),
-                "mlp.dense_h_to_4h.weight": (0, geo.intermediate), "mlp.dense_4h_to_h.weight": (1, geo.intermediate)}
         for suffix, (dim, size) in want.items():
             if name.endswith(suffix):
                 if shape[dim] != size:

@@ -90,7 +90,7 @@ def _o_rows(src: SourceModel, i: int, lay: CompactLayout, a: int, b: int, dtype:
     """Rows ``[a, b)`` of the attention output ``(D, h hd')`` in ``dtype``: zero columns on the pair dims."""
     info = src.info
     per_head = torch.zeros(b - a, info.n_heads, lay.head_dim, dtype=dtype)
-    per_head[:, :, lay.content] = src.linear(i, "o", dtype, (a, b))[0].view(b - a, info.n_heads, info.head_dim)
+    per_head[:, :, lay.content] = src.weight(i, "o", dtype, (a, b)).view(b - a, info.n_heads, info.head_dim)
     return per_head.view(b - a, -1)  # (rows, h hd')
 
 
@@ -105,7 +105,7 @@ def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> No
         return (wb[0] - 1 if one_p else wb[0]), wb[1]
 
     def rows_of(i: int, which: str) -> Callable[[int, int], torch.Tensor]:  # moved: one cast from the source
-        return lambda a, b: src.linear(i, which, writer.dtype, (a, b))[0]
+        return lambda a, b: src.weight(i, which, writer.dtype, (a, b))
 
     writer.add("model.embed_tokens.weight", (v, d), row_blocks(src.embedding_rows, v, 8 * d))
     for i in range(info.n_layers):

@@ -200,21 +200,22 @@ class SourceModel:
         """Block i's (q_w, k_w, v_w) ``(h, hd, D)`` and (q_b, k_b, v_b) ``(h, hd)``, float64."""
         return (*(self.qkv_part(i, p) for p in range(3)), *(self.qkv_part(i, p, suffix=".bias") for p in range(3)))
 
-    def linear(self, i: int, which: str, dtype: torch.dtype = torch.float64,
-               rows: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Block i's linear ``which`` ('o', 'up' or 'down'): weight ``(out, in)`` and bias ``(out,)`` (zeros if none),
-        or rows ``[a, b)`` of both, in ``dtype`` (float64 by default; float32 holds any float32/bf16/fp16
-        source exactly)."""
-        return self.reader.read(self._names(i)[which] + ".weight", rows, dtype), self.bias(i, which, dtype, rows)
+    def weight(self, i: int, which: str, dtype: torch.dtype = torch.float64,
+               rows: tuple[int, int] | None = None) -> torch.Tensor:
+        """Block i's linear ``which`` ('o', 'up' or 'down'): weight ``(out, in)``, or its rows ``[a, b)``, in ``dtype``
+        (float64 by default; float32 holds any float32/bf16/fp16 source exactly)."""
+        return self.reader.read(self._names(i)[which] + ".weight", rows, dtype)
 
-    def bias(self, i: int, which: str, dtype: torch.dtype = torch.float64,
-             rows: tuple[int, int] | None = None) -> torch.Tensor:
-        """The bias ``(out,)`` of block i's linear ``which`` (or its rows ``[a, b)``), zeros if it has none."""
+    def bias(self, i: int, which: str, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """The bias ``(out,)`` of block i's linear ``which``, zeros if it has none."""
         name = self._names(i)[which]
         if name + ".bias" in self.reader:
-            return self.reader.read(name + ".bias", rows, dtype)
-        n = self.reader.shape(name + ".weight")[0]
-        return torch.zeros(n if rows is None else rows[1] - rows[0], dtype=dtype)
+            return self.reader.read(name + ".bias", dtype=dtype)
+        return torch.zeros(self.reader.shape(name + ".weight")[0], dtype=dtype)
+
+    def linear(self, i: int, which: str, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+        """``weight`` and ``bias`` of block i's linear ``which``."""
+        return self.weight(i, which, dtype), self.bias(i, which, dtype)
 
     def layer(self, i: int) -> Layer:
         """All of block i (for references and tests; the converter reads tensor by tensor)."""

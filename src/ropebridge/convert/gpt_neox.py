@@ -156,12 +156,12 @@ def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter) -> None:
 
     def attn_out_rows(i: int, a: int, b: int) -> torch.Tensor:  # (rows, h hd'): zero columns on the rotary dims
         out = torch.zeros(b - a, h, lay.head_dim, dtype=WORK)
-        out[:, :, r:] = src.linear(i, "o", WORK, (a, b))[0].view(b - a, h, hd)  # (rows, h, hd')
+        out[:, :, r:] = src.weight(i, "o", WORK, (a, b)).view(b - a, h, hd)  # (rows, h, hd')
         return out.view(b - a, h * lay.head_dim)
 
     def up_rows(i: int, a: int, b: int) -> torch.Tensor:  # (rows, D'): zero columns on the pads
         out = torch.zeros(b - a, dp, dtype=writer.dtype)
-        out[:, :d] = src.linear(i, "up", writer.dtype, (a, b))[0]  # one cast from the source
+        out[:, :d] = src.weight(i, "up", writer.dtype, (a, b))  # one cast from the source
         return out
 
     def bias(i: int, which: str, padded: bool) -> Producer:
@@ -185,7 +185,7 @@ def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter) -> None:
         writer.add(p + "mlp.dense_h_to_4h.weight", (f, dp), row_blocks(lambda a, b, i=i: up_rows(i, a, b), f, 8 * dp))
         writer.add(p + "mlp.dense_h_to_4h.bias", (f,), bias(i, "up", False))
         writer.add(p + "mlp.dense_4h_to_h.weight", (dp, f),
-                   mean_padded_rows(lambda a, b, i=i: src.linear(i, "down", WORK, (a, b))[0], d, pads, f))
+                   mean_padded_rows(lambda a, b, i=i: src.weight(i, "down", WORK, (a, b)), d, pads, f))
         writer.add(p + "mlp.dense_4h_to_h.bias", (dp,), bias(i, "down", True))
     writer.add("gpt_neox.final_layer_norm.weight", (dp,), single(lambda: _norm(*src.final_norm(), d, pads)[0]))
     writer.add("gpt_neox.final_layer_norm.bias", (dp,), single(lambda: _norm(*src.final_norm(), d, pads)[1]))
