@@ -22,8 +22,8 @@ CONTEXTS = (2048, 8192, 32768)
 def columns() -> list[tuple[str, Geometry]]:
     native = Geometry.from_config(BLOOM_176B)
     out = [("native BLOOM-176B", native)]
-    for multiple in (16, 32):  # the planner's two candidates for 128-dim heads: R = 16 (hd' 144), R = 32 (160)
-        r = rotary_dim_for(native.head_dim, multiple)
+    # R = 16 (hd' 144, --rotary-dim 16) and the planner's default R = 32 (160)
+    for r in (16, rotary_dim_for(native.head_dim)):
         out.append((f"converted, head dim {native.head_dim + r} (R = {r})", native.converted(r)))
     return out
 

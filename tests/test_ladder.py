@@ -21,7 +21,7 @@ from ropebridge.sources import load_config
 
 
 @pytest.mark.parametrize("head_dim, multiple, expected", [
-    (64, 16, 16), (32, 16, 16), (128, 16, 16), (64, 32, 32), (128, 32, 32), (80, 16, 16), (100, 16, 28),
+    (64, 16, 32), (32, 16, 32), (128, 16, 32), (64, 64, 64), (128, 32, 32), (80, 16, 32), (100, 16, 44),
 ])
 def test_rotary_dim_rule_gives_kernel_friendly_heads(head_dim, multiple, expected):
     r = ladder.rotary_dim_for(head_dim, multiple)
@@ -114,7 +114,7 @@ def test_plan_serialises_and_respects_a_fixed_base():
                               tolerance=0.25, family="bloom")
     assert plan.mode == "ladder" and plan.base == 10000.0 and plan.rope_dim == 32 and plan.pairs_per_head == 16
     h = plan.heads[0]
-    assert len(h.pairs) == 16 and h.floor == ladder.DEFAULT_CUTOFF + ladder.DEFAULT_ADVANTAGE
+    assert len(h.pairs) == 16 and h.floor == ladder.default_cutoff(1024, "float16") + ladder.DEFAULT_ADVANTAGE
     assert [p.theta for p in h.pairs] == ladder.engine_frequencies(10000.0, 32).tolist()
     again = EmulationPlan.from_dict(json.loads(plan.to_json()))
     assert again == plan
@@ -140,7 +140,7 @@ def test_ladder_checkpoint_reproduces_the_exact_bias(bloom, tmp_path):
     assert res.plan.mode == "ladder"
     model = T.AutoModelForCausalLM.from_pretrained(res.destination).eval()
     cfg = model.config
-    assert cfg.hidden_size // cfg.num_attention_heads == 32 + 16  # the head-dim rule: 48
+    assert cfg.hidden_size // cfg.num_attention_heads == 32 + 32  # the head-dim rule: 64
     ids = torch.randint(0, 320, (1, 512), generator=torch.Generator().manual_seed(2))
     ref = reference_logits(SourceModel(bloom, load_config(bloom)), ids)
     with torch.no_grad():

@@ -9,18 +9,27 @@ to the logit (sigma the logit scale), a function of the distance d alone. In log
 
     f_h(d) = sum_r a_r sin(theta_r d) + b_r cos(theta_r d),     a_r = -sigma N_r, b_r = sigma M_r.
 
-A softmax needs the bias right only where a key can carry weight. With a floor C_h (``floor``: 40 logits
+A softmax needs the bias right only where a key can carry weight. With a floor C_h (``floor``: the cutoff
 plus the largest content-score advantage a far key has over the best near one), the exact bias -m d is
 below -C_h beyond ``W_h = C_h/m``; so the ladder must equal -m d on d <= W_h and only stay <= -C_h on
-W_h < d <= L. Per head a linear program (scipy's HiGHS) finds the amplitudes:
+W_h < d <= L. Per head, linear programs (scipy's HiGHS) find the amplitudes that minimise the predicted
+error itself (``fit_head``):
 
-    minimise   max_{d <= W} |f(d) + m d|  +  sum_r k_r (|a_r| + |b_r|)
+    minimise   max_{d <= W} |f(d) + m d|  +  sqrt(2 ln n) sqrt(sum_r sigma_r^2 (a_r^2 + b_r^2))
     subject to f(d) <= -C  for every integer W < d <= L,
 
-with k_r the rounding cost per unit amplitude (``rounding_sigma``). The amplitudes stay of order C
-(tens to hundreds of logits) whatever L is: fast pairs wrap instead of growing, so the rounding is
-~ u C, independent of the context, and no value comes near float16's range. Beyond L the bias is
-unconstrained: the window is a hard limit. Source of the idea: this project's half-precision issue;
+with sigma_r the rounding per unit amplitude (``rounding_sigma``). The rounding term is a root sum of
+squares because pairs round independently: it favours many moderate amplitudes over a few large ones (an
+L1 penalty, used before, gave sparse ladders with 1.3-2.4x the measured logit error of the demo model in
+bfloat16). The amplitudes stay of order C (tens to hundreds of logits) whatever L is: fast pairs wrap
+instead of growing, so the rounding is ~ u C, independent of the context, and no value comes near
+float16's range. Beyond L the bias is unconstrained: the window is a hard limit.
+
+**The cutoff** (``default_cutoff``): a key more than ``cutoff`` logits below the best one has weight
+below e^-cutoff, the L keys of the window together at most ``L e^-cutoff``. The ladder's default makes that
+the dtype's unit roundoff u, ``cutoff = ln(L / u)`` (bfloat16 at 2K: 13.2 logits, float16 at 32K: 17.9):
+the far keys move the attention output by less than one rounding of it. A larger cutoff costs rounding in
+proportion (the amplitudes scale with C). Source of the idea: this project's half-precision issue;
 the emulation itself: A. Litzenberger, "Emulating ALiBi with RoPE",
 https://alexlitzenberger.com/blog/emulating_alibi_with_rope.
 
@@ -30,7 +39,9 @@ roundings (tables cast to the dtype, the rotation's products and sums, float32 a
 deviation is ``A_r (u K_DTYPE + angle term)``, A_r = sqrt(a_r^2 + b_r^2), u = 2^-p the dtype's
 relative precision, and ``K_DTYPE`` measured once with the real rotation (``tests/test_ladder.py`` checks
 it). Pairs round independently, so the predicted worst rounding over the n (query, key) pairs of the
-window is ``sqrt(2 ln n) sqrt(sum_r sigma_r^2)`` (the Gaussian extreme over n draws). This is a
+window is ``sqrt(2 ln n) sqrt(sum_r sigma_r^2)`` (the Gaussian extreme over n draws), plus the rounding of the
+scores themselves where attention keeps them in the dtype (``cast_rounding``: eager attention does, as
+``measure`` does; flash kernels do not). This is a
 statistical prediction, not a worst-case bound (which would add 4R roundings of the same sign and
 overstate the measured error ten-fold); the suite checks it against measurement.
 """
@@ -47,9 +58,14 @@ import torch
 from . import _checks
 from .error_model import DTYPES, _FORMATS, half_ulp, model_logits, sample_positions
 
-DEFAULT_CUTOFF = 40.0  # logits below -cutoff carry no softmax weight (e^-40 ~ 4e-18)
-DEFAULT_ADVANTAGE = 20.0  # content advantage assumed without calibration (the demo model measures 5.4-15)
-MIN_ROTARY_DIM = 16  # R = 8 fits the demo model's shallow heads to 1.6 logits at 8K; 16 to 0.05
+# Content advantage assumed without calibration. Real-text models measure 1-17 logits (the three demo models;
+# 1.25x that with calibration's margin), but random-weight picos up to 93: uncalibrated, the floor stays near
+# 60 (the value verify passes on every test model) and ``--calibration-text`` is what lowers it.
+DEFAULT_ADVANTAGE = 45.0
+# R = 8 fits the demo model's shallow heads to 1.6 logits at 8K. R = 16 fits, but its pairs are a factor
+# ~3 apart in frequency: on the three real-text demo models in bfloat16 at 2K it measured 1.2-3.6x the logit
+# error and 2-7x the KL of R = 32, more than its predicted rounding (1.5x) says; hence 32.
+MIN_ROTARY_DIM = 32
 DEFAULT_HEAD_DIM_MULTIPLE = 16  # 80 / 96 for hd 64, 144 / 160 for hd 128: sizes fast kernels accept
 # Rounding standard deviation of one pair per unit amplitude and unit precision 2^-p (model doc).
 K_DTYPE = {"float32": 1.0, "bfloat16": 0.55, "float16": 0.55}
@@ -57,13 +73,21 @@ K_DTYPE = {"float32": 1.0, "bfloat16": 0.55, "float16": 0.55}
 
 def rotary_dim_for(head_dim: int, multiple: int = DEFAULT_HEAD_DIM_MULTIPLE, minimum: int = MIN_ROTARY_DIM) -> int:
     """The smallest even R >= ``minimum`` with ``head_dim + R`` a multiple of ``multiple`` (GPT-NeoX head
-    hd' = R + hd). hd 64 -> 16 (80), hd 32 -> 16 (48), hd 128 -> 16 (144); multiple 32: hd 64 -> 32 (96)."""
+    hd' = R + hd). hd 64 -> 32 (96), hd 32 -> 32 (64), hd 128 -> 32 (160), hd 80 -> 32 (112); multiple 64:
+    hd 64 -> 64 (128)."""
     head_dim = _checks.positive_int("head_dim", head_dim)
     multiple = _checks.positive_int("head_dim_multiple", multiple, even=True)
     r = _checks.positive_int("rotary_dim", minimum, even=True)
     while (head_dim + r) % multiple:
         r += 2
     return r
+
+
+def default_cutoff(window: int, dtype: str) -> float:
+    """``ln(L / u)``: the L keys of the window below -cutoff carry at most u of the softmax weight together,
+    u = 2^-p the dtype's unit roundoff (module doc). bfloat16: 13.2 at 2K, 16.0 at 32K; float16: 15.2, 17.9."""
+    p, _ = _FORMATS[_checks.choice("dtype", dtype, tuple(DTYPES))]
+    return math.log(_checks.positive_int("window", window)) + p * math.log(2)
 
 
 def free_base(window: int, rotary_dim: int) -> float:
@@ -125,6 +149,14 @@ def predicted_rounding(a, b, thetas, window: int, dtype: str) -> float:
     return float(extreme_factor(window) * np.sqrt(np.sum((amp * rounding_sigma(thetas, window, dtype)) ** 2)))
 
 
+def cast_rounding(level: float, scale: float, dtype: str) -> float:
+    """The scores' own rounding where the attention keeps them in the dtype (eager attention: ``q.k`` rounded,
+    then times the scale, rounded again; flash kernels keep them in float32): half an ulp of the largest
+    score that matters at each step, ``|logit| <= level`` (C, or m L when W = L). A bound, not a statistic:
+    it adds to ``predicted_rounding``."""
+    return float(half_ulp(level / scale, dtype) * scale + half_ulp(level, dtype))
+
+
 def _grid(lo: int, hi: int, points: int) -> np.ndarray:
     if hi < lo:
         return np.zeros(0)
@@ -133,26 +165,37 @@ def _grid(lo: int, hi: int, points: int) -> np.ndarray:
     return np.unique(np.concatenate([np.arange(lo, min(hi, lo + 256) + 1), np.linspace(lo, hi, points).round()]))
 
 
-def _solve(slope, thetas, near, far, floor, weights):
-    """The LP on the given distances; returns (a, b, t). Variables: a+, a-, b+, b- (P each), t."""
+def _solve(slope, thetas, near, far, floor, square_cost, tangents):
+    """The LP on the given distances; returns (a, b, t). Variables: x+, x- (2P each; x = [a, b] = x+ - x-),
+    q (2P, q_i >= x_i^2 through tangent lines at ``tangents``), t. Minimises t + sum_i square_cost_i q_i."""
     from scipy.optimize import linprog
 
     P = len(thetas)
+    n = 2 * P
 
-    def basis(d):  # (n, 4P + 1): f = [sin, cos] @ (x+ - x-)
+    def basis(d):  # (k, n): f = [sin, cos] @ x
         ang = np.multiply.outer(d, thetas)
-        sc = np.hstack([np.sin(ang), np.cos(ang)])
-        return np.hstack([sc, -sc])
+        return np.hstack([np.sin(ang), np.cos(ang)])
+
+    def rows(B, t_coef):  # (k, 3n + 1): B x+ - B x- + t_coef t
+        return np.hstack([B, -B, np.zeros((len(B), n)), t_coef])
 
     bn, bf = basis(near), basis(far)
-    ones = np.ones((len(near), 1))
-    A = np.vstack([np.hstack([bn, -ones]), np.hstack([-bn, -ones]), np.hstack([bf, np.zeros((len(far), 1))])])
-    rhs = np.concatenate([-slope * near, slope * near, np.full(len(far), -floor)])
-    cost = np.concatenate([np.tile(weights, 4), [1.0]])
+    eye = np.eye(n)
+    # tangent of x^2 at c, divided by 2c (rows of unit size): |x| - x^2/(2c) <= c/2, |x| <= x+ + x- (equal at
+    # the optimum, q costs)
+    tan = np.vstack([np.zeros((0, 3 * n + 1))] + [np.hstack([eye, eye, -eye / (2 * c), np.zeros((n, 1))]) for c in tangents])
+    A = np.vstack([rows(bn, -np.ones((len(near), 1))), rows(-bn, -np.ones((len(near), 1))),
+                   rows(bf, np.zeros((len(far), 1))), tan])
+    rhs = np.concatenate([-slope * near, slope * near, np.full(len(far), -floor), np.repeat(np.asarray(tangents) / 2, n)])
+    tie = 1e-9 * np.ones(2 * n)  # keeps x+ and x- apart; far below any rounding cost
+    cost = np.concatenate([tie, np.tile(square_cost, 2), [1.0]])
     res = linprog(cost, A_ub=A, b_ub=rhs, bounds=(0, None), method="highs")
+    if res.status not in (0, 2):  # simplex stalls now and then on these (status 4, "model status unknown")
+        res = linprog(cost, A_ub=A, b_ub=rhs, bounds=(0, None), method="highs-ipm")
     if res.status != 0:
         raise ValueError(f"the ladder fit failed: {res.message}")
-    x = res.x[: 2 * P] - res.x[2 * P : 4 * P]
+    x = res.x[:n] - res.x[n : 2 * n]
     return x[:P], x[P:], float(res.x[-1])
 
 
@@ -175,41 +218,60 @@ class HeadFit:
 
 def fit_head(
     slope: float, thetas: Sequence[float], window: int, floor: float, dtype: str, *, stored_scale: float,
-    iterations: int = 30,
+    iterations: int = 30, rounds: int = 3,
 ) -> HeadFit:
-    """Fit one head (module doc) by cutting planes: solve on a grid of distances, add the integer distances
-    that violate, repeat until none does. ``stored_scale`` is the target's logit scale: the amplitudes are
-    stored as q values ``a / stored_scale`` in ``dtype``, and the fit error is that of the stored values."""
+    """Fit one head (module doc): minimise ``fit error + sqrt(2 ln n) sqrt(sum_r sigma_r^2 A_r^2)``, the
+    predicted error itself. The square root is linearised (``rounds`` LPs, each ``fit + lam sum sigma^2 A^2``
+    with ``lam = sqrt(2 ln n) / (2 sqrt(S))`` at the previous round's S, its gradient there; the best round is
+    kept), the squares are tangent lines, and the distances are cutting planes: solve on a grid, add the
+    integer distances that violate, repeat until none does. ``stored_scale`` is the target's logit scale: the
+    amplitudes are stored as q values ``a / stored_scale`` in ``dtype``, and the errors are those of the
+    stored values."""
     thetas = np.asarray(thetas, np.float64)
     w = exact_distance(slope, floor, window)
     near, far = _grid(0, w, 1024), _grid(w + 1, window, 1024)
-    weights = rounding_sigma(thetas, window, dtype) * extreme_factor(window) / math.sqrt(len(thetas))
+    sigma2 = rounding_sigma(thetas, window, dtype) ** 2
+    extreme = extreme_factor(window)
     d_all = np.arange(window + 1, dtype=np.float64)
     ang = np.multiply.outer(d_all, thetas)
     sin_all, cos_all = np.sin(ang), np.cos(ang)  # (L + 1, P)
-    for _ in range(iterations):
-        try:
-            a, b, t = _solve(slope, thetas, near, far, floor, weights)
-        except ValueError:
-            raise ValueError(
-                f"no ladder on these {len(thetas)} pairs (slowest {thetas.min():.3g} rad/token) keeps the bias of slope "
-                f"{slope:.4g} below -{floor:g} up to {window} tokens: give a larger --rotary-dim, a larger (or no) "
-                "--rope-base, or a shorter --window") from None
-        f = sin_all @ a + cos_all @ b
-        slack = 1e-6 * (1 + np.abs(a).sum() + np.abs(b).sum())  # HiGHS's feasibility tolerance, in logits
-        err_near = np.abs(f[: w + 1] + slope * d_all[: w + 1])
-        bad_near = np.flatnonzero(err_near > t + slack)
-        bad_far = np.flatnonzero(f[w + 1 :] > -floor + slack) + w + 1
-        top_near = d_all[bad_near[np.argsort(-err_near[bad_near])[:256]]]
-        top_far = d_all[bad_far[np.argsort(-f[bad_far])[:256]]]
-        if not len(np.setdiff1d(top_near, near)) and not len(np.setdiff1d(top_far, far)):
-            break
-        near, far = np.union1d(near, top_near), np.union1d(far, top_far)
     dt = DTYPES[dtype]
-    a = (torch.tensor(a / stored_scale).to(dt).double() * stored_scale).numpy()
-    b = (torch.tensor(b / stored_scale).to(dt).double() * stored_scale).numpy()
-    return HeadFit(float(slope), float(floor), w, tuple(a.tolist()), tuple(b.tolist()),
-                   fit_error(slope, a, b, thetas, window, floor), predicted_rounding(a, b, thetas, window, dtype))
+    spread = floor**2 * float(sigma2.mean())  # S of one pair of amplitude C: the first round's guess
+    # tangent points (below) from C/1000 to 20 C, ratio 1.26: x^2 within 1.5 % between tangents
+    best = None
+    for _ in range(rounds):
+        cost = sigma2 * extreme / (2 * math.sqrt(spread))
+        # float32: rounding ~1e-13 per squared logit of amplitude, nothing next to the fit (and such costs
+        # stall HiGHS): fit alone
+        tangents = floor * np.geomspace(1e-3, 20.0, 44) if cost.max() * floor**2 > 1e-9 else np.zeros(0)
+        for _ in range(iterations):
+            try:
+                a, b, t = _solve(slope, thetas, near, far, floor, cost, tangents)
+            except ValueError:
+                raise ValueError(
+                    f"no ladder on these {len(thetas)} pairs (slowest {thetas.min():.3g} rad/token) keeps the bias of "
+                    f"slope {slope:.4g} below -{floor:g} up to {window} tokens: give a larger --rotary-dim, a larger "
+                    "(or no) --rope-base, or a shorter --window") from None
+            f = sin_all @ a + cos_all @ b
+            slack = 1e-6 * (1 + np.abs(a).sum() + np.abs(b).sum())  # HiGHS's feasibility tolerance, in logits
+            err_near = np.abs(f[: w + 1] + slope * d_all[: w + 1])
+            bad_near = np.flatnonzero(err_near > t + slack)
+            bad_far = np.flatnonzero(f[w + 1 :] > -floor + slack) + w + 1
+            top_near = d_all[bad_near[np.argsort(-err_near[bad_near])[:256]]]
+            top_far = d_all[bad_far[np.argsort(-f[bad_far])[:256]]]
+            if not len(np.setdiff1d(top_near, near)) and not len(np.setdiff1d(top_far, far)):
+                break
+            near, far = np.union1d(near, top_near), np.union1d(far, top_far)
+        spread = max(float(np.sum(sigma2 * (a**2 + b**2))), 1e-300)
+        a = (torch.tensor(a / stored_scale).to(dt).double() * stored_scale).numpy()
+        b = (torch.tensor(b / stored_scale).to(dt).double() * stored_scale).numpy()
+        fit = HeadFit(float(slope), float(floor), w, tuple(a.tolist()), tuple(b.tolist()),
+                      fit_error(slope, a, b, thetas, window, floor),
+                      predicted_rounding(a, b, thetas, window, dtype)
+                      + cast_rounding(min(floor, slope * window), stored_scale, dtype))
+        if best is None or fit.predicted_error < best.predicted_error:
+            best = fit
+    return best
 
 
 def measure(
@@ -244,7 +306,8 @@ def plan_ladder(
     rotary_dim: int | None = None,
     head_dim_multiple: int = DEFAULT_HEAD_DIM_MULTIPLE,
     floors: float | Sequence[float] | None = None,
-    cutoff: float = DEFAULT_CUTOFF,
+    advantages: float | Sequence[float] | None = None,
+    cutoff: float | None = None,
     tolerance: float = 1e-3,
     family: str | None = None,
     source: str | None = None,
@@ -257,7 +320,10 @@ def plan_ladder(
         base: a fixed RoPE base (an engine's, e.g. 10000), or None for ``free_base(L, R)``.
         rotary_dim: R; default ``rotary_dim_for(head_dim, head_dim_multiple)``, and where that plan misses
             ``tolerance`` the next size that keeps the rule, if it does better.
-        floors: C per head (or one for all); default ``cutoff + DEFAULT_ADVANTAGE``.
+        floors: C per head (or one for all); default ``cutoff + advantages``.
+        advantages: the content advantage per head (or one for all) the floor adds to the cutoff
+            (``convert.calibration``); default ``DEFAULT_ADVANTAGE``.
+        cutoff: default ``default_cutoff(window, dtype)``.
     """
     from .emulation import EmulationPlan, HeadPlan, PairTerm
 
@@ -265,9 +331,13 @@ def plan_ladder(
     head_dim = _checks.positive_int("head_dim", head_dim)
     _checks.choice("dtype", dtype, tuple(DTYPES))
     slopes = [_checks.positive(f"slope[{i}]", m) for i, m in enumerate(slopes)]
-    cutoff = _checks.positive("cutoff", cutoff)
+    cutoff = default_cutoff(window, dtype) if cutoff is None else _checks.positive("cutoff", cutoff)
+    if floors is not None and advantages is not None:
+        raise ValueError("give floors or advantages, not both")
     if floors is None:
-        floors = cutoff + DEFAULT_ADVANTAGE
+        advantages = DEFAULT_ADVANTAGE if advantages is None else advantages
+        advantages = [advantages] * len(slopes) if np.ndim(advantages) == 0 else list(advantages)
+        floors = [cutoff + _checks.at_least(f"advantage[{i}]", a, 0.0) for i, a in enumerate(advantages)]
     floors = [floors] * len(slopes) if np.ndim(floors) == 0 else list(floors)
     if len(floors) != len(slopes):
         raise ValueError(f"{len(floors)} floors for {len(slopes)} heads")

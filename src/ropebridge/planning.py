@@ -22,7 +22,9 @@ from typing import Any
 from . import _checks
 from .emulation import EmulationPlan, plan_emulation, shared_theta
 from .error_model import DTYPES, EXACT_TABLE_ANGLE, PLAN_TOLERANCE
-from .ladder import DEFAULT_CUTOFF, DEFAULT_HEAD_DIM_MULTIPLE, plan_ladder
+from .ladder import DEFAULT_HEAD_DIM_MULTIPLE, plan_ladder
+
+SINGLE_CUTOFF = 40.0  # single pair: logits below -40 carry no weight (its error model counts d <= 40/m)
 
 TARGETS = ("gpt-neox", "starcoder2", "nemotron")
 EMULATIONS = ("ladder", "single")
@@ -53,23 +55,28 @@ def conversion_plan(
     source: Any, *, window: int = DEFAULT_WINDOW, dtype: str = "float32", target: str = "gpt-neox",
     emulation: str | None = None, theta: float | None = None, max_phase: float | None = None,
     base: float | None = None, rotary_dim: int | None = None, pairs: int = 1,
-    floors: float | list[float] | None = None, head_dim_multiple: int = DEFAULT_HEAD_DIM_MULTIPLE,
-    tolerance: float | None = None, cutoff: float = DEFAULT_CUTOFF, split: float | str | None = None,
+    floors: float | list[float] | None = None, advantages: list[float] | None = None,
+    head_dim_multiple: int = DEFAULT_HEAD_DIM_MULTIPLE, tolerance: float | None = None, cutoff: float | None = None,
+    split: float | str | None = None,
 ) -> EmulationPlan:
     """The plan (module doc). ``source``: anything with ``slopes`` ``(h,)``, ``head_dim`` and ``family``
     (``sources.AlibiSource``, ``convert.families.SourceInfo``). ``tolerance`` defaults to the dtype's
     ``PLAN_TOLERANCE``; ``emulation`` to ``default_emulation`` unless ``theta``, ``max_phase``, ``pairs`` or
-    ``split`` ask for the single pair."""
+    ``split`` ask for the single pair. ``cutoff`` defaults to ``ladder.default_cutoff`` for the ladder and
+    ``SINGLE_CUTOFF`` for the single pair; ``advantages`` (calibrated, per head) are added to it for the
+    ladder's floors."""
     window = _checks.positive_int("window", window)
     _checks.choice("dtype", dtype, tuple(DTYPES))
     _checks.choice("target", target, TARGETS)
-    cutoff = _checks.positive("cutoff", cutoff)
+    cutoff = None if cutoff is None else _checks.positive("cutoff", cutoff)
     tolerance = PLAN_TOLERANCE[dtype] if tolerance is None else _checks.positive("tolerance", tolerance)
-    common = dict(dtype=dtype, tolerance=tolerance, family=source.family, source=None, cutoff=cutoff)
     single_flags = theta is not None or max_phase is not None or pairs != 1 or split is not None
     if emulation is None:
         emulation = "single" if single_flags else default_emulation(dtype, target)
     _checks.choice("emulation", emulation, EMULATIONS)
+    if emulation == "single" and cutoff is None:
+        cutoff = SINGLE_CUTOFF
+    common = dict(dtype=dtype, tolerance=tolerance, family=source.family, source=None, cutoff=cutoff)
     if rotary_dim is not None and base is None and emulation == "single":
         raise ValueError("--rotary-dim needs --rope-base with --emulation single (the free-theta pair uses 4 dims)")
     if emulation == "ladder":
@@ -80,8 +87,8 @@ def conversion_plan(
             raise ValueError("--theta, --max-phase, --pairs and --split are for --emulation single; the ladder "
                              "plans every pair")
         return plan_ladder(source.slopes, source.head_dim, window, base=base, rotary_dim=rotary_dim,
-                           head_dim_multiple=head_dim_multiple, floors=floors, **common)
-    if floors is not None:
+                           head_dim_multiple=head_dim_multiple, floors=floors, advantages=advantages, **common)
+    if floors is not None or advantages is not None:
         raise ValueError("--floor and --calibration-text are for --emulation ladder")
     if target != "gpt-neox" and (base is not None or pairs != 1):
         raise ValueError(f"--target {target} rotates one pair at a free theta: --rope-base and --pairs are for gpt-neox")
@@ -167,16 +174,16 @@ def checkpoint_plan(
     config = load_config(src_dir)
     source = from_config(config)
     dtype = default_dtype(config) if dtype is None else _checks.choice("dtype", dtype, tuple(DTYPES))
-    floors: float | list[float] | None = floor
+    advantages = None
     if calibration_text is not None:
         if floor is not None:
             raise ValueError("give --floor or --calibration-text, not both")
-        from .convert.calibration import calibrated_floors
+        from .convert.calibration import calibrated_advantages
         from .convert.families import SourceModel
 
         directory = Path(src_dir)
         if not directory.is_dir():
             raise ValueError("--calibration-text needs a checkpoint directory with weights, not a config file")
-        floors = calibrated_floors(SourceModel(directory, config), directory, calibration_text)
-    plan = conversion_plan(source, dtype=dtype, floors=floors, **flags)
+        advantages = calibrated_advantages(SourceModel(directory, config), directory, calibration_text)
+    plan = conversion_plan(source, dtype=dtype, floors=floor, advantages=advantages, **flags)
     return dataclasses.replace(plan, source=str(src_dir) if source_name is None else source_name)

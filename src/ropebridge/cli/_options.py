@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..error_model import DTYPES, PLAN_TOLERANCE
-from ..ladder import DEFAULT_ADVANTAGE, DEFAULT_CUTOFF, DEFAULT_HEAD_DIM_MULTIPLE
+from ..ladder import DEFAULT_ADVANTAGE, DEFAULT_HEAD_DIM_MULTIPLE
+from ..planning import SINGLE_CUTOFF
 from ..planning import DEFAULT_WINDOW, EMULATIONS, FIXED_BASE_ROTARY_DIM, TARGETS
 
 
@@ -56,11 +57,12 @@ def add_planning_options(p: argparse.ArgumentParser) -> None:
                    help=f"ladder: head_dim + R a multiple of this (default {DEFAULT_HEAD_DIM_MULTIPLE})")
     floor = p.add_mutually_exclusive_group()
     floor.add_argument("--floor", type=float, help="ladder: the floor C (logits) kept beyond W = C/m, every head "
-                       f"(default {DEFAULT_CUTOFF + DEFAULT_ADVANTAGE:g})")
+                       f"(default: the cutoff + {DEFAULT_ADVANTAGE:g})")
     floor.add_argument("--calibration-text", metavar="FILE",
                        help="ladder: measure C per head on this text through the source model (needs its weights)")
-    p.add_argument("--cutoff", type=float, default=DEFAULT_CUTOFF,
-                   help=f"logits below -cutoff carry no weight (default {DEFAULT_CUTOFF:g})")
+    p.add_argument("--cutoff", type=float,
+                   help="logits below -cutoff carry no weight (default: ladder ln(window / dtype's unit roundoff), "
+                        f"13-18; single {SINGLE_CUTOFF:g})")
     p.add_argument("--tolerance", type=float,
                    help=f"largest predicted worst error (logits) a plan may have (default per dtype: {tol})")
 

@@ -1,7 +1,7 @@
 """The ladder's floor C per head, measured on calibration text through the source model.
 
 Beyond ``W = C/m`` the ladder only keeps its bias below -C (``ladder`` module doc). A key there must
-carry no softmax weight, so C must exceed the cutoff (40 logits: e^-40 ~ 4e-18) plus the largest
+carry no softmax weight, so C must exceed the cutoff (``ladder.default_cutoff``) plus the largest
 advantage a far key's content logit has over the best exact logit near the query. Per head and query i,
 with content logits ``s_ij = qk_scale q_i.k_j``:
 
@@ -9,7 +9,8 @@ with content logits ``s_ij = qk_scale q_i.k_j``:
 
 (zero when the best key is also the best after ALiBi; large when a distant key's content would win
 without the bias). ``C_h = cutoff + margin * max over layers and queries of A(i)``, computed with the
-exact float64 forward pass of ``reference`` (the model's weights in float64, one layer at a time).
+exact float64 forward pass of ``reference`` (the model's weights in float64, one layer at a time); this
+module gives the second term, ``ladder.plan_ladder`` adds the cutoff.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ def content_advantage(src: SourceModel, input_ids: torch.Tensor) -> torch.Tensor
     return worst
 
 
-def calibrated_floors(src: SourceModel, directory, text: str, *, cutoff: float = 40.0, margin: float = DEFAULT_MARGIN,
-                      tokens: int = CALIBRATION_TOKENS) -> list[float]:
-    """C per head from ``text`` (its first ``tokens`` tokens through the tokenizer in the source ``directory``)."""
+def calibrated_advantages(src: SourceModel, directory, text: str, *, margin: float = DEFAULT_MARGIN,
+                          tokens: int = CALIBRATION_TOKENS) -> list[float]:
+    """``margin * A`` per head (logits) from ``text`` (its first ``tokens`` tokens through the tokenizer in the
+    source ``directory``): what the floor C adds to the cutoff."""
     from transformers import AutoTokenizer
 
     try:
@@ -56,4 +58,4 @@ def calibrated_floors(src: SourceModel, directory, text: str, *, cutoff: float =
         raise ValueError(f"the calibration text gives {len(ids)} tokens; at least 16 are needed")
     adv = content_advantage(src, ids)
     log.info("calibration on %d tokens: content advantage per head %s", len(ids), [round(float(a), 2) for a in adv])
-    return [cutoff + margin * float(a) for a in adv]
+    return [margin * float(a) for a in adv]

@@ -21,7 +21,7 @@ import torch
 from .. import __version__, _checks
 from ..emulation import EmulationPlan
 from ..error_model import DTYPES
-from ..ladder import DEFAULT_CUTOFF, DEFAULT_HEAD_DIM_MULTIPLE
+from ..ladder import DEFAULT_HEAD_DIM_MULTIPLE
 from ..planning import DEFAULT_WINDOW, TARGETS, checkpoint_plan, what_would_fit
 from ..sources import load_config
 from . import compact, gpt_neox
@@ -147,7 +147,7 @@ def convert(
     calibration_text: str | None = None,
     head_dim_multiple: int = DEFAULT_HEAD_DIM_MULTIPLE,
     split: float | str | None = None,
-    cutoff: float = DEFAULT_CUTOFF,
+    cutoff: float | None = None,
     tolerance: float | None = None,
     accept_error: bool = False,
     force: bool = False,
