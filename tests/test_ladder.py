@@ -70,6 +70,54 @@ def test_fit_is_exact_where_it_matters_and_below_the_floor_beyond(slope):
     assert max(np.abs(fit.a).max(), np.abs(fit.b).max()) < 10 * floor
 
 
+def test_fit_minimises_the_predicted_error_not_the_fit_alone():
+    # the objective is fit + rounding: the float32 ladder (rounding ~1e-7 per unit amplitude: nearly the fit
+    # alone) stored in bfloat16 is a candidate for the same constraints, so the bfloat16 fit's predicted error
+    # cannot exceed it; it also spreads the amplitude, so its rounding is lower by a clear margin (a fit that
+    # ignored the dtype's rounding would fail this)
+    window, floor, slope, dtype = 2048, 33.0, 0.25, "bfloat16"
+    thetas = ladder.engine_frequencies(ladder.free_base(window, 32), 32)
+    scale = 1 / math.sqrt(64)
+    fit = ladder.fit_head(slope, thetas, window, floor, dtype, stored_scale=scale)
+    f32 = ladder.fit_head(slope, thetas, window, floor, "float32", stored_scale=scale)
+    a, b = ((torch.tensor(x) / scale).to(torch.bfloat16).double().numpy() * scale for x in (f32.a, f32.b))
+    rounding = ladder.predicted_rounding(a, b, thetas, window, dtype) + ladder.cast_rounding(floor, scale, dtype)
+    assert fit.predicted_error <= ladder.fit_error(slope, a, b, thetas, window, floor) + rounding
+    assert fit.rounding_error < 0.8 * rounding
+
+
+def test_float32_fit_where_highs_simplex_stalled():
+    # HiGHS's simplex ended this LP with "model status unknown"; the fit falls back to its interior point method
+    window = 512
+    thetas = ladder.engine_frequencies(ladder.free_base(window, 32), 32)
+    fit = ladder.fit_head(0.25, thetas, window, ladder.default_cutoff(window, "float32") + 20, "float32",
+                          stored_scale=1 / math.sqrt(64))
+    assert fit.fit_error < 1e-3
+
+
+@pytest.mark.parametrize("window, dtype, expected", [(2048, "bfloat16", 13.17), (32768, "bfloat16", 15.94),
+                                                     (2048, "float16", 15.25), (32768, "float16", 18.02)])
+def test_default_cutoff_leaves_the_far_keys_one_unit_roundoff(window, dtype, expected):
+    cutoff = ladder.default_cutoff(window, dtype)
+    assert cutoff == pytest.approx(expected, abs=0.01)
+    u = {"bfloat16": 2.0**-8, "float16": 2.0**-11}[dtype]
+    assert window * math.exp(-cutoff) == pytest.approx(u, rel=1e-12)  # the L far keys' total weight
+
+
+def test_floors_are_the_cutoff_plus_the_advantage():
+    slopes = alibi_slopes(4).tolist()
+    plan = ladder.plan_ladder(slopes, 32, 256, dtype="bfloat16", advantages=[1.0, 2.0, 3.0, 4.0], cutoff=15.0,
+                              tolerance=2.0)
+    assert [h.floor for h in plan.heads] == [16.0, 17.0, 18.0, 19.0] and plan.cutoff == 15.0
+    default = ladder.plan_ladder(slopes, 32, 256, dtype="bfloat16", tolerance=2.0)
+    assert default.cutoff == ladder.default_cutoff(256, "bfloat16")
+    assert {h.floor for h in default.heads} == {default.cutoff + ladder.DEFAULT_ADVANTAGE}
+    with pytest.raises(ValueError, match="not both"):
+        ladder.plan_ladder(slopes, 32, 256, floors=60.0, advantages=1.0)
+    with pytest.raises(ValueError, match="advantage"):
+        ladder.plan_ladder(slopes, 32, 256, advantages=-1.0)
+
+
 def test_fit_uses_stored_amplitudes():
     thetas = ladder.engine_frequencies(ladder.free_base(1024, 16), 16)
     scale = 1 / math.sqrt(80)
@@ -246,3 +294,21 @@ def test_refusals_say_what_would_fit(bloom, tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and needle in err[0], err
     assert not (tmp_path / "x").exists()
+
+
+def test_calibrated_floors_are_the_cutoff_plus_the_measured_advantage():
+    # convert/plan --calibration-text: C = cutoff + 1.25 A per head, with the cutoff given (or the default)
+    from ropebridge.convert.calibration import DEFAULT_MARGIN, content_advantage
+    from ropebridge.demo import data_dir
+    from ropebridge.planning import checkpoint_plan
+
+    src = data_dir("demo")
+    text = (src / "heldout.txt").read_text()[:3000]
+    ids = torch.tensor(T.AutoTokenizer.from_pretrained(src)(text)["input_ids"])
+    adv = content_advantage(SourceModel(src, load_config(src)), ids)
+    for cutoff in (10.0, None):
+        plan = checkpoint_plan(src, dtype="bfloat16", window=512, calibration_text=text, cutoff=cutoff, tolerance=2.0)
+        expected_cutoff = ladder.default_cutoff(512, "bfloat16") if cutoff is None else cutoff
+        assert plan.mode == "ladder" and plan.cutoff == expected_cutoff
+        for h, a in zip(plan.heads, adv.tolist()):
+            assert h.floor == pytest.approx(expected_cutoff + DEFAULT_MARGIN * a, rel=1e-12)

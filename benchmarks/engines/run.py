@@ -190,10 +190,14 @@ def convert_rope(native: Path, work: Path, window: int) -> dict[str, Path]:
     plans = {"converted": {"dtype": "float32"}, "converted-base10000": {"dtype": "float32", **FIXED_BASE},
              "ladder-f16": LADDER}
     out = {key: work / key for key in plans}
-    for key, extra in plans.items():
-        if not (out[key] / "ropebridge.json").exists():
-            convert(native, out[key], window=window, force=True, progress=False, **extra)
+    for key, extra in plans.items():  # afresh every run: the plan changes with the code (engine files follow)
+        convert(native, out[key], window=window, force=True, progress=False, **extra)
     return out
+
+
+def stale(file: Path, src: Path) -> bool:
+    """FILE is missing or older than the checkpoint SRC it is made from."""
+    return not file.exists() or file.stat().st_mtime < (src / "config.json").stat().st_mtime
 
 
 # ----------------------------------------------------------------------------- engines
@@ -205,18 +209,18 @@ def gguf_files(env: envs.Env, native: Path, converted: dict[str, Path], work: Pa
              "converted-base10000": work / "converted-base10000-f32.gguf"}
     for key, src in (("native", native), ("converted", converted["converted"]),
                      ("converted-base10000", converted["converted-base10000"])):
-        if not files[key].exists():
+        if stale(files[key], src):
             log.info("convert_hf_to_gguf.py %s --outtype f32", src.name)
             env.run([env.convert_hf_to_gguf, src, "--outtype", "f32", "--outfile", files[key]], gguf=True,
                     log_file=work / f"convert_hf_to_gguf-{key}.log")
     for t in HALF_GGUF_TYPES:
         for key, src in ((f"native-{t}", native), (f"ladder-{t}", converted["ladder-f16"])):
             files[key] = work / f"{key}.gguf"
-            if not files[key].exists():
+            if stale(files[key], src):
                 log.info("convert_hf_to_gguf.py %s --outtype %s", src.name, t)
                 env.run([env.convert_hf_to_gguf, src, "--outtype", t, "--outfile", files[key]], gguf=True,
                         log_file=work / f"convert_hf_to_gguf-{key}.log")
-    if not files["converted+base"].exists():
+    if stale(files["converted+base"], converted["converted"]):
         base = json.loads((converted["converted"] / "config.json").read_text())["rotary_emb_base"]
         env.run([HERE / "worker_llamacpp.py", "set-base", files["converted"], files["converted+base"], base], gguf=True)
     return files
@@ -229,7 +233,7 @@ def ct2_dirs(env: envs.Env, native: Path, converted: dict[str, Path], work: Path
             "converted-base10000": (converted["converted-base10000"], [])}
     dirs = {key: work / f"ct2-{key.replace('+', '-')}" for key in jobs}
     for key, (src, flags) in jobs.items():
-        if not (dirs[key] / "model.bin").exists():
+        if stale(dirs[key] / "model.bin", src):
             log.info("CTranslate2 converter: %s %s", src.name, " ".join(flags))
             env.run([HERE / "worker_ct2.py", "convert", src, dirs[key], *flags])
     return dirs
