@@ -237,12 +237,11 @@ def fit_head(
     sin_all, cos_all = np.sin(ang), np.cos(ang)  # (L + 1, P)
     dt = DTYPES[dtype]
     spread = floor**2 * float(sigma2.mean())  # S of one pair of amplitude C: the first round's guess
-    # tangent points (below) from C/1000 to 20 C, ratio 1.26: x^2 within 1.5 % between tangents
     best = None
     for _ in range(rounds):
         cost = sigma2 * extreme / (2 * math.sqrt(spread))
-        # float32: rounding ~1e-13 per squared logit of amplitude, nothing next to the fit (and such costs
-        # stall HiGHS): fit alone
+        # tangents from C/1000 to 20 C, ratio 1.26: x^2 within 1.5 % between them. Where an amplitude of C
+        # costs under 1e-9 logits of rounding the fit alone decides (such tiny costs can also stall HiGHS).
         tangents = floor * np.geomspace(1e-3, 20.0, 44) if cost.max() * floor**2 > 1e-9 else np.zeros(0)
         for _ in range(iterations):
             try:
