@@ -71,10 +71,11 @@ FIXED_BASE_LABEL = "converted with --rope-base 10000 --rotary-dim 32 --pairs 3, 
 # engine's default settings, native BLOOM in the same GGUF type and settings beside it.
 LADDER = {"dtype": "float16", "emulation": "ladder", "base": 10000.0, "rotary_dim": 32}
 LADDER_LABEL = "ladder (--dtype float16 --rope-base 10000 --rotary-dim 32), engine converter as is"
-HALF_GGUF_TYPES = ("f16", "q8_0")  # convert_hf_to_gguf.py --outtype
-HALF_LLAMA = {  # llama.cpp's own defaults: f16 K/V cache, flash attention off, then on
+HALF_GGUF_TYPES = ("f32", "f16", "q8_0")  # convert_hf_to_gguf.py --outtype (f32: the float16 checkpoint widened)
+HALF_LLAMA = {  # llama.cpp's own defaults: f16 K/V cache, flash attention off, then on; then an f32 K cache
     "binding defaults (-fa off, f16 K/V cache)": {"flash_attn": False, "type_k": "f16", "type_v": "f16"},
     "-fa on (f16 K/V cache)": {"flash_attn": True, "type_k": "f16", "type_v": "f16"},
+    "-fa off -ctk f32 (f16 V cache)": {"flash_attn": False, "type_k": "f32", "type_v": "f16"},
 }
 RECOMMENDED_CT2 = "float32, base set, 1/sqrt(d) folded into the queries (recommended)"
 CT2_SETTINGS = {  # label: the key of the converted checkpoint's CTranslate2 directory (see ct2_dirs)
