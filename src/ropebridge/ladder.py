@@ -184,10 +184,12 @@ def _solve(slope, thetas, near, far, floor, square_cost, tangents):
     eye = np.eye(n)
     # tangent of x^2 at c, divided by 2c (rows of unit size): |x| - x^2/(2c) <= c/2, |x| <= x+ + x- (equal at
     # the optimum, q costs)
-    tan = np.vstack([np.zeros((0, 3 * n + 1))] + [np.hstack([eye, eye, -eye / (2 * c), np.zeros((n, 1))]) for c in tangents])
+    tan = np.vstack([np.zeros((0, 3 * n + 1))]
+                    + [np.hstack([eye, eye, -eye / (2 * c), np.zeros((n, 1))]) for c in tangents])
     A = np.vstack([rows(bn, -np.ones((len(near), 1))), rows(-bn, -np.ones((len(near), 1))),
                    rows(bf, np.zeros((len(far), 1))), tan])
-    rhs = np.concatenate([-slope * near, slope * near, np.full(len(far), -floor), np.repeat(np.asarray(tangents) / 2, n)])
+    rhs = np.concatenate([-slope * near, slope * near, np.full(len(far), -floor),
+                          np.repeat(np.asarray(tangents) / 2, n)])
     tie = 1e-9 * np.ones(2 * n)  # keeps x+ and x- apart; far below any rounding cost
     cost = np.concatenate([tie, np.tile(square_cost, 2), [1.0]])
     res = linprog(cost, A_ub=A, b_ub=rhs, bounds=(0, None), method="highs")
