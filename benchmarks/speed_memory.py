@@ -1,7 +1,7 @@
-"""Prefill speed and peak memory: native BLOOM (eager, its only path) against the converted GPT-NeoX (SDPA)
-the same source converted in the half-precision default (the frequency ladder, which at 8K takes 32 rotary dims per
-head: head 64 -> 96, residual 1024 -> 1536; timed in float32 like the rest), and the converted model with the emulation pair removed (no
-positional encoding: the limit).
+"""Prefill speed and peak memory: native BLOOM (eager, its only path) against the converted GPT-NeoX (SDPA),
+the same source converted in the half-precision default (the frequency ladder, 32 rotary dims per head: head
+64 -> 96, residual 1024 -> 1536; timed in float32 like the rest), and the converted model with the emulation
+pair removed (no positional encoding: the limit).
 
     python benchmarks/speed_memory.py [--quick] [--lengths 1024,2048,...] [--timeout 900]
 

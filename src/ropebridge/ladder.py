@@ -333,16 +333,19 @@ def plan_ladder(
     _checks.choice("dtype", dtype, tuple(DTYPES))
     slopes = [_checks.positive(f"slope[{i}]", m) for i, m in enumerate(slopes)]
     cutoff = default_cutoff(window, dtype) if cutoff is None else _checks.positive("cutoff", cutoff)
+
+    def per_head(name: str, value) -> list:  # one value for every head, or one per head
+        values = [value] * len(slopes) if np.ndim(value) == 0 else list(value)
+        if len(values) != len(slopes):
+            raise ValueError(f"{len(values)} {name} for {len(slopes)} heads")
+        return values
+
     if floors is not None and advantages is not None:
         raise ValueError("give floors or advantages, not both")
     if floors is None:
-        advantages = DEFAULT_ADVANTAGE if advantages is None else advantages
-        advantages = [advantages] * len(slopes) if np.ndim(advantages) == 0 else list(advantages)
+        advantages = per_head("advantages", DEFAULT_ADVANTAGE if advantages is None else advantages)
         floors = [cutoff + _checks.at_least(f"advantage[{i}]", a, 0.0) for i, a in enumerate(advantages)]
-    floors = [floors] * len(slopes) if np.ndim(floors) == 0 else list(floors)
-    if len(floors) != len(slopes):
-        raise ValueError(f"{len(floors)} floors for {len(slopes)} heads")
-    floors = [_checks.at_least(f"floor[{i}]", c, cutoff) for i, c in enumerate(floors)]
+    floors = [_checks.at_least(f"floor[{i}]", c, cutoff) for i, c in enumerate(per_head("floors", floors))]
     if rotary_dim is not None:
         sizes = [_checks.positive_int("rotary_dim", rotary_dim, even=True)]
     else:

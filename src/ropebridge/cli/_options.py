@@ -12,8 +12,7 @@ from typing import Any
 
 from ..error_model import DTYPES, PLAN_TOLERANCE
 from ..ladder import DEFAULT_ADVANTAGE, DEFAULT_HEAD_DIM_MULTIPLE
-from ..planning import SINGLE_CUTOFF
-from ..planning import DEFAULT_WINDOW, EMULATIONS, FIXED_BASE_ROTARY_DIM, TARGETS
+from ..planning import DEFAULT_WINDOW, EMULATIONS, FIXED_BASE_ROTARY_DIM, SINGLE_CUTOFF, TARGETS
 
 
 def plot_and_json(args: argparse.Namespace, figure: Callable[[], Any], data: Callable[[], dict]) -> bool:
