@@ -60,7 +60,8 @@ def test_fit_is_exact_where_it_matters_and_below_the_floor_beyond(slope):
     thetas = ladder.engine_frequencies(ladder.free_base(window, 16), 16)
     fit = ladder.fit_head(slope, thetas, window, floor, "float16", stored_scale=1 / math.sqrt(48))
     d = np.arange(window + 1.0)
-    f = ladder.ladder_bias(fit.a, fit.b, thetas, d)
+    f = ladder.ladder_bias(fit.a, fit.b, thetas, d) - fit.shift  # a constant no softmax sees
+    assert 0 <= fit.shift <= floor
     w = fit.exact_distance
     assert w == min(window, math.floor(floor / slope))
     near, far = np.abs(f[: w + 1] + slope * d[: w + 1]).max(), (f[w + 1:] + floor).max(initial=-np.inf)
@@ -81,9 +82,26 @@ def test_fit_minimises_the_predicted_error_not_the_fit_alone():
     fit = ladder.fit_head(slope, thetas, window, floor, dtype, stored_scale=scale)
     f32 = ladder.fit_head(slope, thetas, window, floor, "float32", stored_scale=scale)
     a, b = ((torch.tensor(x) / scale).to(torch.bfloat16).double().numpy() * scale for x in (f32.a, f32.b))
-    rounding = ladder.predicted_rounding(a, b, thetas, window, dtype) + ladder.cast_rounding(floor, scale, dtype)
-    assert fit.predicted_error <= ladder.fit_error(slope, a, b, thetas, window, floor) + rounding
+    level = max(f32.shift, floor - f32.shift)  # the logits that matter lie within [s - C, s]
+    rounding = ladder.predicted_rounding(a, b, thetas, window, dtype) + ladder.cast_rounding(level, scale, dtype)
+    assert fit.predicted_error <= ladder.fit_error(slope, a, b, thetas, window, floor, f32.shift) + rounding
     assert fit.rounding_error < 0.8 * rounding
+
+
+@pytest.mark.parametrize("slope", [0.25, 2**-6])
+def test_the_shift_spares_the_ladder_a_level(slope):
+    # a softmax ignores a constant added to every logit of a query, so the ladder need only equal s - m d (s in
+    # [0, C]): its amplitudes come out well below those of a ladder pinned to -m d itself (s = 0)
+    window, floor, dtype = 2048, 30.0, "bfloat16"
+    thetas = ladder.engine_frequencies(ladder.free_base(window, 32), 32)
+    free, pinned = (ladder.fit_head(slope, thetas, window, floor, dtype, stored_scale=1 / 8, max_shift=s)
+                    for s in (None, 0.0))
+    assert pinned.shift == 0 and 0 < free.shift <= floor
+    rss = [math.hypot(*f.a, *f.b) for f in (free, pinned)]
+    assert rss[0] < 0.8 * rss[1], rss
+    assert free.predicted_error < pinned.predicted_error
+    # what the model computes in float64 is s - m d near, and at most s - C beyond W
+    assert max(ladder.measure(free, thetas, window, "float32", scale=1 / 8)) <= free.fit_error + 1e-3
 
 
 def test_float32_fit_where_highs_simplex_stalled():
@@ -280,14 +298,21 @@ def test_calibrated_floors_cover_the_content_advantage(bloom):
             assert a <= float(adv[head]) + 1e-12
 
 
+def test_a_pinned_ladder_that_cannot_stay_below_the_floor_is_refused():
+    # with s = 0 the slowest pair of base 10000, R = 8 (1e-3 rad/token) turns too fast to keep -C from 160 to 4096
+    thetas = ladder.engine_frequencies(10000.0, 8)
+    with pytest.raises(ValueError, match="keeps the bias"):
+        ladder.fit_head(0.25, thetas, 4096, 40.0, "float16", stored_scale=1 / 8, max_shift=0.0)
+
+
 def test_refusals_say_what_would_fit(bloom, tmp_path, capsys):
     from ropebridge.cli import main
 
     cases = [
         # too few pairs for the window: the prediction misses, and a larger R that fits is named
-        (["--rotary-dim", "4", "--window", "8192"], "--rotary-dim 32 fits"),
-        # a base whose slowest pair turns too fast to stay below -C up to the window: infeasible
-        (["--rope-base", "10000", "--rotary-dim", "8", "--window", "4096"], "keeps the bias"),
+        (["--rotary-dim", "4", "--window", "8192"], "--rotary-dim 16 fits"),
+        # a base whose slowest pair turns too fast for the window: the best fit misses by far, a larger R fits
+        (["--rope-base", "10000", "--rotary-dim", "8", "--window", "4096"], "--rotary-dim 16 fits"),
     ]
     for flags, needle in cases:
         assert main(["convert", str(bloom), str(tmp_path / "x"), "--dtype", "float16", *flags]) == 2

@@ -9,19 +9,24 @@ to the logit (sigma the logit scale), a function of the distance d alone. In log
 
     f_h(d) = sum_r a_r sin(theta_r d) + b_r cos(theta_r d),     a_r = -sigma N_r, b_r = sigma M_r.
 
-A softmax needs the bias right only where a key can carry weight. With a floor C_h (``floor``: the cutoff
-plus the largest content-score advantage a far key has over the best near one), the exact bias -m d is
-below -C_h beyond ``W_h = C_h/m``; so the ladder must equal -m d on d <= W_h and only stay <= -C_h on
-W_h < d <= L. Per head, linear programs (scipy's HiGHS) find the amplitudes that minimise the predicted
-error itself (``fit_head``):
+A softmax needs the bias right only where a key can carry weight, and only up to a constant: adding s
+to every logit of a query changes nothing. With a floor C_h (``floor``: the cutoff plus the largest
+content-score advantage a far key has over the best near one), the exact bias -m d is below -C_h beyond
+``W_h = C_h/m``; so the ladder must equal s - m d on d <= W_h and only stay <= s - C_h on W_h < d <= L,
+for a shift s of its choice. Per head, linear programs (scipy's HiGHS) find the amplitudes and the shift
+that minimise the predicted error itself (``fit_head``):
 
-    minimise   max_{d <= W} |f(d) + m d|  +  sqrt(2 ln n) sqrt(sum_r sigma_r^2 (a_r^2 + b_r^2))
-    subject to f(d) <= -C  for every integer W < d <= L,
+    minimise   max_{d <= W} |f(d) - s + m d|  +  sqrt(2 ln n) sqrt(sum_r sigma_r^2 (a_r^2 + b_r^2))
+    subject to f(d) <= s - C  for every integer W < d <= L,   0 <= s <= C.
 
 with sigma_r the rounding per unit amplitude (``rounding_sigma``). The rounding term is a root sum of
 squares because pairs round independently: it favours many moderate amplitudes over a few large ones (an
 L1 penalty, used before, gave sparse ladders with 1.3-2.4x the measured logit error of the demo model in
-bfloat16). The amplitudes stay of order C (tens to hundreds of logits) whatever L is: fast pairs wrap
+bfloat16). The shift is free for a softmax, and it spares the ladder a level: with s = 0 its cos terms
+must cancel at d = 0 and its slowest pairs carry the mean -C/2 over the window, while with s ~ C the
+bias is a falling bump, the shape slow cosines have (1.3-1.8x smaller amplitudes on the demo model's
+heads). Bounding s by C keeps every logit that matters within C of zero, as without the shift, for
+attention that rounds its scores (eager attention in 16 bits). The amplitudes stay of order C (tens to hundreds of logits) whatever L is: fast pairs wrap
 instead of growing, so the rounding is ~ u C, independent of the context, and no value comes near
 float16's range. Beyond L the bias is unconstrained: the window is a hard limit.
 
@@ -34,7 +39,7 @@ the emulation itself: A. Litzenberger, "Emulating ALiBi with RoPE",
 https://alexlitzenberger.com/blog/emulating_alibi_with_rope.
 
 **Error model.** fit error (exact arithmetic, amplitudes rounded as stored, every integer d; beyond W the
-amount by which f rises above -C) plus rounding. The rounding of a pair is a sum of many independent
+amount by which f rises above s - C) plus rounding. The rounding of a pair is a sum of many independent
 roundings (tables cast to the dtype, the rotation's products and sums, float32 angles): its standard
 deviation is ``A_r (u K_DTYPE + angle term)``, A_r = sqrt(a_r^2 + b_r^2), u = 2^-p the dtype's
 relative precision, and ``K_DTYPE`` measured once with the real rotation (``tests/test_ladder.py`` checks
@@ -118,11 +123,12 @@ def exact_distance(slope: float, floor: float, window: int) -> int:
     return int(min(window, math.floor(floor / slope)))
 
 
-def fit_error(slope: float, a, b, thetas, window: int, floor: float) -> float:
-    """Worst of ``|f(d) + m d|`` on d <= W and ``f(d) + C`` (where positive) on W < d <= L, every integer d."""
+def fit_error(slope: float, a, b, thetas, window: int, floor: float, shift: float = 0.0) -> float:
+    """Worst of ``|f(d) - s + m d|`` on d <= W and ``f(d) - s + C`` (where positive) on W < d <= L, every
+    integer d; s the ``shift``."""
     w = exact_distance(slope, floor, window)
     d = np.arange(window + 1, dtype=np.float64)
-    f = ladder_bias(a, b, thetas, d)
+    f = ladder_bias(a, b, thetas, d) - shift
     near = np.abs(f[: w + 1] + slope * d[: w + 1]).max()
     far = (f[w + 1 :] + floor).max() if w < window else 0.0
     return float(max(near, far, 0.0))
@@ -165,9 +171,10 @@ def _grid(lo: int, hi: int, points: int) -> np.ndarray:
     return np.unique(np.concatenate([np.arange(lo, min(hi, lo + 256) + 1), np.linspace(lo, hi, points).round()]))
 
 
-def _solve(slope, thetas, near, far, floor, square_cost, tangents):
-    """The LP on the given distances; returns (a, b, t). Variables: x+, x- (2P each; x = [a, b] = x+ - x-),
-    q (2P, q_i >= x_i^2 through tangent lines at ``tangents``), t. Minimises t + sum_i square_cost_i q_i."""
+def _solve(slope, thetas, near, far, floor, square_cost, tangents, max_shift):
+    """The LP on the given distances; returns (a, b, t, s). Variables: x+, x- (2P each; x = [a, b] = x+ - x-),
+    q (2P, q_i >= x_i^2 through tangent lines at ``tangents``), t, the shift s in [0, max_shift]. Minimises
+    t + sum_i square_cost_i q_i."""
     from scipy.optimize import linprog
 
     P = len(thetas)
@@ -177,33 +184,35 @@ def _solve(slope, thetas, near, far, floor, square_cost, tangents):
         ang = np.multiply.outer(d, thetas)
         return np.hstack([np.sin(ang), np.cos(ang)])
 
-    def rows(B, t_coef):  # (k, 3n + 1): B x+ - B x- + t_coef t
-        return np.hstack([B, -B, np.zeros((len(B), n)), t_coef])
+    def rows(B, t_coef, s_coef):  # (k, 3n + 2): B x+ - B x- + t_coef t + s_coef s
+        return np.hstack([B, -B, np.zeros((len(B), n)), t_coef, np.full((len(B), 1), s_coef)])
 
     bn, bf = basis(near), basis(far)
     eye = np.eye(n)
     # tangent of x^2 at c, divided by 2c (rows of unit size): |x| - x^2/(2c) <= c/2, |x| <= x+ + x- (equal at
     # the optimum, q costs)
-    tan = np.vstack([np.zeros((0, 3 * n + 1))]
-                    + [np.hstack([eye, eye, -eye / (2 * c), np.zeros((n, 1))]) for c in tangents])
-    A = np.vstack([rows(bn, -np.ones((len(near), 1))), rows(-bn, -np.ones((len(near), 1))),
-                   rows(bf, np.zeros((len(far), 1))), tan])
+    tan = np.vstack([np.zeros((0, 3 * n + 2))]
+                    + [np.hstack([eye, eye, -eye / (2 * c), np.zeros((n, 2))]) for c in tangents])
+    t_near = -np.ones((len(near), 1))
+    A = np.vstack([rows(bn, t_near, -1.0), rows(-bn, t_near, 1.0), rows(bf, np.zeros((len(far), 1)), -1.0), tan])
     rhs = np.concatenate([-slope * near, slope * near, np.full(len(far), -floor),
                           np.repeat(np.asarray(tangents) / 2, n)])
     tie = 1e-9 * np.ones(2 * n)  # keeps x+ and x- apart; far below any rounding cost
-    cost = np.concatenate([tie, np.tile(square_cost, 2), [1.0]])
-    res = linprog(cost, A_ub=A, b_ub=rhs, bounds=(0, None), method="highs")
+    cost = np.concatenate([tie, np.tile(square_cost, 2), [1.0, 0.0]])
+    bounds = [(0, None)] * (3 * n + 1) + [(0, max_shift)]
+    res = linprog(cost, A_ub=A, b_ub=rhs, bounds=bounds, method="highs")
     if res.status not in (0, 2):  # simplex stalls now and then on these (status 4, "model status unknown")
-        res = linprog(cost, A_ub=A, b_ub=rhs, bounds=(0, None), method="highs-ipm")
+        res = linprog(cost, A_ub=A, b_ub=rhs, bounds=bounds, method="highs-ipm")
     if res.status != 0:
         raise ValueError(f"the ladder fit failed: {res.message}")
     x = res.x[:n] - res.x[n : 2 * n]
-    return x[:P], x[P:], float(res.x[-1])
+    return x[:P], x[P:], float(res.x[-2]), float(res.x[-1])
 
 
 @dataclass(frozen=True)
 class HeadFit:
-    """One head's ladder: amplitudes (logits) ``a``, ``b`` of shape ``(P,)``, W, C and the predicted errors."""
+    """One head's ladder: amplitudes (logits) ``a``, ``b`` of shape ``(P,)``, W, C, the shift s (the bias
+    equals s - m d on d <= W; a constant no softmax sees) and the predicted errors."""
 
     slope: float
     floor: float
@@ -212,6 +221,7 @@ class HeadFit:
     b: tuple[float, ...]
     fit_error: float
     rounding_error: float
+    shift: float = 0.0
 
     @property
     def predicted_error(self) -> float:
@@ -220,7 +230,7 @@ class HeadFit:
 
 def fit_head(
     slope: float, thetas: Sequence[float], window: int, floor: float, dtype: str, *, stored_scale: float,
-    iterations: int = 30, rounds: int = 3,
+    iterations: int = 30, rounds: int = 3, max_shift: float | None = None,
 ) -> HeadFit:
     """Fit one head (module doc): minimise ``fit error + sqrt(2 ln n) sqrt(sum_r sigma_r^2 A_r^2)``, the
     predicted error itself. The square root is linearised (``rounds`` LPs, each ``fit + lam sum sigma^2 A^2``
@@ -228,8 +238,9 @@ def fit_head(
     kept), the squares are tangent lines, and the distances are cutting planes: solve on a grid, add the
     integer distances that violate, repeat until none does. ``stored_scale`` is the target's logit scale: the
     amplitudes are stored as q values ``a / stored_scale`` in ``dtype``, and the errors are those of the
-    stored values."""
+    stored values. The shift s is bounded by ``max_shift`` (default C; 0 fits -m d itself)."""
     thetas = np.asarray(thetas, np.float64)
+    max_shift = floor if max_shift is None else _checks.at_least("max_shift", max_shift, 0.0)
     w = exact_distance(slope, floor, window)
     near, far = _grid(0, w, 1024), _grid(w + 1, window, 1024)
     sigma2 = rounding_sigma(thetas, window, dtype) ** 2
@@ -247,13 +258,15 @@ def fit_head(
         tangents = floor * np.geomspace(1e-3, 20.0, 44) if cost.max() * floor**2 > 1e-9 else np.zeros(0)
         for _ in range(iterations):
             try:
-                a, b, t = _solve(slope, thetas, near, far, floor, cost, tangents)
-            except ValueError:
+                a, b, t, shift = _solve(slope, thetas, near, far, floor, cost, tangents, max_shift)
+            except ValueError as exc:
+                if max_shift > 0:  # s = C with no amplitude is always feasible: the solver itself failed
+                    raise ValueError(f"{exc} (slope {slope:.4g}, floor {floor:g}, window {window})") from None
                 raise ValueError(
                     f"no ladder on these {len(thetas)} pairs (slowest {thetas.min():.3g} rad/token) keeps the bias of "
                     f"slope {slope:.4g} below -{floor:g} up to {window} tokens: give a larger --rotary-dim, a larger "
                     "(or no) --rope-base, or a shorter --window") from None
-            f = sin_all @ a + cos_all @ b
+            f = sin_all @ a + cos_all @ b - shift
             slack = 1e-6 * (1 + np.abs(a).sum() + np.abs(b).sum())  # HiGHS's feasibility tolerance, in logits
             err_near = np.abs(f[: w + 1] + slope * d_all[: w + 1])
             bad_near = np.flatnonzero(err_near > t + slack)
@@ -266,10 +279,12 @@ def fit_head(
         spread = max(float(np.sum(sigma2 * (a**2 + b**2))), 1e-300)
         a = (torch.tensor(a / stored_scale).to(dt).double() * stored_scale).numpy()
         b = (torch.tensor(b / stored_scale).to(dt).double() * stored_scale).numpy()
+        # the logits that matter lie within [s - min(C, m L), s]
+        level = max(shift, min(floor, slope * window) - shift)
         fit = HeadFit(float(slope), float(floor), w, tuple(a.tolist()), tuple(b.tolist()),
-                      fit_error(slope, a, b, thetas, window, floor),
-                      predicted_rounding(a, b, thetas, window, dtype)
-                      + cast_rounding(min(floor, slope * window), stored_scale, dtype))
+                      fit_error(slope, a, b, thetas, window, floor, shift),
+                      predicted_rounding(a, b, thetas, window, dtype) + cast_rounding(level, stored_scale, dtype),
+                      shift)
         if best is None or fit.predicted_error < best.predicted_error:
             best = fit
     return best
@@ -280,8 +295,8 @@ def measure(
     seed: int = 0,
 ) -> tuple[float, float]:
     """The head's emulated logits computed as a model does in ``dtype`` (float32 angles, tables cast to the
-    dtype, the rotation in the dtype, q.k with float32 accumulation, the scale): (worst |logit + m d| on
-    d <= W, worst rise above -C beyond W), over the last ``queries`` positions and as many random ones.
+    dtype, the rotation in the dtype, q.k with float32 accumulation, the scale): (worst |logit - s + m d| on
+    d <= W, worst rise above s - C beyond W; s the fit's shift), over the last ``queries`` positions and as many random ones.
 
     Rounding only: the fit error is included (it is exact arithmetic), so subtract ``fit.fit_error`` bounds."""
     P = len(thetas)
@@ -292,8 +307,8 @@ def measure(
     d = (qpos[:, None] - kpos[None, :]).double()  # (s, t)
     near = (d >= 0) & (d <= fit.exact_distance)
     far = (d > fit.exact_distance)
-    err = float((logits + fit.slope * d)[near].abs().max())
-    rise = float((logits[far] + fit.floor).max()) if far.any() else 0.0
+    err = float((logits - fit.shift + fit.slope * d)[near].abs().max())
+    rise = float((logits[far] - fit.shift + fit.floor).max()) if far.any() else 0.0
     return err, max(rise, 0.0)
 
 
@@ -366,7 +381,7 @@ def plan_ladder(
             f = cache[m, c]
             pairs = tuple(PairTerm(float(t), -a / scale, i, bb / scale) for i, (t, a, bb) in enumerate(zip(thetas, f.a, f.b)))
             heads.append(HeadPlan(h, m, pairs, 1.0, float(thetas[-1] * window), f.fit_error, f.rounding_error,
-                                  f.predicted_error, f.floor, f.exact_distance))
+                                  f.predicted_error, f.floor, f.exact_distance, f.shift))
         return EmulationPlan(head_dim, window, dtype, "ladder", tuple(heads), cutoff, tolerance, base=float(b),
                              rope_dim=r, pairs_per_head=r // 2, family=family, source=source)
 

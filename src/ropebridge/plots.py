@@ -93,12 +93,12 @@ def ladder_figure(plan, heads: list[int] | None = None) -> Figure:
         thetas = [p.theta for p in hp.pairs]
         a = [-p.N * plan.scale for p in hp.pairs]
         b = [p.M * plan.scale for p in hp.pairs]
-        f = ladder_bias(a, b, thetas, d)
+        f = ladder_bias(a, b, thetas, d) - hp.shift  # its softmax-invariant shift taken off
         (line,) = left.semilogx(d, -hp.slope * d, lw=1, label=f"head {h} ALiBi (m={hp.slope:.3g})")
         left.semilogx(d, f, "--", color=line.get_color(), lw=1.5, label=f"head {h} ladder")
         left.axvline(hp.exact_distance, color=line.get_color(), ls=":", lw=1)
         near = d[d <= hp.exact_distance]
-        right.loglog(near, np.maximum(np.abs(ladder_bias(a, b, thetas, near) + hp.slope * near), 1e-12),
+        right.loglog(near, np.maximum(np.abs(ladder_bias(a, b, thetas, near) - hp.shift + hp.slope * near), 1e-12),
                      color=line.get_color(), label=f"head {h} fit error")
         right.axhline(hp.rounding_error, color=line.get_color(), ls="--", lw=1, label=f"head {h} rounding")
     floor = max(hp.floor for hp in plan.heads)

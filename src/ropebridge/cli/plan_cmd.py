@@ -83,11 +83,11 @@ def _show_ladder(plan, args: argparse.Namespace) -> int:
         return 0
     print(f"{plan.family}: {len(plan.heads)} heads, head_dim {plan.head_dim} -> {plan.head_dim + plan.rope_dim}, "
           f"window {plan.window}, {plan.dtype}, ladder of {plan.pairs_per_head} pairs, base {plan.base:.6g}")
-    print(f"{'head':>4} {'slope':>10} {'floor C':>8} {'W':>7} {'sum|amp|':>9} {'fit_err':>10} {'round_err':>10} "
+    print(f"{'head':>4} {'slope':>10} {'floor C':>8} {'W':>7} {'shift s':>8} {'sum|amp|':>9} {'fit_err':>10} {'round_err':>10} "
           f"{'predicted':>10}")
     for h in plan.heads:
         amp = sum(abs(p.N) + abs(p.M) for p in h.pairs) * plan.scale  # logits
-        print(f"{h.head:>4} {h.slope:>10.4g} {h.floor:>8.4g} {h.exact_distance:>7} {amp:>9.4g} {h.sine_error:>10.3e} "
+        print(f"{h.head:>4} {h.slope:>10.4g} {h.floor:>8.4g} {h.exact_distance:>7} {h.shift:>8.4g} {amp:>9.4g} {h.sine_error:>10.3e} "
               f"{h.rounding_error:>10.3e} {h.predicted_error:>10.3e}")
     w = plan.worst_head
     verdict = "meets" if plan.meets_tolerance else "does NOT meet"
