@@ -22,6 +22,11 @@ reported too.
 Half precision (llama.cpp): the frequency ladder converted with ``LADDER`` (float16, on the base 10000 that
 llama.cpp's converter assumes, so no GGUF edit), converted by ``convert_hf_to_gguf.py`` at F16 and Q8_0 like
 the native model, and run with llama.cpp's default settings (f16 K/V cache, flash attention off and on).
+The demo's ladder is calibrated like ``benchmarks/fidelity.py``'s: floors measured on the last
+``CALIBRATION_CHARS`` characters of the held-out text through the demo model's own tokenizer and weights (the
+engine checkpoints carry GPT-2's tokenizer, which cannot tokenize for it), passed to ``convert`` as per-head
+floors. The compared sequence (the first ``--context`` tokens) does not reach that text; the last greedy
+prompt may. The random model's ladder is uncalibrated.
 
 Tokenizer: llama.cpp's converter refuses a tokenizer whose pre-tokenizer hash it does not know (the demo
 model's own 4096-token BPE is one). Both checkpoints therefore carry GPT-2's tokenizer, rebuilt from the
@@ -70,6 +75,7 @@ FIXED_BASE_LABEL = "converted with --rope-base 10000 --rotary-dim 32 --pairs 3, 
 # Half precision: the frequency ladder on the base engines' converters assume (nothing set in the GGUF), the
 # engine's default settings, native BLOOM in the same GGUF type and settings beside it.
 LADDER = {"dtype": "float16", "emulation": "ladder", "base": 10000.0, "rotary_dim": 32}
+CALIBRATION_CHARS = 10_000  # the demo ladder's calibration text: the held-out text's tail (as fidelity.py)
 LADDER_LABEL = "ladder (--dtype float16 --rope-base 10000 --rotary-dim 32), engine converter as is"
 HALF_GGUF_TYPES = ("f32", "f16", "q8_0")  # convert_hf_to_gguf.py --outtype (f32: the float16 checkpoint widened)
 HALF_LLAMA = {  # llama.cpp's own defaults: f16 K/V cache, flash attention off, then on; then an f32 K cache
@@ -183,13 +189,26 @@ def exact_reference(native: Path, seq: list[int], path: Path, block: int = 256) 
     out.flush()
 
 
-def convert_rope(native: Path, work: Path, window: int) -> dict[str, Path]:
-    """``ropebridge convert`` twice: the default plan (free base) and the fixed base 10000 plan that engines
-    dropping the base run as they are (FIXED_BASE: rotary dims and pairs per head)."""
+def ladder_floors(name: str, window: int) -> list[float] | None:
+    """The demo's calibrated ladder floors per head (module doc); None (uncalibrated) for the random model."""
+    if name != "demo":
+        return None
+    from ropebridge.demo import data_dir
+    from ropebridge.planning import checkpoint_plan
+
+    text = (data_dir() / "heldout.txt").read_text()[-CALIBRATION_CHARS:]
+    plan = checkpoint_plan(data_dir(), window=window, calibration_text=text, **LADDER)
+    return [h.floor for h in plan.heads]
+
+
+def convert_rope(native: Path, work: Path, window: int, floors: list[float] | None = None) -> dict[str, Path]:
+    """``ropebridge convert`` three times: the default plan (free base), the fixed base 10000 plan that engines
+    dropping the base run as they are (FIXED_BASE: rotary dims and pairs per head), and the half-precision
+    ladder (LADDER, with ``floors`` per head if given)."""
     from ropebridge.convert import convert
 
     plans = {"converted": {"dtype": "float32"}, "converted-base10000": {"dtype": "float32", **FIXED_BASE},
-             "ladder-f16": LADDER}
+             "ladder-f16": {**LADDER, "floor": floors}}
     out = {key: work / key for key in plans}
     for key, extra in plans.items():  # afresh every run: the plan changes with the code (engine files follow)
         convert(native, out[key], window=window, force=True, progress=False, **extra)
@@ -329,8 +348,10 @@ def engine_runs(engine: str, env: envs.Env, name: str, native: Path, converted: 
         for t in HALF_GGUF_TYPES:
             for label, settings in HALF_LLAMA.items():
                 st = {**settings, "threads": args.threads}
-                runs.append(record(engine, name, f"{LADDER_LABEL}, {t.upper()} GGUF, {label}",
-                                   {**st, "rope_freq_base": "not set (10000)", "gguf": t.upper(), "plan": LADDER},
+                floors = "calibrated" if name == "demo" else "uncalibrated"  # ladder_floors
+                runs.append(record(engine, name, f"{LADDER_LABEL}, {floors}, {t.upper()} GGUF, {label}",
+                                   {**st, "rope_freq_base": "not set (10000)", "gguf": t.upper(), "plan": LADDER,
+                                    "floors": floors},
                                    once("worker_llamacpp.py", files[f"native-{t}"], st),
                                    once("worker_llamacpp.py", files[f"ladder-{t}"], st), ref))
     elif engine == "transformers-4":
@@ -465,7 +486,8 @@ def main(argv: list[str] | None = None) -> int:
         seq, prompts = token_ids(name, native, args.context, args.prompts, args.prompt_len)
         log.info("%s: transformers float32 reference at %d tokens", name, len(seq))
         ref = reference(native, seq, prompts, args.greedy_tokens, work)
-        converted = convert_rope(native, work, args.window or args.context)
+        window = args.window or args.context
+        converted = convert_rope(native, work, window, ladder_floors(name, window))
         for engine in engines:
             log.info("%s: %s", name, engine)
             runs += engine_runs(engine, env[engine], name, native, converted, work, ref, args)
