@@ -50,15 +50,12 @@ def _residual(x: torch.Tensor, h1: torch.Tensor, attn: torch.Tensor, layer, info
 def reference_hidden(
     src: SourceModel, input_ids: torch.Tensor, *, query_block: int = 512,
     observe: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None, round_to: torch.dtype | None = None,
-    perturb: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Final (LayerNorm-ed) hidden states ``(s, D)`` of one unpadded sequence ``input_ids`` ``(s,)``, float64,
     with attention computed a block of queries at a time (memory O(s * block) instead of O(s^2)): for long
     contexts, where ``reference_logits`` would not fit. Multiply by ``src.head_rows`` to get logits.
     ``observe(layer, content, dist)``, if given, sees each block's content logits ``qk_scale q.k`` ``(h, block, t)``
-    (before the bias and the causal mask) and distances ``(block, t)``. ``perturb(layer, logits, dist)``, if
-    given, returns the logits ``(h, block, t)`` (content plus bias, before the causal mask) to use instead: a
-    noise study adds a positional term's rounding to an otherwise exact bias (``benchmarks/ladder_limit.py``).
+    (before the bias and the causal mask) and distances ``(block, t)``.
 
     ``round_to`` (bfloat16 or float16) gives the **floor** of that dtype instead: weights and the result of every
     op (projections, LayerNorms, GELU, residual sums; each accumulated exactly, rounded once, as kernels with
@@ -91,8 +88,6 @@ def reference_hidden(
             if observe is not None:
                 observe(i, content, dist)
             logits = content - slopes * dist
-            if perturb is not None:
-                logits = perturb(i, logits, dist)
             logits = logits.masked_fill(dist < 0, float("-inf"))
             ctx[:, a:b] = torch.softmax(logits, -1) @ v[:, :b]
         attn = r(r(ctx).transpose(0, 1).reshape(s, -1) @ layer.o_w.T + layer.o_b)  # (s, D)
