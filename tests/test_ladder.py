@@ -105,11 +105,11 @@ def test_the_shift_spares_the_ladder_a_level(slope):
 
 
 def test_tolerance_weights_follow_the_weight_a_key_can_carry():
-    # g(d) = min(e^(m d - A), cap) beyond d = A/m, 1 before; capped at 10 where the bias is too high
-    d = np.array([0.0, 40.0, 50.0, 60.0, 100.0])
+    # g(d) = min(e^((m d - A)/2), cap) beyond d = A/m, 1 before; capped at 3 where the bias is too high, 10 low
+    d = np.array([0.0, 40.0, 50.0, 60.0, 80.0, 100.0])
     high, low = ladder.tolerance_weights(0.1, 5.0, d)
-    np.testing.assert_allclose(low, [1, 1, 1, math.e, math.e**5], rtol=1e-12)
-    np.testing.assert_allclose(high, [1, 1, 1, math.e, ladder.HIGH_WEIGHT_CAP], rtol=1e-12)
+    np.testing.assert_allclose(low, [1, 1, 1, math.e**0.5, math.e**1.5, ladder.LOW_WEIGHT_CAP], rtol=1e-12)
+    np.testing.assert_allclose(high, [1, 1, 1, math.e**0.5, ladder.HIGH_WEIGHT_CAP, ladder.HIGH_WEIGHT_CAP], rtol=1e-12)
     assert all(np.all(g == 1) for g in ladder.tolerance_weights(0.1, None, d))
 
 
@@ -127,8 +127,8 @@ def test_the_fit_is_tightest_where_keys_can_carry_weight(slope, advantage):
     def near(fit):
         return np.abs(ladder.ladder_bias(fit.a, fit.b, thetas, d) - fit.shift + slope * d).max()
 
-    assert near(weighted) == pytest.approx(weighted.fit_error, rel=1e-9)  # g = 1 there
-    assert near(weighted) < 0.9 * near(even)  # measured 0.80 (m = 1/4), 0.30 (m = 1/256)
+    assert near(weighted) <= weighted.fit_error + 1e-12  # g = 1 there
+    assert near(weighted) < 0.8 * near(even)  # measured 0.54 (m = 1/4), 0.38 (m = 1/256)
     assert weighted.rounding_error <= 1.05 * even.rounding_error
     # beyond A/m the weighted error is what fit_error reports: within t g(d) of s - m d
     assert ladder.fit_error(slope, weighted.a, weighted.b, thetas, window, floor, weighted.shift, advantage) == \
