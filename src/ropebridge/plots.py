@@ -110,7 +110,7 @@ def ladder_figure(plan, heads: list[int] | None = None) -> Figure:
     left.legend(fontsize=7)
     right.set_xlabel("distance d <= W (tokens)")
     right.set_ylabel(f"|error| (logits), {plan.dtype}")
-    right.set_title("weighted fit error (exact arithmetic) and predicted rounding")
+    right.set_title("fit error / g(d) (exact arithmetic), rounding")
     right.legend(fontsize=7)
     for ax in (left, right):
         ax.grid(True, which="both", alpha=0.3)
