@@ -104,48 +104,6 @@ def test_the_shift_spares_the_ladder_a_level(slope):
     assert max(ladder.measure(free, thetas, window, "float32", scale=1 / 8)) <= free.fit_error + 1e-3
 
 
-def test_tolerance_weights_follow_the_weight_a_key_can_carry():
-    # g(d) = min(e^((m d - A)/2), cap) beyond d = A/m, 1 before; capped at 3 where the bias is too high, 10 low
-    d = np.array([0.0, 40.0, 50.0, 60.0, 80.0, 100.0])
-    high, low = ladder.tolerance_weights(0.1, 5.0, d)
-    np.testing.assert_allclose(low, [1, 1, 1, math.e**0.5, math.e**1.5, ladder.LOW_WEIGHT_CAP], rtol=1e-12)
-    np.testing.assert_allclose(high, [1, 1, 1, math.e**0.5, ladder.HIGH_WEIGHT_CAP, ladder.HIGH_WEIGHT_CAP], rtol=1e-12)
-    assert all(np.all(g == 1) for g in ladder.tolerance_weights(0.1, None, d))
-
-
-@pytest.mark.parametrize("slope, advantage", [(0.25, 16.5), (2**-8, 5.1)])
-def test_the_fit_is_tightest_where_keys_can_carry_weight(slope, advantage):
-    # weighting the fit by the weight a key can carry buys accuracy on d <= A/m, where keys can carry all of
-    # it, at no cost in rounding (an even minimax spends it up to W)
-    window, dtype = 8192, "bfloat16"
-    floor = ladder.default_cutoff(window, dtype) + advantage
-    thetas = ladder.engine_frequencies(ladder.free_base(window, 32), 32)
-    weighted, even = (ladder.fit_head(slope, thetas, window, floor, dtype, stored_scale=1 / 8, advantage=a)
-                      for a in (advantage, None))
-    d = np.arange(int(advantage / slope) + 1.0)
-
-    def near(fit):
-        return np.abs(ladder.ladder_bias(fit.a, fit.b, thetas, d) - fit.shift + slope * d).max()
-
-    assert near(weighted) <= weighted.fit_error + 1e-12  # g = 1 there
-    assert near(weighted) < 0.8 * near(even)  # measured 0.54 (m = 1/4), 0.38 (m = 1/256)
-    assert weighted.rounding_error <= 1.05 * even.rounding_error
-    # beyond A/m the weighted error is what fit_error reports: within t g(d) of s - m d
-    assert ladder.fit_error(slope, weighted.a, weighted.b, thetas, window, floor, weighted.shift, advantage) == \
-        pytest.approx(weighted.fit_error, rel=1e-12)
-
-
-def test_only_a_measured_or_given_advantage_weights_the_fit():
-    # the weights trust A as a bound: an assumed A (the uncalibrated default) leaves the fit even up to W
-    slopes = alibi_slopes(4).tolist()
-    assumed = ladder.plan_ladder(slopes, 32, 512)
-    given = ladder.plan_ladder(slopes, 32, 512, advantages=[3.0, 4.0, 5.0, 6.0])
-    floors = ladder.plan_ladder(slopes, 32, 512, floors=30.0)
-    assert all(h.advantage is None for h in assumed.heads)
-    assert [h.advantage for h in given.heads] == pytest.approx([3.0, 4.0, 5.0, 6.0])
-    assert all(h.advantage == pytest.approx(30.0 - floors.cutoff) for h in floors.heads)
-
-
 def test_float32_fit_where_highs_simplex_stalled():
     # HiGHS's simplex ended this LP with "model status unknown"; the fit falls back to its interior point method
     window = 512

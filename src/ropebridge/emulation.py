@@ -56,9 +56,8 @@ class PairTerm:
 class HeadPlan:
     """The emulation of one head and its predicted worst logit error over the window. ``sine_error`` is the
     approximation error in exact arithmetic (the sine's, or the ladder fit's); the ladder also records its
-    floor C (logits), the distance W = C/m up to which the bias is exact, its shift s (the bias is
-    s - m d there, the same for every key of a query: no softmax sees it) and the content advantage A that
-    weighted its fit (``ladder.tolerance_weights``)."""
+    floor C (logits), the distance W = C/m up to which the bias is exact and its shift s (the bias is
+    s - m d there, the same for every key of a query: no softmax sees it)."""
 
     head: int
     slope: float
@@ -71,7 +70,6 @@ class HeadPlan:
     floor: float | None = None
     exact_distance: int | None = None
     shift: float = 0.0
-    advantage: float | None = None
 
     def __post_init__(self) -> None:
         _checks.positive("slope", self.slope)

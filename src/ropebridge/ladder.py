@@ -16,7 +16,7 @@ content-score advantage a far key has over the best near one), the exact bias -m
 for a shift s of its choice. Per head, linear programs (scipy's HiGHS) find the amplitudes and the shift
 that minimise the predicted error itself (``fit_head``):
 
-    minimise   max_{d <= W} |f(d) - s + m d| / g(d)  +  sqrt(2 ln n) sqrt(sum_r sigma_r^2 (a_r^2 + b_r^2))
+    minimise   max_{d <= W} |f(d) - s + m d|  +  sqrt(2 ln n) sqrt(sum_r sigma_r^2 (a_r^2 + b_r^2))
     subject to f(d) <= s - C  for every integer W < d <= L,   0 <= s <= C.
 
 with sigma_r the rounding per unit amplitude (``rounding_sigma``). The rounding term is a root sum of
@@ -26,25 +26,7 @@ bfloat16). The shift is free for a softmax, and it spares the ladder a level: wi
 must cancel at d = 0 and its slowest pairs carry the mean -C/2 over the window, while with s ~ C the
 bias is a falling bump, the shape slow cosines have (1.3-1.8x smaller amplitudes on the demo model's
 heads). Bounding s by C keeps every logit that matters within C of zero, as without the shift, for
-attention that rounds its scores (eager attention in 16 bits).
-
-**Where the fit must be tight** (``tolerance_weights``, g(d) above). A key at distance d carries at most
-e^-x of the weight of the best key near the query, x = m d - A, A the content advantage (C minus the
-cutoff): the bias need be exact only where keys can carry weight. An error delta in a key's bias scales its
-weight by e^delta, so one key moves the attention output by at most e^-x |e^delta - 1|: an error t e^x
-costs no more there than t where x = 0. But many keys share a weight level, and A is itself a sample, so
-the weights grow as e^(x/2) and stop at 3 where the bias is too high, 10 where it is too low (a key pushed
-down loses at most its small weight). Measured, demo and MPT real-text models, bfloat16 planned for 8K
-(max |dlogit| / KL at 2K): even fit 0.40 / 3.4e-4 and 0.91 / 5.1e-4; these weights 0.32 / 2.7e-4 and 0.66 /
-3.2e-4. Weights growing as e^x (caps 10 and 1000) gained a little more in bfloat16 (0.32 / 2.4e-4 and 0.52 /
-2.8e-4) but left errors the dtype no longer hides: the float16 plans run in float32 (an f32 K cache
-does that) were 0.019 and 0.076 from exact instead of 0.012 and 0.007; these weights give 0.009 and
-0.008. Without the weights the minimax spent its accuracy evenly up to W and left systematic errors of
-~0.04 logits next to the query: on the demo model planned for 8K in bfloat16 they were most of the logit
-error (0.28 of 0.40 with the rotation and attention exact). The weights trust A as a bound, so a
-plan uses them only where A was measured (``--calibration-text``) or the floors given (``--floor``): the
-assumed ``DEFAULT_ADVANTAGE`` is not one (random picos exceed it), and without it the fit stays even up
-to W. The amplitudes stay of order C (tens to hundreds of logits) whatever L is: fast pairs wrap
+attention that rounds its scores (eager attention in 16 bits). The amplitudes stay of order C (tens to hundreds of logits) whatever L is: fast pairs wrap
 instead of growing, so the rounding is ~ u C, independent of the context, and no value comes near
 float16's range. Beyond L the bias is unconstrained: the window is a hard limit.
 
@@ -56,8 +38,8 @@ proportion (the amplitudes scale with C). Source of the idea: this project's hal
 the emulation itself: A. Litzenberger, "Emulating ALiBi with RoPE",
 https://alexlitzenberger.com/blog/emulating_alibi_with_rope.
 
-**Error model.** fit error (exact arithmetic, amplitudes rounded as stored, every integer d, weighted by
-g(d); beyond W the amount by which f rises above s - C) plus rounding. The rounding of a pair is a sum of many independent
+**Error model.** fit error (exact arithmetic, amplitudes rounded as stored, every integer d; beyond W the
+amount by which f rises above s - C) plus rounding. The rounding of a pair is a sum of many independent
 roundings (tables cast to the dtype, the rotation's products and sums, float32 angles): its standard
 deviation is ``A_r (u K_DTYPE + angle term)``, A_r = sqrt(a_r^2 + b_r^2), u = 2^-p the dtype's
 relative precision, and ``K_DTYPE`` measured once with the real rotation (``tests/test_ladder.py`` checks
@@ -141,35 +123,13 @@ def exact_distance(slope: float, floor: float, window: int) -> int:
     return int(min(window, math.floor(floor / slope)))
 
 
-# g(d)'s caps (module doc): measured on the real-text demo models in bfloat16 and in float32 (module doc)
-HIGH_WEIGHT_CAP, LOW_WEIGHT_CAP = 3.0, 10.0
-
-
-def tolerance_weights(slope: float, advantage: float | None, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """g(d) of the module doc where the bias is too high and where it is too low, each shape of ``d``:
-    ``min(e^(x/2), cap)``, x = max(0, m d - A). ``advantage`` None: no key is ever ruled out (g = 1)."""
-    d = np.asarray(d, np.float64)
-    if advantage is None:
-        return np.ones_like(d), np.ones_like(d)
-    x = np.exp(np.minimum(np.maximum(0.0, slope * d - advantage) / 2, 50.0))
-    return np.minimum(x, HIGH_WEIGHT_CAP), np.minimum(x, LOW_WEIGHT_CAP)
-
-
-def _near_error(slope, advantage, f, d):
-    """``|f(d) - s + m d| / g(d)`` (f already shifted), shape of ``d``."""
-    high, low = tolerance_weights(slope, advantage, d)
-    e = f + slope * d
-    return np.where(e > 0, e / high, -e / low)
-
-
-def fit_error(slope: float, a, b, thetas, window: int, floor: float, shift: float = 0.0,
-              advantage: float | None = None) -> float:
-    """Worst of ``|f(d) - s + m d| / g(d)`` on d <= W and ``f(d) - s + C`` (where positive) on W < d <= L,
-    every integer d; s the ``shift``, g from ``advantage`` (``tolerance_weights``)."""
+def fit_error(slope: float, a, b, thetas, window: int, floor: float, shift: float = 0.0) -> float:
+    """Worst of ``|f(d) - s + m d|`` on d <= W and ``f(d) - s + C`` (where positive) on W < d <= L, every
+    integer d; s the ``shift``."""
     w = exact_distance(slope, floor, window)
     d = np.arange(window + 1, dtype=np.float64)
     f = ladder_bias(a, b, thetas, d) - shift
-    near = _near_error(slope, advantage, f[: w + 1], d[: w + 1]).max()
+    near = np.abs(f[: w + 1] + slope * d[: w + 1]).max()
     far = (f[w + 1 :] + floor).max() if w < window else 0.0
     return float(max(near, far, 0.0))
 
@@ -211,7 +171,7 @@ def _grid(lo: int, hi: int, points: int) -> np.ndarray:
     return np.unique(np.concatenate([np.arange(lo, min(hi, lo + 256) + 1), np.linspace(lo, hi, points).round()]))
 
 
-def _solve(slope, thetas, near, far, floor, square_cost, tangents, max_shift, advantage):
+def _solve(slope, thetas, near, far, floor, square_cost, tangents, max_shift):
     """The LP on the given distances; returns (a, b, t, s). Variables: x+, x- (2P each; x = [a, b] = x+ - x-),
     q (2P, q_i >= x_i^2 through tangent lines at ``tangents``), t, the shift s in [0, max_shift]. Minimises
     t + sum_i square_cost_i q_i."""
@@ -233,9 +193,8 @@ def _solve(slope, thetas, near, far, floor, square_cost, tangents, max_shift, ad
     # the optimum, q costs)
     tan = np.vstack([np.zeros((0, 3 * n + 2))]
                     + [np.hstack([eye, eye, -eye / (2 * c), np.zeros((n, 2))]) for c in tangents])
-    high, low = tolerance_weights(slope, advantage, near)
-    A = np.vstack([rows(bn, -high[:, None], -1.0), rows(-bn, -low[:, None], 1.0),
-                   rows(bf, np.zeros((len(far), 1)), -1.0), tan])
+    t_near = -np.ones((len(near), 1))
+    A = np.vstack([rows(bn, t_near, -1.0), rows(-bn, t_near, 1.0), rows(bf, np.zeros((len(far), 1)), -1.0), tan])
     rhs = np.concatenate([-slope * near, slope * near, np.full(len(far), -floor),
                           np.repeat(np.asarray(tangents) / 2, n)])
     tie = 1e-9 * np.ones(2 * n)  # keeps x+ and x- apart; far below any rounding cost
@@ -253,8 +212,7 @@ def _solve(slope, thetas, near, far, floor, square_cost, tangents, max_shift, ad
 @dataclass(frozen=True)
 class HeadFit:
     """One head's ladder: amplitudes (logits) ``a``, ``b`` of shape ``(P,)``, W, C, the shift s (the bias
-    equals s - m d on d <= W; a constant no softmax sees), the predicted errors and the content advantage A
-    that weighted the fit (None: unweighted)."""
+    equals s - m d on d <= W; a constant no softmax sees) and the predicted errors."""
 
     slope: float
     floor: float
@@ -264,7 +222,6 @@ class HeadFit:
     fit_error: float
     rounding_error: float
     shift: float = 0.0
-    advantage: float | None = None
 
     @property
     def predicted_error(self) -> float:
@@ -273,7 +230,7 @@ class HeadFit:
 
 def fit_head(
     slope: float, thetas: Sequence[float], window: int, floor: float, dtype: str, *, stored_scale: float,
-    iterations: int = 30, rounds: int = 3, max_shift: float | None = None, advantage: float | None = None,
+    iterations: int = 30, rounds: int = 3, max_shift: float | None = None,
 ) -> HeadFit:
     """Fit one head (module doc): minimise ``fit error + sqrt(2 ln n) sqrt(sum_r sigma_r^2 A_r^2)``, the
     predicted error itself. The square root is linearised (``rounds`` LPs, each ``fit + lam sum sigma^2 A^2``
@@ -281,8 +238,7 @@ def fit_head(
     kept), the squares are tangent lines, and the distances are cutting planes: solve on a grid, add the
     integer distances that violate, repeat until none does. ``stored_scale`` is the target's logit scale: the
     amplitudes are stored as q values ``a / stored_scale`` in ``dtype``, and the errors are those of the
-    stored values. The shift s is bounded by ``max_shift`` (default C; 0 fits -m d itself); ``advantage`` A
-    weights the fit by where keys can carry weight (``tolerance_weights``; None: evenly up to W)."""
+    stored values. The shift s is bounded by ``max_shift`` (default C; 0 fits -m d itself)."""
     thetas = np.asarray(thetas, np.float64)
     max_shift = floor if max_shift is None else _checks.at_least("max_shift", max_shift, 0.0)
     w = exact_distance(slope, floor, window)
@@ -302,7 +258,7 @@ def fit_head(
         tangents = floor * np.geomspace(1e-3, 20.0, 44) if cost.max() * floor**2 > 1e-9 else np.zeros(0)
         for _ in range(iterations):
             try:
-                a, b, t, shift = _solve(slope, thetas, near, far, floor, cost, tangents, max_shift, advantage)
+                a, b, t, shift = _solve(slope, thetas, near, far, floor, cost, tangents, max_shift)
             except ValueError as exc:
                 if max_shift > 0:  # s = C with no amplitude is always feasible: the solver itself failed
                     raise ValueError(f"{exc} (slope {slope:.4g}, floor {floor:g}, window {window})") from None
@@ -312,7 +268,7 @@ def fit_head(
                     "(or no) --rope-base, or a shorter --window") from None
             f = sin_all @ a + cos_all @ b - shift
             slack = 1e-6 * (1 + np.abs(a).sum() + np.abs(b).sum())  # HiGHS's feasibility tolerance, in logits
-            err_near = _near_error(slope, advantage, f[: w + 1], d_all[: w + 1])
+            err_near = np.abs(f[: w + 1] + slope * d_all[: w + 1])
             bad_near = np.flatnonzero(err_near > t + slack)
             bad_far = np.flatnonzero(f[w + 1 :] > -floor + slack) + w + 1
             top_near = d_all[bad_near[np.argsort(-err_near[bad_near])[:256]]]
@@ -326,9 +282,9 @@ def fit_head(
         # the logits that matter lie within [s - min(C, m L), s]
         level = max(shift, min(floor, slope * window) - shift)
         fit = HeadFit(float(slope), float(floor), w, tuple(a.tolist()), tuple(b.tolist()),
-                      fit_error(slope, a, b, thetas, window, floor, shift, advantage),
+                      fit_error(slope, a, b, thetas, window, floor, shift),
                       predicted_rounding(a, b, thetas, window, dtype) + cast_rounding(level, stored_scale, dtype),
-                      shift, advantage)
+                      shift)
         if best is None or fit.predicted_error < best.predicted_error:
             best = fit
     return best
@@ -339,8 +295,8 @@ def measure(
     seed: int = 0,
 ) -> tuple[float, float]:
     """The head's emulated logits computed as a model does in ``dtype`` (float32 angles, tables cast to the
-    dtype, the rotation in the dtype, q.k with float32 accumulation, the scale): (worst |logit - s + m d| / g(d)
-    on d <= W, worst rise above s - C beyond W; s the fit's shift, g its ``tolerance_weights``), over the last ``queries`` positions and as many random ones.
+    dtype, the rotation in the dtype, q.k with float32 accumulation, the scale): (worst |logit - s + m d| on
+    d <= W, worst rise above s - C beyond W; s the fit's shift), over the last ``queries`` positions and as many random ones.
 
     Rounding only: the fit error is included (it is exact arithmetic), so subtract ``fit.fit_error`` bounds."""
     P = len(thetas)
@@ -351,9 +307,7 @@ def measure(
     d = (qpos[:, None] - kpos[None, :]).double()  # (s, t)
     near = (d >= 0) & (d <= fit.exact_distance)
     far = (d > fit.exact_distance)
-    high, low = (torch.from_numpy(g) for g in tolerance_weights(fit.slope, fit.advantage, d.numpy()))
-    e = logits - fit.shift + fit.slope * d
-    err = float(torch.where(e > 0, e / high, -e / low)[near].max())
+    err = float((logits - fit.shift + fit.slope * d)[near].abs().max())
     rise = float((logits[far] - fit.shift + fit.floor).max()) if far.any() else 0.0
     return err, max(rise, 0.0)
 
@@ -382,8 +336,7 @@ def plan_ladder(
         base: a fixed RoPE base (an engine's, e.g. 10000), or None for ``free_base(L, R)``.
         rotary_dim: R; default ``rotary_dim_for(head_dim, head_dim_multiple)``, and where that plan misses
             ``tolerance`` the next size that keeps the rule, if it does better.
-        floors: C per head (or one for all); default ``cutoff + advantages``. Given floors or advantages
-            weight the fit by A = C - cutoff (``tolerance_weights``); the assumed default does not.
+        floors: C per head (or one for all); default ``cutoff + advantages``.
         advantages: the content advantage per head (or one for all) the floor adds to the cutoff
             (``convert.calibration``); default ``DEFAULT_ADVANTAGE``.
         cutoff: default ``default_cutoff(window, dtype)``.
@@ -404,9 +357,6 @@ def plan_ladder(
 
     if floors is not None and advantages is not None:
         raise ValueError("give floors or advantages, not both")
-    # the fit trusts A = C - cutoff as a bound (tolerance_weights) only where it was measured or given; the
-    # assumed default is no bound (random picos exceed it), so without it the fit stays even up to W
-    weighted = floors is not None or advantages is not None
     if floors is None:
         advantages = per_head("advantages", DEFAULT_ADVANTAGE if advantages is None else advantages)
         floors = [cutoff + _checks.at_least(f"advantage[{i}]", a, 0.0) for i, a in enumerate(advantages)]
@@ -426,13 +376,12 @@ def plan_ladder(
         cache: dict[tuple[float, float], HeadFit] = {}
         heads = []
         for h, (m, c) in enumerate(zip(slopes, floors)):
-            if (m, c) not in cache:  # A = C - cutoff: the advantage the floor allows for
-                cache[m, c] = fit_head(m, thetas, window, c, dtype, stored_scale=stored,
-                                       advantage=c - cutoff if weighted else None)
+            if (m, c) not in cache:
+                cache[m, c] = fit_head(m, thetas, window, c, dtype, stored_scale=stored)
             f = cache[m, c]
             pairs = tuple(PairTerm(float(t), -a / scale, i, bb / scale) for i, (t, a, bb) in enumerate(zip(thetas, f.a, f.b)))
             heads.append(HeadPlan(h, m, pairs, 1.0, float(thetas[-1] * window), f.fit_error, f.rounding_error,
-                                  f.predicted_error, f.floor, f.exact_distance, f.shift, f.advantage))
+                                  f.predicted_error, f.floor, f.exact_distance, f.shift))
         return EmulationPlan(head_dim, window, dtype, "ladder", tuple(heads), cutoff, tolerance, base=float(b),
                              rope_dim=r, pairs_per_head=r // 2, family=family, source=source)
 

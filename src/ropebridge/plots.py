@@ -76,11 +76,11 @@ def emulation_figure(plan, heads: list[int] | None = None) -> Figure:
 
 def ladder_figure(plan, heads: list[int] | None = None) -> Figure:
     """For a few heads of a ladder plan: the fitted bias against -m d on a log-distance axis, with the floor
-    -C and the exact distance W (left), and the fit error |f(d) - s + m d| / g(d) up to W (weighted where keys
-    can carry weight: ``ladder.tolerance_weights``) against the predicted rounding (right); s the shift."""
+    -C and the exact distance W (left), and the fit error |f(d) - s + m d| up to W against the predicted
+    rounding (right); s the fit's softmax-invariant shift, taken off the bias on the left."""
     import numpy as np
 
-    from .ladder import _near_error, ladder_bias
+    from .ladder import ladder_bias
 
     if heads is None:
         order = sorted(range(len(plan.heads)), key=lambda h: -plan.heads[h].slope)
@@ -98,8 +98,8 @@ def ladder_figure(plan, heads: list[int] | None = None) -> Figure:
         left.semilogx(d, f, "--", color=line.get_color(), lw=1.5, label=f"head {h} ladder")
         left.axvline(hp.exact_distance, color=line.get_color(), ls=":", lw=1)
         near = d[d <= hp.exact_distance]
-        err = _near_error(hp.slope, hp.advantage, ladder_bias(a, b, thetas, near) - hp.shift, near)
-        right.loglog(near, np.maximum(err, 1e-12), color=line.get_color(), label=f"head {h} fit error / g(d)")
+        right.loglog(near, np.maximum(np.abs(ladder_bias(a, b, thetas, near) - hp.shift + hp.slope * near), 1e-12),
+                     color=line.get_color(), label=f"head {h} fit error")
         right.axhline(hp.rounding_error, color=line.get_color(), ls="--", lw=1, label=f"head {h} rounding")
     floor = max(hp.floor for hp in plan.heads)
     left.axhline(-floor, color="k", ls="--", lw=1, label=f"-C (C = {floor:.3g})")
@@ -110,7 +110,7 @@ def ladder_figure(plan, heads: list[int] | None = None) -> Figure:
     left.legend(fontsize=7)
     right.set_xlabel("distance d <= W (tokens)")
     right.set_ylabel(f"|error| (logits), {plan.dtype}")
-    right.set_title("fit error / g(d) (exact arithmetic), rounding")
+    right.set_title("fit error (exact arithmetic) and predicted rounding")
     right.legend(fontsize=7)
     for ax in (left, right):
         ax.grid(True, which="both", alpha=0.3)
