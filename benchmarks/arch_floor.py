@@ -1,0 +1,121 @@
+"""The converted architecture's own floor: how close any positional emulation could come in a dtype.
+
+    python benchmarks/arch_floor.py [--models demo,demo-mpt,demo-falcon] [--contexts 2048,8192]
+                                    [--dtypes bfloat16,float16]
+
+``fidelity.py``'s floor is the *source* model in a dtype with attention and its bias exact. A converted
+checkpoint differs from the source in more than its positional term: the attention scale 1/sqrt(hd) becomes
+GPT-NeoX's 1/sqrt(hd + R), folded into the query weights (an irrational factor, so every query weight is
+rounded once more), the residual stream is wider, and transformers' GPT-NeoX computes its ops in the dtype
+its own way. The **architecture floor** measures that part alone: the converted checkpoint (planned and
+calibrated exactly as ``fidelity.py`` converts it), loaded by transformers in the dtype, with its rotary dims
+dropped and the exact ALiBi bias added in a float64 attention (``EXACT_ALIBI``). No emulation can do better
+in that checkpoint; the emulation's own cost is converted / architecture floor.
+
+Per model, dtype and context: max |Δlogit| and mean KL against the exact float64 ALiBi reference of the
+source floor, the architecture floor and the converted model (transformers' default attention). Prints a
+table and writes benchmarks/results/arch_floor.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from _common import save, table
+from fidelity import CALIBRATION_CHARS, CHILD, DTYPES, TEXT_MODELS, build_sources, compare, tokens
+
+# The child of fidelity.py with one change: an attention that drops the R rotary dims of q and k and adds
+# the exact ALiBi bias -m (i - j) (slopes from the plan in ropebridge.json), all in float64.
+EXACT_ALIBI = """
+import json
+from transformers import AttentionInterface
+plan = json.load(open(sys.argv[1] + "/ropebridge.json"))["plan"]
+R = plan["rope_dim"]
+slopes = torch.tensor([h["slope"] for h in plan["heads"]], dtype=torch.float64)[:, None, None]  # (h, 1, 1)
+
+def exact_alibi(module, q, k, v, mask, scaling, dropout=0.0, **kwargs):  # q, k, v: (b, h, s, hd')
+    scores = (q.double()[..., R:] @ k.double()[..., R:].transpose(-1, -2)) * scaling  # (b, h, s, t)
+    s, t = scores.shape[-2:]
+    dist = (torch.arange(s)[:, None] + (t - s) - torch.arange(t)[None, :]).double()  # (s, t)
+    scores = (scores - slopes * dist).masked_fill(dist < 0, float("-inf"))
+    out = torch.softmax(scores, -1) @ v.double()  # (b, h, s, hd')
+    return out.transpose(1, 2).to(v.dtype), None  # (b, s, h, hd')
+
+AttentionInterface.register("exact_alibi", exact_alibi)
+_load = T.AutoModelForCausalLM.from_pretrained
+T.AutoModelForCausalLM.from_pretrained = lambda *a, **k: _load(*a, attn_implementation="exact_alibi", **k)
+"""
+
+
+def arch_child() -> str:
+    head, body = CHILD.split("model = ", 1)
+    return head + EXACT_ALIBI + "model = " + body
+
+
+def run_child(script: str, path: Path, dtype: str, ids: torch.Tensor, work: Path) -> dict:
+    ids_file, out = work / "ids.pt", work / "out.pt"
+    torch.save(ids, ids_file)
+    subprocess.run([sys.executable, "-c", script, str(path), dtype, str(ids_file), str(out)], check=True,
+                   capture_output=True)
+    return torch.load(out)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="demo,demo-mpt,demo-falcon")
+    p.add_argument("--contexts", default="2048,8192")
+    p.add_argument("--dtypes", default="bfloat16,float16")
+    p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "ropebridge-bench"))
+    args = p.parse_args()
+    from ropebridge.convert.families import SourceModel
+    from ropebridge.convert.reference import reference_hidden
+    from ropebridge.sources import load_config
+
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    names = args.models.split(",")
+    if any(n not in TEXT_MODELS for n in names):
+        raise SystemExit(f"real-text models only: {', '.join(TEXT_MODELS)}")
+    contexts = [int(c) for c in args.contexts.split(",")]
+    rows = []
+    for name, src in build_sources(cache, names).items():
+        model = SourceModel(src, load_config(src))
+        text = cache / f"calibration-{name}.txt"
+        text.write_text((src / "heldout.txt").read_text()[-CALIBRATION_CHARS:])
+        for dtype in args.dtypes.split(","):  # as fidelity.py converts: planned for the longest context
+            dst = cache / f"arch-floor-{name}-{dtype}-{max(contexts)}"
+            subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--dtype", dtype,
+                            "--window", str(max(contexts)), "--json", "--force", "--accept-error",
+                            "--calibration-text", str(text)], check=True, capture_output=True)
+        for c in contexts:
+            ids = tokens(name, src, c)
+            ref = reference_hidden(model, ids)
+            head64 = model.head_rows(0, model.info.vocab_size)
+            for dtype in args.dtypes.split(","):
+                dst = cache / f"arch-floor-{name}-{dtype}-{max(contexts)}"
+                dt = DTYPES[dtype]
+                with tempfile.TemporaryDirectory(dir=cache) as work:
+                    runs = {"floor": {"hidden": reference_hidden(model, ids, round_to=dt), "head": head64.to(dt).double()},
+                            "arch": run_child(arch_child(), dst, dtype, ids, Path(work)),
+                            "converted": run_child(CHILD, dst, dtype, ids, Path(work))}
+                row = {"model": name, "dtype": dtype, "context": c, **compare(name, runs, dtype, ids, ref, head64)}
+                for w in ("arch", "converted"):
+                    row[f"{w}_over_floor"] = row[f"{w}_max_abs_logit_err"] / row["floor_max_abs_logit_err"]
+                row["converted_over_arch"] = row["converted_max_abs_logit_err"] / row["arch_max_abs_logit_err"]
+                rows.append(row)
+                print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+    cols = ["model", "dtype", "context", "floor_max_abs_logit_err", "arch_max_abs_logit_err",
+            "converted_max_abs_logit_err", "arch_over_floor", "converted_over_floor", "converted_over_arch",
+            "floor_mean_kl", "arch_mean_kl", "converted_mean_kl"]
+    print(table(rows, cols))
+    print(f"wrote {save('arch_floor', {'rows': rows})}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
