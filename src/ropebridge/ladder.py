@@ -26,7 +26,8 @@ bfloat16). The shift is free for a softmax, and it spares the ladder a level: wi
 must cancel at d = 0 and its slowest pairs carry the mean -C/2 over the window, while with s ~ C the
 bias is a falling bump, the shape slow cosines have (1.3-1.8x smaller amplitudes on the demo model's
 heads). Bounding s by C keeps every logit that matters within C of zero, as without the shift, for
-attention that rounds its scores (eager attention in 16 bits). The amplitudes stay of order C (tens to hundreds of logits) whatever L is: fast pairs wrap
+attention that rounds its scores (eager attention in 16 bits). The amplitudes stay of order C (tens to
+hundreds of logits) whatever L is: fast pairs wrap
 instead of growing, so the rounding is ~ u C, independent of the context, and no value comes near
 float16's range. Beyond L the bias is unconstrained: the window is a hard limit.
 
@@ -260,7 +261,7 @@ def fit_head(
             try:
                 a, b, t, shift = _solve(slope, thetas, near, far, floor, cost, tangents, max_shift)
             except ValueError as exc:
-                if max_shift > 0:  # s = C with no amplitude is always feasible: the solver itself failed
+                if max_shift >= floor:  # s = C with no amplitude is always feasible: the solver itself failed
                     raise ValueError(f"{exc} (slope {slope:.4g}, floor {floor:g}, window {window})") from None
                 raise ValueError(
                     f"no ladder on these {len(thetas)} pairs (slowest {thetas.min():.3g} rad/token) keeps the bias of "
