@@ -11,6 +11,15 @@ from pathlib import Path
 import torch
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# The ladder's calibration text for the real-text models: the last 10,000 characters of heldout.txt (~2,900
+# tokens, of which convert reads 2,048); the evaluations read the first 512 / 2K / 8K tokens (~30,000
+# characters at 8K), so they do not overlap up to 8K. At 32K the evaluation reads nearly all of the text.
+CALIBRATION_CHARS = 10_000
+
+
+def calibration_text(model_dir: Path) -> str:
+    """The last ``CALIBRATION_CHARS`` characters of a real-text model's held-out text."""
+    return (Path(model_dir) / "heldout.txt").read_text()[-CALIBRATION_CHARS:]
 
 
 def machine() -> dict:

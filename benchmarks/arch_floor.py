@@ -20,14 +20,12 @@ table and writes benchmarks/results/arch_floor.json.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import torch
-from _common import save, table
-from fidelity import CALIBRATION_CHARS, CHILD, DTYPES, TEXT_MODELS, build_sources, compare, tokens
+from _common import calibration_text, save, table
+from fidelity import CHILD, DTYPES, TEXT_MODELS, build_sources, compare, convert_for, forward_in_child, tokens
 
 # The child of fidelity.py with one change: an attention that drops the R rotary dims of q and k and adds
 # the exact ALiBi bias -m (i - j) (slopes from the plan in ropebridge.json), all in float64.
@@ -52,17 +50,8 @@ T.AutoModelForCausalLM.from_pretrained = lambda *a, **k: _load(*a, attn_implemen
 """
 
 
-def arch_child() -> str:
-    head, body = CHILD.split("model = ", 1)
-    return head + EXACT_ALIBI + "model = " + body
-
-
-def run_child(script: str, path: Path, dtype: str, ids: torch.Tensor, work: Path) -> dict:
-    ids_file, out = work / "ids.pt", work / "out.pt"
-    torch.save(ids, ids_file)
-    subprocess.run([sys.executable, "-c", script, str(path), dtype, str(ids_file), str(out)], check=True,
-                   capture_output=True)
-    return torch.load(out)
+_HEAD, _BODY = CHILD.split("model = ", 1)
+ARCH_CHILD = _HEAD + EXACT_ALIBI + "model = " + _BODY
 
 
 def main() -> int:
@@ -86,23 +75,20 @@ def main() -> int:
     for name, src in build_sources(cache, names).items():
         model = SourceModel(src, load_config(src))
         text = cache / f"calibration-{name}.txt"
-        text.write_text((src / "heldout.txt").read_text()[-CALIBRATION_CHARS:])
-        for dtype in args.dtypes.split(","):  # as fidelity.py converts: planned for the longest context
-            dst = cache / f"arch-floor-{name}-{dtype}-{max(contexts)}"
-            subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--dtype", dtype,
-                            "--window", str(max(contexts)), "--json", "--force", "--accept-error",
-                            "--calibration-text", str(text)], check=True, capture_output=True)
+        text.write_text(calibration_text(src))
+        dst = {dtype: cache / f"arch-floor-{name}-{dtype}-{max(contexts)}" for dtype in args.dtypes.split(",")}
+        for dtype, path in dst.items():  # as fidelity.py converts: planned for the longest context
+            convert_for(src, path, dtype, max(contexts), text)
         for c in contexts:
             ids = tokens(name, src, c)
             ref = reference_hidden(model, ids)
             head64 = model.head_rows(0, model.info.vocab_size)
-            for dtype in args.dtypes.split(","):
-                dst = cache / f"arch-floor-{name}-{dtype}-{max(contexts)}"
+            for dtype, path in dst.items():
                 dt = DTYPES[dtype]
                 with tempfile.TemporaryDirectory(dir=cache) as work:
                     runs = {"floor": {"hidden": reference_hidden(model, ids, round_to=dt), "head": head64.to(dt).double()},
-                            "arch": run_child(arch_child(), dst, dtype, ids, Path(work)),
-                            "converted": run_child(CHILD, dst, dtype, ids, Path(work))}
+                            "arch": forward_in_child(path, dtype, ids, Path(work), ARCH_CHILD),
+                            "converted": forward_in_child(path, dtype, ids, Path(work))}
                 row = {"model": name, "dtype": dtype, "context": c, **compare(name, runs, dtype, ids, ref, head64)}
                 for w in ("arch", "converted"):
                     row[f"{w}_over_floor"] = row[f"{w}_max_abs_logit_err"] / row["floor_max_abs_logit_err"]

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from _common import RESULTS, bloom_560m_shaped, save, table
+from _common import RESULTS, bloom_560m_shaped, calibration_text, save, table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -37,10 +37,6 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 DEFAULT_CONTEXTS = {"demo": "512,2048,8192,32768", "demo-mpt": "512,2048,8192,32768",
                     "demo-falcon": "512,2048,8192,32768", "mpt": "512,2048,8192", "falcon": "512,2048,8192",
                     "bloom560m": "512,2048,8192"}
-# The ladder's calibration text for the real-text models: the last 10,000 characters of heldout.txt (~2,900
-# tokens, of which convert reads 2,048); the evaluation reads the first 512 / 2K / 8K tokens (~30,000
-# characters at 8K), so they do not overlap up to 8K. At 32K the evaluation reads nearly all of the text.
-CALIBRATION_CHARS = 10_000
 # Real-text models shipped as package data (scripts/train_demo_model.py --family …): name -> data directory
 TEXT_MODELS = {"demo": "demo", "demo-mpt": "demo-mpt", "demo-falcon": "demo-falcon"}
 CHILD = """
@@ -87,12 +83,21 @@ def tokens(name: str, src: Path, n: int) -> torch.Tensor:
     return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(0))
 
 
-def forward_in_child(path: Path, dtype: str, ids: torch.Tensor, work: Path) -> dict | str:
-    """Last hidden state (s, D) and output head (V, D), in DTYPE, computed in a child process; or the
-    reason it failed (an out-of-memory kill included)."""
+def convert_for(src: Path, dst: Path, dtype: str, window: int, calibration: Path | None) -> None:
+    """``ropebridge convert`` of SRC for DTYPE and WINDOW with the defaults, calibrated on the text file
+    CALIBRATION if given; written whatever the prediction says (it is what is measured)."""
+    subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--dtype", dtype,
+                    "--window", str(window), "--json", "--force", "--accept-error",
+                    *(["--calibration-text", str(calibration)] if calibration is not None else [])],
+                   check=True, capture_output=True)
+
+
+def forward_in_child(path: Path, dtype: str, ids: torch.Tensor, work: Path, script: str = CHILD) -> dict | str:
+    """Last hidden state (s, D) and output head (V, D), in DTYPE, computed in a child process running SCRIPT
+    (default ``CHILD``); or the reason it failed (an out-of-memory kill included)."""
     ids_file, out = work / "ids.pt", work / f"{path.name}-{dtype}.pt"
     torch.save(ids, ids_file)
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(path), dtype, str(ids_file), str(out)],
+    proc = subprocess.run([sys.executable, "-c", script, str(path), dtype, str(ids_file), str(out)],
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         if proc.returncode == -9:
@@ -204,17 +209,13 @@ def main() -> int:
         contexts = [int(c) for c in (args.contexts or ("512,2048" if args.quick else DEFAULT_CONTEXTS[name])).split(",")]
         model = SourceModel(src, load_config(src))
         dtypes = args.dtypes.split(",")
-        calibration = []
+        text = None
         if name in TEXT_MODELS:  # the ladder's floors measured on text the evaluation does not read (up to 8K)
             text = cache / f"calibration-{name}.txt"
-            text.write_text((src / "heldout.txt").read_text()[-CALIBRATION_CHARS:])
-            calibration = ["--calibration-text", str(text)]
+            text.write_text(calibration_text(src))
         for dtype in dtypes:  # converted afresh every run: the plan changes with the code
-            dst = cache / f"fidelity-{name}-{dtype}-{max(contexts)}"
-            subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--dtype", dtype,
-                            "--window", str(max(contexts)), "--json", "--force", "--accept-error",
-                            *(calibration if dtype != "float32" else [])],
-                           check=True, capture_output=True)  # measured whatever the prediction says
+            convert_for(src, cache / f"fidelity-{name}-{dtype}-{max(contexts)}", dtype, max(contexts),
+                        text if dtype != "float32" else None)
         for c in contexts:
             ids = tokens(name, src, c)
             with tempfile.TemporaryDirectory(dir=cache) as work:

@@ -23,7 +23,7 @@ Half precision (llama.cpp): the frequency ladder converted with ``LADDER`` (floa
 llama.cpp's converter assumes, so no GGUF edit), converted by ``convert_hf_to_gguf.py`` at F16 and Q8_0 like
 the native model, and run with llama.cpp's default settings (f16 K/V cache, flash attention off and on).
 The demo's ladder is calibrated like ``benchmarks/fidelity.py``'s: floors measured on the last
-``CALIBRATION_CHARS`` characters of the held-out text through the demo model's own tokenizer and weights (the
+``_common.CALIBRATION_CHARS`` characters of the held-out text through the demo model's own tokenizer and weights (the
 engine checkpoints carry GPT-2's tokenizer, which cannot tokenize for it), passed to ``convert`` as per-head
 floors. The compared sequence (the first ``--context`` tokens) does not reach that text; the last greedy
 prompt may. The random model's ladder is uncalibrated.
@@ -57,7 +57,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import envs
-from _common import bloom_560m_shaped, machine, table
+from _common import bloom_560m_shaped, calibration_text, machine, table
 
 log = logging.getLogger("engines")
 
@@ -75,7 +75,7 @@ FIXED_BASE_LABEL = "converted with --rope-base 10000 --rotary-dim 32 --pairs 3, 
 # Half precision: the frequency ladder on the base engines' converters assume (nothing set in the GGUF), the
 # engine's default settings, native BLOOM in the same GGUF type and settings beside it.
 LADDER = {"dtype": "float16", "emulation": "ladder", "base": 10000.0, "rotary_dim": 32}
-CALIBRATION_CHARS = 10_000  # the demo ladder's calibration text: the held-out text's tail (as fidelity.py)
+CALIBRATED = ("demo",)  # models whose ladder floors are measured (ladder_floors); the rest are uncalibrated
 LADDER_LABEL = "ladder (--dtype float16 --rope-base 10000 --rotary-dim 32), engine converter as is"
 HALF_GGUF_TYPES = ("f32", "f16", "q8_0")  # convert_hf_to_gguf.py --outtype (f32: the float16 checkpoint widened)
 HALF_LLAMA = {  # llama.cpp's own defaults: f16 K/V cache, flash attention off, then on; then an f32 K cache
@@ -191,13 +191,12 @@ def exact_reference(native: Path, seq: list[int], path: Path, block: int = 256) 
 
 def ladder_floors(name: str, window: int) -> list[float] | None:
     """The demo's calibrated ladder floors per head (module doc); None (uncalibrated) for the random model."""
-    if name != "demo":
+    if name not in CALIBRATED:
         return None
     from ropebridge.demo import data_dir
     from ropebridge.planning import checkpoint_plan
 
-    text = (data_dir() / "heldout.txt").read_text()[-CALIBRATION_CHARS:]
-    plan = checkpoint_plan(data_dir(), window=window, calibration_text=text, **LADDER)
+    plan = checkpoint_plan(data_dir(), window=window, calibration_text=calibration_text(data_dir()), **LADDER)
     return [h.floor for h in plan.heads]
 
 
@@ -348,7 +347,7 @@ def engine_runs(engine: str, env: envs.Env, name: str, native: Path, converted: 
         for t in HALF_GGUF_TYPES:
             for label, settings in HALF_LLAMA.items():
                 st = {**settings, "threads": args.threads}
-                floors = "calibrated" if name == "demo" else "uncalibrated"  # ladder_floors
+                floors = "calibrated" if name in CALIBRATED else "uncalibrated"
                 runs.append(record(engine, name, f"{LADDER_LABEL}, {floors}, {t.upper()} GGUF, {label}",
                                    {**st, "rope_freq_base": "not set (10000)", "gguf": t.upper(), "plan": LADDER,
                                     "floors": floors},
