@@ -21,7 +21,9 @@ reported too.
 
 Half precision (llama.cpp): the frequency ladder converted with ``LADDER`` (float16, on the base 10000 that
 llama.cpp's converter assumes, so no GGUF edit), converted by ``convert_hf_to_gguf.py`` at F16 and Q8_0 like
-the native model, and run with llama.cpp's default settings (f16 K/V cache, flash attention off and on).
+the native model, and run with llama.cpp's default settings (f16 K/V cache, flash attention off and on);
+Q4_K_M made from the F32 GGUFs by llama.cpp's quantizer. Beside it the ladder planned for float32
+(``LADDER32``: the fit exact, amplitudes free) at F32 and F16 in an f32 K cache, the plan for that setting.
 The demo's ladder is calibrated like ``benchmarks/fidelity.py``'s: floors measured on the last
 ``_common.CALIBRATION_CHARS`` characters of the held-out text through the demo model's own tokenizer and weights (the
 engine checkpoints carry GPT-2's tokenizer, which cannot tokenize for it), passed to ``convert`` as per-head
@@ -77,7 +79,13 @@ FIXED_BASE_LABEL = "converted with --rope-base 10000 --rotary-dim 32 --pairs 3, 
 LADDER = {"dtype": "float16", "emulation": "ladder", "base": 10000.0, "rotary_dim": 32}
 CALIBRATED = ("demo",)  # models whose ladder floors are measured (ladder_floors); the rest are uncalibrated
 LADDER_LABEL = "ladder (--dtype float16 --rope-base 10000 --rotary-dim 32), engine converter as is"
-HALF_GGUF_TYPES = ("f32", "f16", "q8_0")  # convert_hf_to_gguf.py --outtype (f32: the float16 checkpoint widened)
+LADDER32 = {**LADDER, "dtype": "float32"}  # for an f32 K cache: q and k never rounded to 16 bits
+LADDER32_LABEL = "ladder (--dtype float32 --rope-base 10000 --rotary-dim 32), engine converter as is"
+LADDER32_GGUF_TYPES = ("f32", "f16")
+LADDER32_LLAMA = {"-fa off -ctk f32 (f16 V cache)": {"flash_attn": False, "type_k": "f32", "type_v": "f16"}}
+LADDERS = {"ladder-f16": LADDER, "ladder-f32": LADDER32}  # converted checkpoint name: plan
+HALF_GGUF_TYPES = ("f32", "f16", "q8_0", "q4_k_m")  # f32: the float16 checkpoint widened
+QUANTIZED = {"q4_k_m": "f32"}  # made by llama.cpp's quantizer from that GGUF (its converter writes no K-quants)
 HALF_LLAMA = {  # llama.cpp's own defaults: f16 K/V cache, flash attention off, then on; then an f32 K cache
     "binding defaults (-fa off, f16 K/V cache)": {"flash_attn": False, "type_k": "f16", "type_v": "f16"},
     "-fa on (f16 K/V cache)": {"flash_attn": True, "type_k": "f16", "type_v": "f16"},
@@ -189,25 +197,26 @@ def exact_reference(native: Path, seq: list[int], path: Path, block: int = 256) 
     out.flush()
 
 
-def ladder_floors(name: str, window: int) -> list[float] | None:
-    """The demo's calibrated ladder floors per head (module doc); None (uncalibrated) for the random model."""
+def ladder_floors(name: str, window: int, ladder: dict) -> list[float] | None:
+    """The demo's calibrated floors per head for the ladder plan LADDER (module doc; the cutoff is the
+    dtype's); None (uncalibrated) for the random model."""
     if name not in CALIBRATED:
         return None
     from ropebridge.demo import data_dir
     from ropebridge.planning import checkpoint_plan
 
-    plan = checkpoint_plan(data_dir(), window=window, calibration_text=calibration_text(data_dir()), **LADDER)
+    plan = checkpoint_plan(data_dir(), window=window, calibration_text=calibration_text(data_dir()), **ladder)
     return [h.floor for h in plan.heads]
 
 
-def convert_rope(native: Path, work: Path, window: int, floors: list[float] | None = None) -> dict[str, Path]:
-    """``ropebridge convert`` three times: the default plan (free base), the fixed base 10000 plan that engines
-    dropping the base run as they are (FIXED_BASE: rotary dims and pairs per head), and the half-precision
-    ladder (LADDER, with ``floors`` per head if given)."""
+def convert_rope(native: Path, work: Path, window: int, floors: dict[str, list[float] | None]) -> dict[str, Path]:
+    """``ropebridge convert`` four times: the default plan (free base), the fixed base 10000 plan that engines
+    dropping the base run as they are (FIXED_BASE: rotary dims and pairs per head), and the ladders
+    (LADDERS, each with ``floors[key]`` per head, or uncalibrated where None)."""
     from ropebridge.convert import convert
 
     plans = {"converted": {"dtype": "float32"}, "converted-base10000": {"dtype": "float32", **FIXED_BASE},
-             "ladder-f16": {**LADDER, "floor": floors}}
+             **{key: {**ladder, "floor": floors[key]} for key, ladder in LADDERS.items()}}
     out = {key: work / key for key in plans}
     for key, extra in plans.items():  # afresh every run: the plan changes with the code (engine files follow)
         convert(native, out[key], window=window, force=True, progress=False, **extra)
@@ -232,13 +241,22 @@ def gguf_files(env: envs.Env, native: Path, converted: dict[str, Path], work: Pa
             log.info("convert_hf_to_gguf.py %s --outtype f32", src.name)
             env.run([env.convert_hf_to_gguf, src, "--outtype", "f32", "--outfile", files[key]], gguf=True,
                     log_file=work / f"convert_hf_to_gguf-{key}.log")
-    for t in HALF_GGUF_TYPES:
-        for key, src in ((f"native-{t}", native), (f"ladder-{t}", converted["ladder-f16"])):
-            files[key] = work / f"{key}.gguf"
-            if stale(files[key], src):
-                log.info("convert_hf_to_gguf.py %s --outtype %s", src.name, t)
-                env.run([env.convert_hf_to_gguf, src, "--outtype", t, "--outfile", files[key]], gguf=True,
-                        log_file=work / f"convert_hf_to_gguf-{key}.log")
+    made = [(t, role, src) for t in HALF_GGUF_TYPES
+            for role, src in (("native", native), ("ladder", converted["ladder-f16"]))]
+    made += [(t, "ladder32", converted["ladder-f32"]) for t in LADDER32_GGUF_TYPES]
+    for t, role, src in made:
+        key = f"{role}-{t}"
+        files[key] = work / f"{key}.gguf"
+        if not stale(files[key], src):
+            continue
+        if t in QUANTIZED:  # from a GGUF made earlier in this loop
+            log.info("llama_model_quantize %s-%s -> %s", role, QUANTIZED[t], t)
+            env.run([HERE / "worker_llamacpp.py", "quantize", files[f"{role}-{QUANTIZED[t]}"], files[key], t],
+                    log_file=work / f"quantize-{key}.log")
+        else:
+            log.info("convert_hf_to_gguf.py %s --outtype %s", src.name, t)
+            env.run([env.convert_hf_to_gguf, src, "--outtype", t, "--outfile", files[key]], gguf=True,
+                    log_file=work / f"convert_hf_to_gguf-{key}.log")
     if stale(files["converted+base"], converted["converted"]):
         base = json.loads((converted["converted"] / "config.json").read_text())["rotary_emb_base"]
         env.run([HERE / "worker_llamacpp.py", "set-base", files["converted"], files["converted+base"], base], gguf=True)
@@ -353,6 +371,15 @@ def engine_runs(engine: str, env: envs.Env, name: str, native: Path, converted: 
                                     "floors": floors},
                                    once("worker_llamacpp.py", files[f"native-{t}"], st),
                                    once("worker_llamacpp.py", files[f"ladder-{t}"], st), ref))
+        for t in LADDER32_GGUF_TYPES:
+            for label, settings in LADDER32_LLAMA.items():
+                st = {**settings, "threads": args.threads}
+                floors = "calibrated" if name in CALIBRATED else "uncalibrated"
+                runs.append(record(engine, name, f"{LADDER32_LABEL}, {floors}, {t.upper()} GGUF, {label}",
+                                   {**st, "rope_freq_base": "not set (10000)", "gguf": t.upper(), "plan": LADDER32,
+                                    "floors": floors},
+                                   once("worker_llamacpp.py", files[f"native-{t}"], st),
+                                   once("worker_llamacpp.py", files[f"ladder32-{t}"], st), ref))
     elif engine == "transformers-4":
         st = {"threads": args.threads, "dtype": "float32"}
         nat = once("worker_hf4.py", native, st)
@@ -486,7 +513,8 @@ def main(argv: list[str] | None = None) -> int:
         log.info("%s: transformers float32 reference at %d tokens", name, len(seq))
         ref = reference(native, seq, prompts, args.greedy_tokens, work)
         window = args.window or args.context
-        converted = convert_rope(native, work, window, ladder_floors(name, window))
+        floors = {key: ladder_floors(name, window, ladder) for key, ladder in LADDERS.items()}
+        converted = convert_rope(native, work, window, floors)
         for engine in engines:
             log.info("%s: %s", name, engine)
             runs += engine_runs(engine, env[engine], name, native, converted, work, ref, args)

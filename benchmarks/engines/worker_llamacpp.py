@@ -3,6 +3,7 @@ path.
 
     python worker_llamacpp.py tokenizer VOCAB.gguf OUT_DIR
     python worker_llamacpp.py set-base IN.gguf OUT.gguf BASE
+    python worker_llamacpp.py quantize IN.gguf OUT.gguf TYPE
     python worker_llamacpp.py run JOB.json
 
 ``tokenizer`` rebuilds GPT-2's byte-level BPE tokenizer (tokens and merges as llama.cpp ships them in
@@ -11,6 +12,10 @@ tokenizers whose pre-tokenizer hash it knows; GPT-2's is one of them.
 
 ``set-base`` copies a GGUF file with ``<arch>.rope.freq_base`` set (llama.cpp's GPT-NeoX converter writes
 none, so 10000 would apply), through gguf-py's own metadata copier.
+
+``quantize`` writes IN quantized to TYPE (``QUANT_FTYPES``) by llama.cpp's own quantizer
+(``llama_model_quantize``, what ``llama-quantize`` calls, with its default parameters); its converter writes
+no K-quants.
 
 ``run`` JOB: {"model": GGUF, "sequence": [ids], "references": {name: NPY}, "prompts": [[ids]], "greedy_tokens": K,
 "n_ctx": C, "settings": {"flash_attn": bool, "type_k": "f32"|"f16", "type_v": ..., "threads": n},
@@ -23,6 +28,7 @@ import sys
 from pathlib import Path
 
 GGML_TYPES = {"f32": 0, "f16": 1}  # llama_cpp.GGML_TYPE_F32, GGML_TYPE_F16
+QUANT_FTYPES = {"q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M"}
 
 
 def tokenizer(vocab_gguf: str, out: str) -> int:
@@ -57,6 +63,15 @@ def set_base(src: str, dst: str, base: float) -> int:
     copy_with_new_metadata(reader, writer, {f"{arch}.rope.freq_base": MetadataDetails(
         gguf.GGUFValueType.FLOAT32, float(base))}, [])
     return 0
+
+
+def quantize(src: str, dst: str, kind: str) -> int:
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, QUANT_FTYPES[kind])
+    rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), params)
+    return 0 if rc == 0 else 1
 
 
 def run(job_path: str) -> int:
@@ -95,4 +110,6 @@ if __name__ == "__main__":
         sys.exit(tokenizer(*rest))
     if cmd == "set-base":
         sys.exit(set_base(rest[0], rest[1], float(rest[2])))
+    if cmd == "quantize":
+        sys.exit(quantize(*rest))
     sys.exit(run(*rest))
