@@ -11,6 +11,7 @@ import transformers as T
 from pico import build
 
 from ropebridge import ladder
+from ropebridge.error_model import DTYPES
 from ropebridge.alibi import slopes as alibi_slopes
 from ropebridge.convert import convert
 from ropebridge.convert.families import SourceModel
@@ -71,21 +72,46 @@ def test_fit_is_exact_where_it_matters_and_below_the_floor_beyond(slope):
     assert max(np.abs(fit.a).max(), np.abs(fit.b).max()) < 10 * floor
 
 
-def test_fit_minimises_the_predicted_error_not_the_fit_alone():
-    # the objective is fit + rounding: the float32 ladder (rounding ~1e-7 per unit amplitude: nearly the fit
-    # alone) stored in bfloat16 is a candidate for the same constraints, so the bfloat16 fit's predicted error
-    # cannot exceed it; it also spreads the amplitude, so its rounding is lower by a clear margin (a fit that
-    # ignored the dtype's rounding would fail this)
-    window, floor, slope, dtype = 2048, 33.0, 0.25, "bfloat16"
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_fit_minimises_its_objective_not_the_fit_alone(dtype):
+    # the LP's objective is fit + w * (rounding's standard deviation): the float32 ladder (rounding ~1e-7 per
+    # unit amplitude: nearly the fit alone) stored in the dtype is a candidate for the same constraints, so the
+    # fit's objective cannot exceed it; it also spreads the amplitude, so its rounding is lower by a clear
+    # margin (a fit that ignored the dtype's rounding would fail this). The scores' cast (eager attention) is
+    # not the LP's: it is a bound added to the prediction.
+    window, floor, slope = 2048, 33.0, 0.25
     thetas = ladder.engine_frequencies(ladder.free_base(window, 32), 32)
     scale = 1 / math.sqrt(64)
+    w = ladder.rounding_weight(window, dtype) / ladder.extreme_factor(window)
+
+    def objective(a, b, shift):
+        return (ladder.fit_error(slope, a, b, thetas, window, floor, shift)
+                + w * ladder.predicted_rounding(a, b, thetas, window, dtype))
+
     fit = ladder.fit_head(slope, thetas, window, floor, dtype, stored_scale=scale)
     f32 = ladder.fit_head(slope, thetas, window, floor, "float32", stored_scale=scale)
-    a, b = ((torch.tensor(x) / scale).to(torch.bfloat16).double().numpy() * scale for x in (f32.a, f32.b))
-    level = max(f32.shift, floor - f32.shift)  # the logits that matter lie within [s - C, s]
-    rounding = ladder.predicted_rounding(a, b, thetas, window, dtype) + ladder.cast_rounding(level, scale, dtype)
-    assert fit.predicted_error <= ladder.fit_error(slope, a, b, thetas, window, floor, f32.shift) + rounding
-    assert fit.rounding_error < 0.8 * rounding
+    a, b = ((torch.tensor(x) / scale).to(DTYPES[dtype]).double().numpy() * scale for x in (f32.a, f32.b))
+    assert objective(fit.a, fit.b, fit.shift) <= objective(a, b, f32.shift)
+    assert ladder.predicted_rounding(fit.a, fit.b, thetas, window, dtype) < 0.8 * ladder.predicted_rounding(
+        a, b, thetas, window, dtype)
+    if dtype == "float16":  # there the objective is the predicted error itself, less the cast's bound
+        level = max(fit.shift, floor - fit.shift)  # the logits that matter lie within [s - C, s]
+        cast = ladder.cast_rounding(level, scale, dtype)
+        assert objective(fit.a, fit.b, fit.shift) + cast == pytest.approx(fit.predicted_error, rel=1e-12)
+
+
+def test_bfloat16_weighs_rounding_by_its_standard_deviation(monkeypatch):
+    # bfloat16 counts the rounding by its standard deviation, not its extreme over the window's scores: the
+    # fit keeps a smaller residual and accepts more rounding than the predicted error alone would choose
+    window, floor, slope, dtype = 2048, 33.0, 0.25, "bfloat16"
+    thetas = ladder.engine_frequencies(ladder.free_base(window, 32), 32)
+    assert ladder.rounding_weight(window, dtype) == 1.0
+    assert ladder.rounding_weight(window, "float16") == ladder.extreme_factor(window)
+    std = ladder.fit_head(slope, thetas, window, floor, dtype, stored_scale=1 / 8)
+    monkeypatch.setattr(ladder, "rounding_weight", lambda n, dt: ladder.extreme_factor(n))
+    extreme = ladder.fit_head(slope, thetas, window, floor, dtype, stored_scale=1 / 8)
+    assert std.fit_error < 0.8 * extreme.fit_error, (std.fit_error, extreme.fit_error)
+    assert std.rounding_error > extreme.rounding_error
 
 
 @pytest.mark.parametrize("slope", [0.25, 2**-6])

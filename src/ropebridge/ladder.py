@@ -14,15 +14,24 @@ to every logit of a query changes nothing. With a floor C_h (``floor``: the cuto
 content-score advantage a far key has over the best near one), the exact bias -m d is below -C_h beyond
 ``W_h = C_h/m``; so the ladder must equal s - m d on d <= W_h and only stay <= s - C_h on W_h < d <= L,
 for a shift s of its choice. Per head, linear programs (scipy's HiGHS) find the amplitudes and the shift
-that minimise the predicted error itself (``fit_head``):
+that minimise the fit residual plus the rounding (``fit_head``):
 
-    minimise   max_{d <= W} |f(d) - s + m d|  +  sqrt(2 ln n) sqrt(sum_r sigma_r^2 (a_r^2 + b_r^2))
+    minimise   max_{d <= W} |f(d) - s + m d|  +  w sqrt(sum_r sigma_r^2 (a_r^2 + b_r^2))
     subject to f(d) <= s - C  for every integer W < d <= L,   0 <= s <= C.
 
 with sigma_r the rounding per unit amplitude (``rounding_sigma``). The rounding term is a root sum of
 squares because pairs round independently: it favours many moderate amplitudes over a few large ones (an
 L1 penalty, used before, gave sparse ladders with 1.3-2.4x the measured logit error of the demo model in
-bfloat16). The shift is free for a softmax, and it spares the ladder a level: with s = 0 its cos terms
+bfloat16). Its weight w (``rounding_weight``) is the extreme factor sqrt(2 ln n) of the error model below
+for float32 and float16, which makes the objective the predicted error itself, and 1 for bfloat16: there the
+rounding counts by its standard deviation. A softmax averages independent per-score rounding over the keys
+it weighs, while the fit residual is the same for every query at a given distance and does not average;
+weighed by its extreme, the rounding pushed bfloat16 fits to residuals of 0.01-0.06 logits that cost the
+model more than the rounding they saved (``benchmarks/rounding_budget.py``: with no rounding at all those
+checkpoints were 2.9-5.3x the floor). With w = 1 the three real-text demo models in bfloat16 at 2K measured
+a mean KL 1.2-2.3x lower and a max |logit error| 1.06-1.6x lower; in float16, whose residuals are already
+small (0.002-0.008), the same change moved KL by -4..+2% and the max by -5..+16%, so float16 keeps the
+predicted error as its objective. The shift is free for a softmax, and it spares the ladder a level: with s = 0 its cos terms
 must cancel at d = 0 and its slowest pairs carry the mean -C/2 over the window, while with s ~ C the
 bias is a falling bump, the shape slow cosines have (1.3-1.8x smaller amplitudes on the demo model's
 heads). Bounding s by C keeps every logit that matters within C of zero, as without the shift, for
@@ -150,6 +159,12 @@ def extreme_factor(window: int) -> float:
     return math.sqrt(2 * math.log(n))
 
 
+def rounding_weight(window: int, dtype: str) -> float:
+    """The weight of the rounding's standard deviation in the fit's objective (module doc): the extreme factor
+    for float32 and float16 (the objective is the predicted error), 1 for bfloat16."""
+    return 1.0 if dtype == "bfloat16" else extreme_factor(window)
+
+
 def predicted_rounding(a, b, thetas, window: int, dtype: str) -> float:
     """``sqrt(2 ln n) * sqrt(sum_r (A_r sigma_r)^2)`` (module doc), logits."""
     amp = np.hypot(np.asarray(a, np.float64), np.asarray(b, np.float64))
@@ -233,10 +248,10 @@ def fit_head(
     slope: float, thetas: Sequence[float], window: int, floor: float, dtype: str, *, stored_scale: float,
     iterations: int = 30, rounds: int = 3, max_shift: float | None = None,
 ) -> HeadFit:
-    """Fit one head (module doc): minimise ``fit error + sqrt(2 ln n) sqrt(sum_r sigma_r^2 A_r^2)``, the
-    predicted error itself. The square root is linearised (``rounds`` LPs, each ``fit + lam sum sigma^2 A^2``
-    with ``lam = sqrt(2 ln n) / (2 sqrt(S))`` at the previous round's S, its gradient there; the best round is
-    kept), the squares are tangent lines, and the distances are cutting planes: solve on a grid, add the
+    """Fit one head (module doc): minimise ``fit error + w sqrt(sum_r sigma_r^2 A_r^2)``, w the
+    ``rounding_weight``. The square root is linearised (``rounds`` LPs, each ``fit + lam sum sigma^2 A^2``
+    with ``lam = w / (2 sqrt(S))`` at the previous round's S, its gradient there; the round with the least
+    objective is kept), the squares are tangent lines, and the distances are cutting planes: solve on a grid, add the
     integer distances that violate, repeat until none does. ``stored_scale`` is the target's logit scale: the
     amplitudes are stored as q values ``a / stored_scale`` in ``dtype``, and the errors are those of the
     stored values. The shift s is bounded by ``max_shift`` (default C; 0 fits -m d itself)."""
@@ -245,7 +260,7 @@ def fit_head(
     w = exact_distance(slope, floor, window)
     near, far = _grid(0, w, 1024), _grid(w + 1, window, 1024)
     sigma2 = rounding_sigma(thetas, window, dtype) ** 2
-    extreme = extreme_factor(window)
+    weight = rounding_weight(window, dtype)
     d_all = np.arange(window + 1, dtype=np.float64)
     ang = np.multiply.outer(d_all, thetas)
     sin_all, cos_all = np.sin(ang), np.cos(ang)  # (L + 1, P)
@@ -253,7 +268,7 @@ def fit_head(
     spread = floor**2 * float(sigma2.mean())  # S of one pair of amplitude C: the first round's guess
     best = None
     for _ in range(rounds):
-        cost = sigma2 * extreme / (2 * math.sqrt(spread))
+        cost = sigma2 * weight / (2 * math.sqrt(spread))
         # tangents from C/1000 to 20 C, ratio 1.26: x^2 within 1.5 % between them. Where an amplitude of C
         # costs under 1e-9 logits of rounding the fit alone decides (such tiny costs can also stall HiGHS).
         tangents = floor * np.geomspace(1e-3, 20.0, 44) if cost.max() * floor**2 > 1e-9 else np.zeros(0)
@@ -282,13 +297,13 @@ def fit_head(
         b = (torch.tensor(b / stored_scale).to(dt).double() * stored_scale).numpy()
         # the logits that matter lie within [s - min(C, m L), s]
         level = max(shift, min(floor, slope * window) - shift)
+        noise, cast = predicted_rounding(a, b, thetas, window, dtype), cast_rounding(level, stored_scale, dtype)
         fit = HeadFit(float(slope), float(floor), w, tuple(a.tolist()), tuple(b.tolist()),
-                      fit_error(slope, a, b, thetas, window, floor, shift),
-                      predicted_rounding(a, b, thetas, window, dtype) + cast_rounding(level, stored_scale, dtype),
-                      shift)
-        if best is None or fit.predicted_error < best.predicted_error:
-            best = fit
-    return best
+                      fit_error(slope, a, b, thetas, window, floor, shift), noise + cast, shift)
+        objective = fit.fit_error + noise * weight / extreme_factor(window) + cast  # float16: the prediction
+        if best is None or objective < best[0]:
+            best = (objective, fit)
+    return best[1]
 
 
 def measure(
