@@ -28,10 +28,10 @@ rounding counts by its standard deviation. A softmax averages independent per-sc
 it weighs, while the fit residual is the same for every query at a given distance and does not average;
 weighed by its extreme, the rounding pushed bfloat16 fits to residuals of 0.01-0.06 logits that cost the
 model more than the rounding they saved (``benchmarks/rounding_budget.py``: with no rounding at all those
-checkpoints were 2.9-5.3x the floor). With w = 1 the three real-text demo models in bfloat16 at 2K measured
-a mean KL 1.2-2.3x lower and a max |logit error| 1.06-1.6x lower; in float16, whose residuals are already
-small (0.002-0.008), the same change moved KL by -4..+2% and the max by -5..+16%, so float16 keeps the
-predicted error as its objective. The shift is free for a softmax, and it spares the ladder a level: with s = 0 its cos terms
+checkpoints were 2.9-5.3x the floor). With w = 1 the three real-text demo models in bfloat16 measured
+(``benchmarks/fidelity.py``, 512 to 8K tokens) a mean KL 1.1-2.8x lower and a max |logit error| up to 2.8x
+lower; in float16, whose residuals are already small (0.002-0.008), the same change moved KL by -4..+2% and
+the max by -5..+16% at 2K, so float16 keeps the predicted error as its objective. The shift is free for a softmax, and it spares the ladder a level: with s = 0 its cos terms
 must cancel at d = 0 and its slowest pairs carry the mean -C/2 over the window, while with s ~ C the
 bias is a falling bump, the shape slow cosines have (1.3-1.8x smaller amplitudes on the demo model's
 heads). Bounding s by C keeps every logit that matters within C of zero, as without the shift, for
