@@ -44,14 +44,50 @@ def exact_alibi(module, q, k, v, mask, scaling, dropout=0.0, **kwargs):  # q, k,
     out = torch.softmax(scores, -1) @ v.double()  # (b, h, s, hd')
     return out.transpose(1, 2).to(v.dtype), None  # (b, s, h, hd')
 
-AttentionInterface.register("exact_alibi", exact_alibi)
-_load = T.AutoModelForCausalLM.from_pretrained
-T.AutoModelForCausalLM.from_pretrained = lambda *a, **k: _load(*a, attn_implementation="exact_alibi", **k)
 """
 
 
-_HEAD, _BODY = CHILD.split("model = ", 1)
-ARCH_CHILD = _HEAD + EXACT_ALIBI + "model = " + _BODY
+def child_with(code: str, attention: str) -> str:
+    """fidelity.py's child with CODE run before the model loads, and the model loaded with CODE's attention
+    function named ATTENTION (registered with transformers' ``AttentionInterface``)."""
+    head, body = CHILD.split("model = ", 1)
+    register = f"""
+AttentionInterface.register("{attention}", {attention})
+_load = T.AutoModelForCausalLM.from_pretrained
+T.AutoModelForCausalLM.from_pretrained = lambda *a, **k: _load(*a, attn_implementation="{attention}", **k)
+"""
+    return head + code + register + "model = " + body
+
+
+ARCH_CHILD = child_with(EXACT_ALIBI, "exact_alibi")
+
+
+def floor_checkpoints(cache: Path, names: list[str], dtypes: list[str], window: int):
+    """Per real-text model: (name, source directory, SourceModel, {dtype: converted checkpoint}), converted as
+    ``fidelity.py`` converts (planned for WINDOW, calibrated on the model's calibration text)."""
+    from ropebridge.convert.families import SourceModel
+    from ropebridge.sources import load_config
+
+    if any(n not in TEXT_MODELS for n in names):
+        raise SystemExit(f"real-text models only: {', '.join(TEXT_MODELS)}")
+    for name, src in build_sources(cache, names).items():
+        text = cache / f"calibration-{name}.txt"
+        text.write_text(calibration_text(src))
+        dst = {dtype: cache / f"arch-floor-{name}-{dtype}-{window}" for dtype in dtypes}
+        for dtype, path in dst.items():
+            convert_for(src, path, dtype, window, text)
+        yield name, src, SourceModel(src, load_config(src)), dst
+
+
+def floor_runs(model, ids, dtype: str, head64, path: Path, work: Path) -> dict:
+    """The three runs every row compares, in ``forward_in_child``'s form: the source model's floor in DTYPE
+    (``fidelity.py``'s), the architecture floor of the converted checkpoint PATH and PATH as converted."""
+    from ropebridge.convert.reference import reference_hidden
+
+    return {"floor": {"hidden": reference_hidden(model, ids, round_to=DTYPES[dtype]),
+                      "head": head64.to(DTYPES[dtype]).double()},
+            "arch": forward_in_child(path, dtype, ids, work, ARCH_CHILD),
+            "converted": forward_in_child(path, dtype, ids, work)}
 
 
 def main() -> int:
@@ -61,34 +97,22 @@ def main() -> int:
     p.add_argument("--dtypes", default="bfloat16,float16")
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "ropebridge-bench"))
     args = p.parse_args()
-    from ropebridge.convert.families import SourceModel
     from ropebridge.convert.reference import reference_hidden
-    from ropebridge.sources import load_config
 
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    names = args.models.split(",")
-    if any(n not in TEXT_MODELS for n in names):
-        raise SystemExit(f"real-text models only: {', '.join(TEXT_MODELS)}")
     contexts = [int(c) for c in args.contexts.split(",")]
     rows = []
-    for name, src in build_sources(cache, names).items():
-        model = SourceModel(src, load_config(src))
-        text = cache / f"calibration-{name}.txt"
-        text.write_text(calibration_text(src))
-        dst = {dtype: cache / f"arch-floor-{name}-{dtype}-{max(contexts)}" for dtype in args.dtypes.split(",")}
-        for dtype, path in dst.items():  # as fidelity.py converts: planned for the longest context
-            convert_for(src, path, dtype, max(contexts), text)
+    # as fidelity.py converts: planned for the longest context
+    for name, src, model, dst in floor_checkpoints(cache, args.models.split(","), args.dtypes.split(","),
+                                                  max(contexts)):
         for c in contexts:
             ids = tokens(name, src, c)
             ref = reference_hidden(model, ids)
             head64 = model.head_rows(0, model.info.vocab_size)
             for dtype, path in dst.items():
-                dt = DTYPES[dtype]
                 with tempfile.TemporaryDirectory(dir=cache) as work:
-                    runs = {"floor": {"hidden": reference_hidden(model, ids, round_to=dt), "head": head64.to(dt).double()},
-                            "arch": forward_in_child(path, dtype, ids, Path(work), ARCH_CHILD),
-                            "converted": forward_in_child(path, dtype, ids, Path(work))}
+                    runs = floor_runs(model, ids, dtype, head64, path, Path(work))
                 row = {"model": name, "dtype": dtype, "context": c, **compare(name, runs, dtype, ids, ref, head64)}
                 for w in ("arch", "converted"):
                     row[f"{w}_over_floor"] = row[f"{w}_max_abs_logit_err"] / row["floor_max_abs_logit_err"]

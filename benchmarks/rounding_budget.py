@@ -28,9 +28,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import calibration_text, save, table
-from arch_floor import ARCH_CHILD
-from fidelity import CHILD, DTYPES, TEXT_MODELS, build_sources, compare, convert_for, forward_in_child, tokens
+from _common import save, table
+from arch_floor import child_with, floor_checkpoints, floor_runs
+from fidelity import compare, forward_in_child, tokens
 
 # The child of fidelity.py with the rotation and attention replaced (module doc). LADDER_STEP is lambda.
 ROUNDED_LADDER = """
@@ -65,13 +65,8 @@ def float64_attention(module, q, k, v, mask, scaling, dropout=0.0, **kwargs):  #
     out = torch.softmax(scores.masked_fill(dist < 0, float("-inf")), -1) @ v.double()  # (b, h, s, hd')
     return out.transpose(1, 2).to(v.dtype), None  # (b, s, h, hd')
 
-AttentionInterface.register("float64_attention", float64_attention)
-_load = T.AutoModelForCausalLM.from_pretrained
-T.AutoModelForCausalLM.from_pretrained = lambda *a, **k: _load(*a, attn_implementation="float64_attention", **k)
 """
-
-_HEAD, _BODY = CHILD.split("model = ", 1)
-ROUNDED_CHILD = _HEAD + ROUNDED_LADDER + "model = " + _BODY
+ROUNDED_CHILD = child_with(ROUNDED_LADDER, "float64_attention")
 
 
 def amplitudes_by_width(plan: dict, widths: list[int]) -> dict:
@@ -102,25 +97,16 @@ def main() -> int:
     p.add_argument("--window", type=int, default=8192, help="the window the checkpoints are planned for")
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "ropebridge-bench"))
     args = p.parse_args()
-    from ropebridge.convert.families import SourceModel
     from ropebridge.convert.reference import reference_hidden
-    from ropebridge.sources import load_config
 
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    names = args.models.split(",")
-    if any(n not in TEXT_MODELS for n in names):
-        raise SystemExit(f"real-text models only: {', '.join(TEXT_MODELS)}")
     steps = [float(x) for x in args.steps.split(",")]
     widths = [int(x) for x in args.rotary_dims.split(",") if x]
     rows, widths_out = [], {}
-    for name, src in build_sources(cache, names).items():
-        model = SourceModel(src, load_config(src))
-        text = cache / f"calibration-{name}.txt"
-        text.write_text(calibration_text(src))
-        dst = {dtype: cache / f"arch-floor-{name}-{dtype}-{args.window}" for dtype in args.dtypes.split(",")}
-        for dtype, path in dst.items():  # the same checkpoints as arch_floor.py's
-            convert_for(src, path, dtype, args.window, text)
+    for name, src, model, dst in floor_checkpoints(cache, args.models.split(","), args.dtypes.split(","),
+                                                  args.window):  # the same checkpoints as arch_floor.py's
+        for dtype, path in dst.items():
             if widths:
                 plan = json.loads((path / "ropebridge.json").read_text())["plan"]
                 widths_out[f"{name} {dtype}"] = amplitudes_by_width(plan, widths)
@@ -129,11 +115,8 @@ def main() -> int:
             ref = reference_hidden(model, ids)
             head64 = model.head_rows(0, model.info.vocab_size)
             for dtype, path in dst.items():
-                dt = DTYPES[dtype]
                 with tempfile.TemporaryDirectory(dir=cache) as work:
-                    runs = {"floor": {"hidden": reference_hidden(model, ids, round_to=dt), "head": head64.to(dt).double()},
-                            "arch": forward_in_child(path, dtype, ids, Path(work), ARCH_CHILD),
-                            "converted": forward_in_child(path, dtype, ids, Path(work))}
+                    runs = floor_runs(model, ids, dtype, head64, path, Path(work))
                     for lam in steps:
                         os.environ["LADDER_STEP"] = repr(lam)
                         runs[f"step {lam:g}"] = forward_in_child(path, dtype, ids, Path(work), ROUNDED_CHILD)

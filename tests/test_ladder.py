@@ -11,12 +11,12 @@ import transformers as T
 from pico import build
 
 from ropebridge import ladder
-from ropebridge.error_model import DTYPES
 from ropebridge.alibi import slopes as alibi_slopes
 from ropebridge.convert import convert
 from ropebridge.convert.families import SourceModel
 from ropebridge.convert.reference import reference_logits
 from ropebridge.emulation import EmulationPlan
+from ropebridge.error_model import DTYPES
 from ropebridge.rope import apply_rope, cos_sin
 from ropebridge.sources import load_config
 

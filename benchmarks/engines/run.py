@@ -23,7 +23,8 @@ Half precision (llama.cpp): the frequency ladder converted with ``LADDER`` (floa
 llama.cpp's converter assumes, so no GGUF edit), converted by ``convert_hf_to_gguf.py`` at F16 and Q8_0 like
 the native model, and run with llama.cpp's default settings (f16 K/V cache, flash attention off and on);
 Q4_K_M made from the F32 GGUFs by llama.cpp's quantizer. Beside it the ladder planned for float32
-(``LADDER32``: the fit exact, amplitudes free) at F32 and F16 in an f32 K cache, the plan for that setting.
+(``LADDER32``: the fit exact, amplitudes free) at F32 and F16 in an f32 K cache, the plan for that setting,
+and the float16 ladder on R = 64 rotary dims (``LADDER64``, head 32 -> 96) at F16 in the f16-K-cache settings.
 The demo's ladder is calibrated like ``benchmarks/fidelity.py``'s: floors measured on the last
 ``_common.CALIBRATION_CHARS`` characters of the held-out text through the demo model's own tokenizer and weights (the
 engine checkpoints carry GPT-2's tokenizer, which cannot tokenize for it), passed to ``convert`` as per-head
@@ -83,7 +84,9 @@ LADDER32 = {**LADDER, "dtype": "float32"}  # for an f32 K cache: q and k never r
 LADDER32_LABEL = "ladder (--dtype float32 --rope-base 10000 --rotary-dim 32), engine converter as is"
 LADDER32_GGUF_TYPES = ("f32", "f16")
 LADDER32_LLAMA = {"-fa off -ctk f32 (f16 V cache)": {"flash_attn": False, "type_k": "f32", "type_v": "f16"}}
-LADDERS = {"ladder-f16": LADDER, "ladder-f32": LADDER32}  # converted checkpoint name: plan
+# R = 64 (head 32 -> 96 on the demo, a size fast kernels take): half the amplitudes' root sum of squares
+LADDER64 = {**LADDER, "rotary_dim": 64}
+LADDER64_LABEL = "ladder (--dtype float16 --rope-base 10000 --rotary-dim 64), engine converter as is"
 HALF_GGUF_TYPES = ("f32", "f16", "q8_0", "q4_k_m")  # f32: the float16 checkpoint widened
 QUANTIZED = {"q4_k_m": "f32"}  # made by llama.cpp's quantizer from that GGUF (its converter writes no K-quants)
 HALF_LLAMA = {  # llama.cpp's own defaults: f16 K/V cache, flash attention off, then on; then an f32 K cache
@@ -91,6 +94,12 @@ HALF_LLAMA = {  # llama.cpp's own defaults: f16 K/V cache, flash attention off, 
     "-fa on (f16 K/V cache)": {"flash_attn": True, "type_k": "f16", "type_v": "f16"},
     "-fa off -ctk f32 (f16 V cache)": {"flash_attn": False, "type_k": "f32", "type_v": "f16"},
 }
+LADDER_RUNS = (  # converted checkpoint and GGUF file prefix, plan, its label, GGUF types, settings by label
+    ("ladder", LADDER, LADDER_LABEL, HALF_GGUF_TYPES, HALF_LLAMA),
+    ("ladder32", LADDER32, LADDER32_LABEL, LADDER32_GGUF_TYPES, LADDER32_LLAMA),
+    ("ladder64", LADDER64, LADDER64_LABEL, ("f16",), {k: HALF_LLAMA[k] for k in list(HALF_LLAMA)[:2]}),
+)
+LADDERS = {prefix: plan for prefix, plan, *_ in LADDER_RUNS}
 RECOMMENDED_CT2 = "float32, base set, 1/sqrt(d) folded into the queries (recommended)"
 CT2_SETTINGS = {  # label: the key of the converted checkpoint's CTranslate2 directory (see ct2_dirs)
     RECOMMENDED_CT2: "converted+base+fold",
@@ -210,7 +219,7 @@ def ladder_floors(name: str, window: int, ladder: dict) -> list[float] | None:
 
 
 def convert_rope(native: Path, work: Path, window: int, floors: dict[str, list[float] | None]) -> dict[str, Path]:
-    """``ropebridge convert`` four times: the default plan (free base), the fixed base 10000 plan that engines
+    """``ropebridge convert`` of each plan: the default plan (free base), the fixed base 10000 plan that engines
     dropping the base run as they are (FIXED_BASE: rotary dims and pairs per head), and the ladders
     (LADDERS, each with ``floors[key]`` per head, or uncalibrated where None)."""
     from ropebridge.convert import convert
@@ -241,9 +250,8 @@ def gguf_files(env: envs.Env, native: Path, converted: dict[str, Path], work: Pa
             log.info("convert_hf_to_gguf.py %s --outtype f32", src.name)
             env.run([env.convert_hf_to_gguf, src, "--outtype", "f32", "--outfile", files[key]], gguf=True,
                     log_file=work / f"convert_hf_to_gguf-{key}.log")
-    made = [(t, role, src) for t in HALF_GGUF_TYPES
-            for role, src in (("native", native), ("ladder", converted["ladder-f16"]))]
-    made += [(t, "ladder32", converted["ladder-f32"]) for t in LADDER32_GGUF_TYPES]
+    made = [(t, "native", native) for t in HALF_GGUF_TYPES]
+    made += [(t, prefix, converted[prefix]) for prefix, _, _, types, _ in LADDER_RUNS for t in types]
     for t, role, src in made:
         key = f"{role}-{t}"
         files[key] = work / f"{key}.gguf"
@@ -362,24 +370,16 @@ def engine_runs(engine: str, env: envs.Env, name: str, native: Path, converted: 
         runs.append(record(engine, name, FIXED_BASE_LABEL, {**st, "rope_freq_base": "not set (10000)",
                                                             "gguf": "F32", "plan": FIXED_BASE},
                            once("worker_llamacpp.py", files["native"], st), conv, ref))
-        for t in HALF_GGUF_TYPES:
-            for label, settings in HALF_LLAMA.items():
-                st = {**settings, "threads": args.threads}
-                floors = "calibrated" if name in CALIBRATED else "uncalibrated"
-                runs.append(record(engine, name, f"{LADDER_LABEL}, {floors}, {t.upper()} GGUF, {label}",
-                                   {**st, "rope_freq_base": "not set (10000)", "gguf": t.upper(), "plan": LADDER,
-                                    "floors": floors},
-                                   once("worker_llamacpp.py", files[f"native-{t}"], st),
-                                   once("worker_llamacpp.py", files[f"ladder-{t}"], st), ref))
-        for t in LADDER32_GGUF_TYPES:
-            for label, settings in LADDER32_LLAMA.items():
-                st = {**settings, "threads": args.threads}
-                floors = "calibrated" if name in CALIBRATED else "uncalibrated"
-                runs.append(record(engine, name, f"{LADDER32_LABEL}, {floors}, {t.upper()} GGUF, {label}",
-                                   {**st, "rope_freq_base": "not set (10000)", "gguf": t.upper(), "plan": LADDER32,
-                                    "floors": floors},
-                                   once("worker_llamacpp.py", files[f"native-{t}"], st),
-                                   once("worker_llamacpp.py", files[f"ladder32-{t}"], st), ref))
+        floors = "calibrated" if name in CALIBRATED else "uncalibrated"
+        for prefix, plan, plan_label, types, settings_by_label in LADDER_RUNS:
+            for t in types:
+                for label, settings in settings_by_label.items():
+                    st = {**settings, "threads": args.threads}
+                    runs.append(record(engine, name, f"{plan_label}, {floors}, {t.upper()} GGUF, {label}",
+                                       {**st, "rope_freq_base": "not set (10000)", "gguf": t.upper(), "plan": plan,
+                                        "floors": floors},
+                                       once("worker_llamacpp.py", files[f"native-{t}"], st),
+                                       once("worker_llamacpp.py", files[f"{prefix}-{t}"], st), ref))
     elif engine == "transformers-4":
         st = {"threads": args.threads, "dtype": "float32"}
         nat = once("worker_hf4.py", native, st)

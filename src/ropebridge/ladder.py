@@ -22,23 +22,22 @@ that minimise the fit residual plus the rounding (``fit_head``):
 with sigma_r the rounding per unit amplitude (``rounding_sigma``). The rounding term is a root sum of
 squares because pairs round independently: it favours many moderate amplitudes over a few large ones (an
 L1 penalty, used before, gave sparse ladders with 1.3-2.4x the measured logit error of the demo model in
-bfloat16). Its weight w (``rounding_weight``) is the extreme factor sqrt(2 ln n) of the error model below
-for float32 and float16, which makes the objective the predicted error itself, and 1 for bfloat16: there the
-rounding counts by its standard deviation. A softmax averages independent per-score rounding over the keys
-it weighs, while the fit residual is the same for every query at a given distance and does not average;
-weighed by its extreme, the rounding pushed bfloat16 fits to residuals of 0.01-0.06 logits that cost the
-model more than the rounding they saved (``benchmarks/rounding_budget.py``: with no rounding at all those
-checkpoints were 2.9-5.3x the floor). With w = 1 the three real-text demo models in bfloat16 measured
-(``benchmarks/fidelity.py``, 512 to 8K tokens) a mean KL 1.1-2.8x lower and a max |logit error| up to 2.8x
-lower; in float16, whose residuals are already small (0.002-0.008), the same change moved KL by -4..+2% and
-the max by -5..+16% at 2K, so float16 keeps the predicted error as its objective. The shift is free for a softmax, and it spares the ladder a level: with s = 0 its cos terms
-must cancel at d = 0 and its slowest pairs carry the mean -C/2 over the window, while with s ~ C the
-bias is a falling bump, the shape slow cosines have (1.3-1.8x smaller amplitudes on the demo model's
-heads). Bounding s by C keeps every logit that matters within C of zero, as without the shift, for
-attention that rounds its scores (eager attention in 16 bits). The amplitudes stay of order C (tens to
-hundreds of logits) whatever L is: fast pairs wrap
-instead of growing, so the rounding is ~ u C, independent of the context, and no value comes near
-float16's range. Beyond L the bias is unconstrained: the window is a hard limit.
+bfloat16). Its weight w (``rounding_weight``) is the extreme factor sqrt(2 ln n) of the error model below for
+float32 and float16, which makes the objective the predicted error itself, and 1 for bfloat16: there the
+rounding counts by its standard deviation. A softmax averages independent per-score rounding over the keys it
+weighs, while the fit residual is the same for every query at a given distance and does not average; weighed
+by its extreme, the rounding pushed bfloat16 fits to residuals of 0.01-0.06 logits that cost the model more
+than the rounding they saved (``benchmarks/rounding_budget.py``: with no rounding at all those checkpoints
+were 2.9-5.3x the floor). With w = 1 the three real-text demo models in bfloat16 measured a KL 1.1-2.8x lower
+(README, fidelity); float16, whose residuals are already small, gained nothing (mixed within +-16%) and keeps
+the predicted error as its objective. The shift is free for a softmax, and it spares the ladder a level: with
+s = 0 its cos terms must cancel at d = 0 and its slowest pairs carry the mean -C/2 over the window, while with
+s ~ C the bias is a falling bump, the shape slow cosines have (1.3-1.8x smaller amplitudes on the demo model's
+heads). Bounding s by C keeps every logit that matters within C of zero, as without the shift, for attention
+that rounds its scores (eager attention in 16 bits). The amplitudes stay of order C (tens to hundreds of
+logits) whatever L is: fast pairs wrap instead of growing, so the rounding is ~ u C, independent of the
+context, and no value comes near float16's range. Beyond L the bias is unconstrained: the window is a hard
+limit.
 
 **The cutoff** (``default_cutoff``): a key more than ``cutoff`` logits below the best one has weight
 below e^-cutoff, the L keys of the window together at most ``L e^-cutoff``. The ladder's default makes that
@@ -251,8 +250,8 @@ def fit_head(
     """Fit one head (module doc): minimise ``fit error + w sqrt(sum_r sigma_r^2 A_r^2)``, w the
     ``rounding_weight``. The square root is linearised (``rounds`` LPs, each ``fit + lam sum sigma^2 A^2``
     with ``lam = w / (2 sqrt(S))`` at the previous round's S, its gradient there; the round with the least
-    objective is kept), the squares are tangent lines, and the distances are cutting planes: solve on a grid, add the
-    integer distances that violate, repeat until none does. ``stored_scale`` is the target's logit scale: the
+    objective is kept), the squares are tangent lines, and the distances are cutting planes: solve on a grid,
+    add the integer distances that violate, repeat until none does. ``stored_scale`` is the target's logit scale: the
     amplitudes are stored as q values ``a / stored_scale`` in ``dtype``, and the errors are those of the
     stored values. The shift s is bounded by ``max_shift`` (default C; 0 fits -m d itself)."""
     thetas = np.asarray(thetas, np.float64)
@@ -300,7 +299,8 @@ def fit_head(
         noise, cast = predicted_rounding(a, b, thetas, window, dtype), cast_rounding(level, stored_scale, dtype)
         fit = HeadFit(float(slope), float(floor), w, tuple(a.tolist()), tuple(b.tolist()),
                       fit_error(slope, a, b, thetas, window, floor, shift), noise + cast, shift)
-        objective = fit.fit_error + noise * weight / extreme_factor(window) + cast  # float16: the prediction
+        # the LP's objective plus the cast's bound (float16: the prediction itself)
+        objective = fit.fit_error + noise * weight / extreme_factor(window) + cast
         if best is None or objective < best[0]:
             best = (objective, fit)
     return best[1]
