@@ -23,7 +23,9 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
+import torch
 from _common import calibration_text, save, table
 from fidelity import CHILD, DTYPES, TEXT_MODELS, build_sources, compare, convert_for, forward_in_child, tokens
 
@@ -62,10 +64,29 @@ T.AutoModelForCausalLM.from_pretrained = lambda *a, **k: _load(*a, attn_implemen
 ARCH_CHILD = child_with(EXACT_ALIBI, "exact_alibi")
 
 
-def floor_checkpoints(cache: Path, names: list[str], dtypes: list[str], window: int):
-    """Per real-text model: (name, source directory, SourceModel, {dtype: converted checkpoint}), converted as
-    ``fidelity.py`` converts (planned for WINDOW, calibrated on the model's calibration text)."""
+class FloorCase(NamedTuple):
+    """One (model, dtype, context) of the real-text models: the converted checkpoint PATH, the token ids
+    (s,), the exact float64 reference hidden state REF (s, D), the float64 head (V, D), a temporary WORK
+    directory for child runs and the three runs every row compares (``forward_in_child``'s form): ``floor``
+    (the source in the dtype, ``fidelity.py``'s), ``arch`` (the architecture floor) and ``converted``."""
+
+    name: str
+    dtype: str
+    context: int
+    path: Path
+    ids: torch.Tensor
+    ref: torch.Tensor
+    head64: torch.Tensor
+    work: Path
+    runs: dict
+
+
+def floor_cases(cache: Path, names: list[str], dtypes: list[str], contexts: list[int], window: int):
+    """Yield a ``FloorCase`` per real-text model, context and dtype, its WORK directory alive until the next.
+    Each model is converted per dtype as ``fidelity.py`` converts (planned for WINDOW, calibrated on the
+    model's calibration text), to ``arch-floor-{name}-{dtype}-{window}`` in CACHE."""
     from ropebridge.convert.families import SourceModel
+    from ropebridge.convert.reference import reference_hidden
     from ropebridge.sources import load_config
 
     if any(n not in TEXT_MODELS for n in names):
@@ -76,18 +97,25 @@ def floor_checkpoints(cache: Path, names: list[str], dtypes: list[str], window: 
         dst = {dtype: cache / f"arch-floor-{name}-{dtype}-{window}" for dtype in dtypes}
         for dtype, path in dst.items():
             convert_for(src, path, dtype, window, text)
-        yield name, src, SourceModel(src, load_config(src)), dst
+        model = SourceModel(src, load_config(src))
+        for c in contexts:
+            ids = tokens(name, src, c)
+            ref = reference_hidden(model, ids)
+            head64 = model.head_rows(0, model.info.vocab_size)
+            for dtype, path in dst.items():
+                with tempfile.TemporaryDirectory(dir=cache) as tmp:
+                    work = Path(tmp)
+                    runs = {"floor": {"hidden": reference_hidden(model, ids, round_to=DTYPES[dtype]),
+                                      "head": head64.to(DTYPES[dtype]).double()},
+                            "arch": forward_in_child(path, dtype, ids, work, ARCH_CHILD),
+                            "converted": forward_in_child(path, dtype, ids, work)}
+                    yield FloorCase(name, dtype, c, path, ids, ref, head64, work, runs)
 
 
-def floor_runs(model, ids, dtype: str, head64, path: Path, work: Path) -> dict:
-    """The three runs every row compares, in ``forward_in_child``'s form: the source model's floor in DTYPE
-    (``fidelity.py``'s), the architecture floor of the converted checkpoint PATH and PATH as converted."""
-    from ropebridge.convert.reference import reference_hidden
-
-    return {"floor": {"hidden": reference_hidden(model, ids, round_to=DTYPES[dtype]),
-                      "head": head64.to(DTYPES[dtype]).double()},
-            "arch": forward_in_child(path, dtype, ids, work, ARCH_CHILD),
-            "converted": forward_in_child(path, dtype, ids, work)}
+def compare_case(case: FloorCase) -> dict:
+    """``fidelity.compare`` of the case's runs, as a row naming model, dtype and context."""
+    return {"model": case.name, "dtype": case.dtype, "context": case.context,
+            **compare(case.name, case.runs, case.dtype, case.ids, case.ref, case.head64)}
 
 
 def main() -> int:
@@ -97,28 +125,18 @@ def main() -> int:
     p.add_argument("--dtypes", default="bfloat16,float16")
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "ropebridge-bench"))
     args = p.parse_args()
-    from ropebridge.convert.reference import reference_hidden
-
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     contexts = [int(c) for c in args.contexts.split(",")]
     rows = []
     # as fidelity.py converts: planned for the longest context
-    for name, src, model, dst in floor_checkpoints(cache, args.models.split(","), args.dtypes.split(","),
-                                                  max(contexts)):
-        for c in contexts:
-            ids = tokens(name, src, c)
-            ref = reference_hidden(model, ids)
-            head64 = model.head_rows(0, model.info.vocab_size)
-            for dtype, path in dst.items():
-                with tempfile.TemporaryDirectory(dir=cache) as work:
-                    runs = floor_runs(model, ids, dtype, head64, path, Path(work))
-                row = {"model": name, "dtype": dtype, "context": c, **compare(name, runs, dtype, ids, ref, head64)}
-                for w in ("arch", "converted"):
-                    row[f"{w}_over_floor"] = row[f"{w}_max_abs_logit_err"] / row["floor_max_abs_logit_err"]
-                row["converted_over_arch"] = row["converted_max_abs_logit_err"] / row["arch_max_abs_logit_err"]
-                rows.append(row)
-                print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+    for case in floor_cases(cache, args.models.split(","), args.dtypes.split(","), contexts, max(contexts)):
+        row = compare_case(case)
+        for w in ("arch", "converted"):
+            row[f"{w}_over_floor"] = row[f"{w}_max_abs_logit_err"] / row["floor_max_abs_logit_err"]
+        row["converted_over_arch"] = row["converted_max_abs_logit_err"] / row["arch_max_abs_logit_err"]
+        rows.append(row)
+        print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
     cols = ["model", "dtype", "context", "floor_max_abs_logit_err", "arch_max_abs_logit_err",
             "converted_max_abs_logit_err", "arch_over_floor", "converted_over_floor", "converted_over_arch",
             "floor_mean_kl", "arch_mean_kl", "converted_mean_kl"]

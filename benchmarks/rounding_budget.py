@@ -29,8 +29,8 @@ import tempfile
 from pathlib import Path
 
 from _common import save, table
-from arch_floor import child_with, floor_checkpoints, floor_runs
-from fidelity import compare, forward_in_child, tokens
+from arch_floor import child_with, compare_case, floor_cases
+from fidelity import forward_in_child
 
 # The child of fidelity.py with the rotation and attention replaced (module doc). LADDER_STEP is lambda.
 ROUNDED_LADDER = """
@@ -97,37 +97,29 @@ def main() -> int:
     p.add_argument("--window", type=int, default=8192, help="the window the checkpoints are planned for")
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "ropebridge-bench"))
     args = p.parse_args()
-    from ropebridge.convert.reference import reference_hidden
-
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     steps = [float(x) for x in args.steps.split(",")]
     widths = [int(x) for x in args.rotary_dims.split(",") if x]
+    contexts = [int(x) for x in args.contexts.split(",")]
     rows, widths_out = [], {}
-    for name, src, model, dst in floor_checkpoints(cache, args.models.split(","), args.dtypes.split(","),
-                                                  args.window):  # the same checkpoints as arch_floor.py's
-        for dtype, path in dst.items():
-            if widths:
-                plan = json.loads((path / "ropebridge.json").read_text())["plan"]
-                widths_out[f"{name} {dtype}"] = amplitudes_by_width(plan, widths)
-        for c in [int(x) for x in args.contexts.split(",")]:
-            ids = tokens(name, src, c)
-            ref = reference_hidden(model, ids)
-            head64 = model.head_rows(0, model.info.vocab_size)
-            for dtype, path in dst.items():
-                with tempfile.TemporaryDirectory(dir=cache) as work:
-                    runs = floor_runs(model, ids, dtype, head64, path, Path(work))
-                    for lam in steps:
-                        os.environ["LADDER_STEP"] = repr(lam)
-                        runs[f"step {lam:g}"] = forward_in_child(path, dtype, ids, Path(work), ROUNDED_CHILD)
-                row = {"model": name, "dtype": dtype, "context": c, **compare(name, runs, dtype, ids, ref, head64)}
-                floor = row["floor_max_abs_logit_err"]
-                for w in runs:
-                    if f"{w}_max_abs_logit_err" in row:
-                        row[f"{w}_over_floor"] = row[f"{w}_max_abs_logit_err"] / floor
-                rows.append(row)
-                print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()
-                       if k.endswith(("over_floor", "max_abs_logit_err"))}, flush=True)
+    # the same checkpoints as arch_floor.py's
+    for case in floor_cases(cache, args.models.split(","), args.dtypes.split(","), contexts, args.window):
+        key = f"{case.name} {case.dtype}"
+        if widths and key not in widths_out:
+            plan = json.loads((case.path / "ropebridge.json").read_text())["plan"]
+            widths_out[key] = amplitudes_by_width(plan, widths)
+        for lam in steps:
+            os.environ["LADDER_STEP"] = repr(lam)
+            case.runs[f"step {lam:g}"] = forward_in_child(case.path, case.dtype, case.ids, case.work, ROUNDED_CHILD)
+        row = compare_case(case)
+        floor = row["floor_max_abs_logit_err"]
+        for w in case.runs:
+            if f"{w}_max_abs_logit_err" in row:
+                row[f"{w}_over_floor"] = row[f"{w}_max_abs_logit_err"] / floor
+        rows.append(row)
+        print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()
+               if k.endswith(("over_floor", "max_abs_logit_err"))}, flush=True)
     cols = ["model", "dtype", "context", "floor_max_abs_logit_err", "arch_over_floor", "converted_over_floor",
             *[f"step {lam:g}_over_floor" for lam in steps]]
     print(table(rows, cols))
