@@ -220,12 +220,12 @@ def ladder_floors(name: str, window: int, ladder: dict) -> list[float] | None:
 
 def convert_rope(native: Path, work: Path, window: int, floors: dict[str, list[float] | None]) -> dict[str, Path]:
     """``ropebridge convert`` of each plan: the default plan (free base), the fixed base 10000 plan that engines
-    dropping the base run as they are (FIXED_BASE: rotary dims and pairs per head), and the ladders
-    (LADDERS, each with ``floors[key]`` per head, or uncalibrated where None)."""
+    dropping the base run as they are (FIXED_BASE: rotary dims and pairs per head), and the ladders named in
+    FLOORS (keys of LADDERS, each with its floors per head, or uncalibrated where None)."""
     from ropebridge.convert import convert
 
     plans = {"converted": {"dtype": "float32"}, "converted-base10000": {"dtype": "float32", **FIXED_BASE},
-             **{key: {**ladder, "floor": floors[key]} for key, ladder in LADDERS.items()}}
+             **{key: {**LADDERS[key], "floor": f} for key, f in floors.items()}}
     out = {key: work / key for key in plans}
     for key, extra in plans.items():  # afresh every run: the plan changes with the code (engine files follow)
         convert(native, out[key], window=window, force=True, progress=False, **extra)
@@ -250,8 +250,9 @@ def gguf_files(env: envs.Env, native: Path, converted: dict[str, Path], work: Pa
             log.info("convert_hf_to_gguf.py %s --outtype f32", src.name)
             env.run([env.convert_hf_to_gguf, src, "--outtype", "f32", "--outfile", files[key]], gguf=True,
                     log_file=work / f"convert_hf_to_gguf-{key}.log")
-    made = [(t, "native", native) for t in HALF_GGUF_TYPES]
-    made += [(t, prefix, converted[prefix]) for prefix, _, _, types, _ in LADDER_RUNS for t in types]
+    ladders = [run for run in LADDER_RUNS if run[0] in converted]  # none with --quick (main)
+    made = [(t, "native", native) for t in HALF_GGUF_TYPES] if ladders else []
+    made += [(t, prefix, converted[prefix]) for prefix, _, _, types, _ in ladders for t in types]
     for t, role, src in made:
         key = f"{role}-{t}"
         files[key] = work / f"{key}.gguf"
@@ -513,7 +514,9 @@ def main(argv: list[str] | None = None) -> int:
         log.info("%s: transformers float32 reference at %d tokens", name, len(seq))
         ref = reference(native, seq, prompts, args.greedy_tokens, work)
         window = args.window or args.context
-        floors = {key: ladder_floors(name, window, ladder) for key, ladder in LADDERS.items()}
+        # the ladders run in llama.cpp's half-precision rows only, which --quick skips
+        ladders = LADDERS if "llama.cpp" in engines and not args.quick else {}
+        floors = {key: ladder_floors(name, window, ladder) for key, ladder in ladders.items()}
         converted = convert_rope(native, work, window, floors)
         for engine in engines:
             log.info("%s: %s", name, engine)
