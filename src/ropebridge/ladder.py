@@ -13,8 +13,8 @@ A softmax needs the bias right only where a key can carry weight, and only up to
 to every logit of a query changes nothing. With a floor C_h (``floor``: the cutoff plus the largest
 content-score advantage a far key has over the best near one), the exact bias -m d is below -C_h beyond
 ``W_h = C_h/m``; so the ladder must equal s - m d on d <= W_h and only stay <= s - C_h on W_h < d <= L,
-for a shift s of its choice. Per head, linear programs (scipy's HiGHS) find the amplitudes and the shift
-that minimise the fit residual plus the rounding (``fit_head``):
+for a shift s of its choice. Per head, a second-order-cone program (clarabel, an interior-point conic solver)
+finds the amplitudes and the shift that minimise the fit residual plus the rounding (``fit_head``):
 
     minimise   max_{d <= W} |f(d) - s + m d|  +  w sqrt(sum_r sigma_r^2 (a_r^2 + b_r^2))
     subject to f(d) <= s - C  for every integer W < d <= L,   0 <= s <= C.
@@ -62,6 +62,7 @@ overstate the measured error ten-fold); the suite checks it against measurement.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -95,6 +96,17 @@ def rotary_dim_for(head_dim: int, multiple: int = DEFAULT_HEAD_DIM_MULTIPLE, min
     while (head_dim + r) % multiple:
         r += 2
     return r
+
+
+MAX_WINDOW = 2**24  # float32 holds every integer position up to 2^24 exactly (engines compute angles from them)
+
+
+def check_window(window) -> int:
+    """``window`` as a positive int no larger than ``MAX_WINDOW``, else ``ValueError`` naming ``--window``."""
+    window = _checks.positive_int("window", window)
+    if window > MAX_WINDOW:
+        raise ValueError(f"--window {window} is beyond {MAX_WINDOW} (2^24), the last position float32 holds exactly")
+    return window
 
 
 def default_cutoff(window: int, dtype: str) -> float:
@@ -186,42 +198,93 @@ def _grid(lo: int, hi: int, points: int) -> np.ndarray:
     return np.unique(np.concatenate([np.arange(lo, min(hi, lo + 256) + 1), np.linspace(lo, hi, points).round()]))
 
 
-def _solve(slope, thetas, near, far, floor, square_cost, tangents, max_shift):
-    """The LP on the given distances; returns (a, b, t, s). Variables: x+, x- (2P each; x = [a, b] = x+ - x-),
-    q (2P, q_i >= x_i^2 through tangent lines at ``tangents``), t, the shift s in [0, max_shift]. Minimises
-    t + sum_i square_cost_i q_i."""
-    from scipy.optimize import linprog
+@functools.lru_cache(maxsize=1)
+def _basis(thetas: tuple[float, ...], window: int) -> np.ndarray:
+    """``[sin(theta_r d), cos(theta_r d)]`` on every integer distance, shape ``(L + 1, 2P)``, float64; kept for
+    the next head of the same plan (one entry: 256 MB at L = 2^20, R = 32)."""
+    ang = np.multiply.outer(np.arange(window + 1, dtype=np.float64), np.asarray(thetas, np.float64))  # (L + 1, P)
+    return np.hstack([np.sin(ang), np.cos(ang)])
 
-    P = len(thetas)
-    n = 2 * P
 
-    def basis(d):  # (k, n): f = [sin, cos] @ x
-        ang = np.multiply.outer(d, thetas)
-        return np.hstack([np.sin(ang), np.cos(ang)])
+_ACCEPTED = ("Solved", "AlmostSolved")
+# clarabel's settings for each attempt at a solve: its defaults, then more iterations and stronger regularisation
+_ATTEMPTS = ({}, {"max_iter": 1000, "static_regularization_constant": 1e-6})
 
-    def rows(B, t_coef, s_coef):  # (k, 3n + 2): B x+ - B x- + t_coef t + s_coef s
-        return np.hstack([B, -B, np.zeros((len(B), n)), t_coef, np.full((len(B), 1), s_coef)])
 
-    bn, bf = basis(near), basis(far)
-    eye = np.eye(n)
-    # tangent of x^2 at c, divided by 2c (rows of unit size): |x| - x^2/(2c) <= c/2, |x| <= x+ + x- (equal at
-    # the optimum, q costs)
-    tan = np.vstack([np.zeros((0, 3 * n + 2))]
-                    + [np.hstack([eye, eye, -eye / (2 * c), np.zeros((n, 2))]) for c in tangents])
-    t_near = -np.ones((len(near), 1))
-    A = np.vstack([rows(bn, t_near, -1.0), rows(-bn, t_near, 1.0), rows(bf, np.zeros((len(far), 1)), -1.0), tan])
-    rhs = np.concatenate([-slope * near, slope * near, np.full(len(far), -floor),
-                          np.repeat(np.asarray(tangents) / 2, n)])
-    tie = 1e-9 * np.ones(2 * n)  # keeps x+ and x- apart; far below any rounding cost
-    cost = np.concatenate([tie, np.tile(square_cost, 2), [1.0, 0.0]])
-    bounds = [(0, None)] * (3 * n + 1) + [(0, max_shift)]
-    res = linprog(cost, A_ub=A, b_ub=rhs, bounds=bounds, method="highs")
-    if res.status not in (0, 2):  # simplex stalls now and then on these (status 4, "model status unknown")
-        res = linprog(cost, A_ub=A, b_ub=rhs, bounds=bounds, method="highs-ipm")
-    if res.status != 0:
-        raise ValueError(f"the ladder fit failed: {res.message}")
-    x = res.x[:n] - res.x[n : 2 * n]
-    return x[:P], x[P:], float(res.x[-2]), float(res.x[-1])
+def _solve(slope: float, near: np.ndarray, b_near: np.ndarray, b_far: np.ndarray, floor: float,
+           rounding: np.ndarray, max_shift: float) -> tuple[np.ndarray, float, float, str]:
+    """The second-order-cone program of the fit on the given distances, solved by clarabel (an interior-point
+    conic solver). Variables z = [x (2P), t, s, u], x = [a, b]; ``b_near`` ``(k, 2P)`` and ``b_far`` ``(j, 2P)``
+    the basis at the ``near`` distances and the far ones:
+
+        minimise t + u   subject to   |B_near x - s + m d| <= t,   B_far x - s <= -C,   0 <= s <= max_shift,
+                                      u >= || rounding * x ||_2                      (a second-order cone)
+
+    Returns (x, t, s, status), s clipped to its bounds (an interior point ends within ~1e-9 of them). A solve
+    that ends neither Solved nor AlmostSolved is tried again with the next settings of ``_ATTEMPTS``; the last
+    status is returned either way."""
+    import clarabel
+    import scipy.sparse as sp
+
+    k, j, n = len(b_near), len(b_far), b_near.shape[1]
+    one_n, one_f = np.ones((k, 1)), np.ones((j, 1))
+    # rows of A z <= b (nonnegative cone), then the cone (u, rounding * x) as b - A z
+    a_lin = np.vstack([
+        np.hstack([b_near, -one_n, -one_n, 0 * one_n]),     # B x - t - s <= -m d
+        np.hstack([-b_near, -one_n, one_n, 0 * one_n]),     # -B x - t + s <= m d
+        np.hstack([b_far, 0 * one_f, -one_f, 0 * one_f]),   # B x - s <= -C
+        np.eye(1, n + 3, n + 1) * [[-1.0]], np.eye(1, n + 3, n + 1),  # -s <= 0, s <= max_shift
+    ])
+    a_cone = -np.vstack([np.eye(1, n + 3, n + 2), np.hstack([np.diag(rounding), np.zeros((n, 3))])])
+    A = sp.csc_matrix(np.vstack([a_lin, a_cone]))
+    rhs = np.concatenate([-slope * near, slope * near, np.full(j, -floor), [0.0, max_shift], np.zeros(n + 1)])
+    cost = np.zeros(n + 3)
+    cost[n], cost[n + 2] = 1.0, 1.0
+    cones = [clarabel.NonnegativeConeT(len(a_lin)), clarabel.SecondOrderConeT(n + 1)]
+    for attempt in _ATTEMPTS:
+        settings = clarabel.DefaultSettings()
+        settings.verbose = False
+        for key, value in attempt.items():
+            setattr(settings, key, value)
+        sol = clarabel.DefaultSolver(sp.csc_matrix((n + 3, n + 3)), cost, A, rhs, cones, settings).solve()
+        status = str(sol.status)
+        if status in _ACCEPTED:
+            break
+    z = np.asarray(sol.x, np.float64)
+    return z[:n], float(z[n]), float(np.clip(z[n + 1], 0.0, max_shift)), status  # s on its bounds, not 1e-15 past
+
+
+def _stored(x: np.ndarray, stored_scale: float, dtype: str, toward: bool) -> np.ndarray:
+    """The amplitudes ``x`` (logits) as the checkpoint stores them, q = x / stored_scale in ``dtype``, rounded
+    to the nearest (``toward`` False) or to the neighbour on the other side of x (``toward`` True), in logits."""
+    dt = DTYPES[dtype]
+    q = torch.tensor(x / stored_scale, dtype=torch.float64)
+    near = q.to(dt)
+    if toward:
+        other = torch.nextafter(near, torch.where(near.double() < q, torch.inf, -torch.inf).to(dt))
+        near = torch.where(near.double() == q, near, other)
+    return near.double().numpy() * stored_scale
+
+
+def _directed_rounding(x, basis, slope, floor, shift, w, stored_scale, dtype) -> np.ndarray:
+    """Store the amplitudes ``x`` ``(2P,)`` in the dtype, choosing for each (largest first) the neighbour below or
+    above whichever leaves the smaller fit error given the choices made so far: the stored values move by at
+    most one ulp each, as nearest rounding does, but their errors are steered to cancel on the fit instead of
+    adding at random."""
+    d = np.arange(len(basis), dtype=np.float64)
+    options = np.stack([_stored(x, stored_scale, dtype, False), _stored(x, stored_scale, dtype, True)])  # (2, 2P)
+    chosen = options[0].copy()
+    f = basis @ chosen - shift + slope * d * (d <= w)  # (L + 1,): f - s + m d near, f - s beyond
+
+    def error(g):
+        return max(np.abs(g[: w + 1]).max(), (g[w + 1:] + floor).max(initial=0.0), 0.0)
+
+    for i in np.argsort(-np.abs(x)):
+        delta = options[1, i] - chosen[i]
+        if delta and error(f + delta * basis[:, i]) < error(f):
+            f += delta * basis[:, i]
+            chosen[i] = options[1, i]
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -245,65 +308,48 @@ class HeadFit:
 
 def fit_head(
     slope: float, thetas: Sequence[float], window: int, floor: float, dtype: str, *, stored_scale: float,
-    iterations: int = 30, rounds: int = 3, max_shift: float | None = None,
+    iterations: int = 30, max_shift: float | None = None,
 ) -> HeadFit:
     """Fit one head (module doc): minimise ``fit error + w sqrt(sum_r sigma_r^2 A_r^2)``, w the
-    ``rounding_weight``. The square root is linearised (``rounds`` LPs, each ``fit + lam sum sigma^2 A^2``
-    with ``lam = w / (2 sqrt(S))`` at the previous round's S, its gradient there; the round with the least
-    objective is kept), the squares are tangent lines, and the distances are cutting planes: solve on a grid,
-    add the integer distances that violate, repeat until none does. ``stored_scale`` is the target's logit scale: the
-    amplitudes are stored as q values ``a / stored_scale`` in ``dtype``, and the errors are those of the
-    stored values. The shift s is bounded by ``max_shift`` (default C; 0 fits -m d itself)."""
+    ``rounding_weight``, as the second-order-cone program it is (``_solve``). The distances are cutting planes:
+    solve on a grid, add the integer distances that violate (at most 256 of each kind per round), repeat until
+    none does. ``stored_scale`` is the target's logit scale: the amplitudes are stored as q values
+    ``a / stored_scale`` in ``dtype`` (``_directed_rounding``), and the errors are those of the stored values.
+    The shift s is bounded by ``max_shift`` (default C; 0 fits -m d itself)."""
     thetas = np.asarray(thetas, np.float64)
     max_shift = floor if max_shift is None else _checks.at_least("max_shift", max_shift, 0.0)
     w = exact_distance(slope, floor, window)
+    basis = _basis(tuple(thetas.tolist()), window)  # (L + 1, 2P)
     near, far = _grid(0, w, 1024), _grid(w + 1, window, 1024)
-    sigma2 = rounding_sigma(thetas, window, dtype) ** 2
-    weight = rounding_weight(window, dtype)
-    d_all = np.arange(window + 1, dtype=np.float64)
-    ang = np.multiply.outer(d_all, thetas)
-    sin_all, cos_all = np.sin(ang), np.cos(ang)  # (L + 1, P)
-    dt = DTYPES[dtype]
-    spread = floor**2 * float(sigma2.mean())  # S of one pair of amplitude C: the first round's guess
-    best = None
-    for _ in range(rounds):
-        cost = sigma2 * weight / (2 * math.sqrt(spread))
-        # tangents from C/1000 to 20 C, ratio 1.26: x^2 within 1.5 % between them. Where an amplitude of C
-        # costs under 1e-9 logits of rounding the fit alone decides (such tiny costs can also stall HiGHS).
-        tangents = floor * np.geomspace(1e-3, 20.0, 44) if cost.max() * floor**2 > 1e-9 else np.zeros(0)
-        for _ in range(iterations):
-            try:
-                a, b, t, shift = _solve(slope, thetas, near, far, floor, cost, tangents, max_shift)
-            except ValueError as exc:
-                if max_shift >= floor:  # s = C with no amplitude is always feasible: the solver itself failed
-                    raise ValueError(f"{exc} (slope {slope:.4g}, floor {floor:g}, window {window})") from None
+    rounding = np.tile(rounding_sigma(thetas, window, dtype), 2) * rounding_weight(window, dtype)
+    for _ in range(iterations):
+        x, t, shift, status = _solve(slope, near, basis[near.astype(np.int64)], basis[far.astype(np.int64)],
+                                     floor, rounding, max_shift)
+        if status not in _ACCEPTED:
+            if max_shift < floor and "Infeasible" in status:
                 raise ValueError(
                     f"no ladder on these {len(thetas)} pairs (slowest {thetas.min():.3g} rad/token) keeps the bias of "
                     f"slope {slope:.4g} below -{floor:g} up to {window} tokens: give a larger --rotary-dim, a larger "
-                    "(or no) --rope-base, or a shorter --window") from None
-            f = sin_all @ a + cos_all @ b - shift
-            slack = 1e-6 * (1 + np.abs(a).sum() + np.abs(b).sum())  # HiGHS's feasibility tolerance, in logits
-            err_near = np.abs(f[: w + 1] + slope * d_all[: w + 1])
-            bad_near = np.flatnonzero(err_near > t + slack)
-            bad_far = np.flatnonzero(f[w + 1 :] > -floor + slack) + w + 1
-            top_near = d_all[bad_near[np.argsort(-err_near[bad_near])[:256]]]
-            top_far = d_all[bad_far[np.argsort(-f[bad_far])[:256]]]
-            if not len(np.setdiff1d(top_near, near)) and not len(np.setdiff1d(top_far, far)):
-                break
-            near, far = np.union1d(near, top_near), np.union1d(far, top_far)
-        spread = max(float(np.sum(sigma2 * (a**2 + b**2))), 1e-300)
-        a = (torch.tensor(a / stored_scale).to(dt).double() * stored_scale).numpy()
-        b = (torch.tensor(b / stored_scale).to(dt).double() * stored_scale).numpy()
-        # the logits that matter lie within [s - min(C, m L), s]
-        level = max(shift, min(floor, slope * window) - shift)
-        noise, cast = predicted_rounding(a, b, thetas, window, dtype), cast_rounding(level, stored_scale, dtype)
-        fit = HeadFit(float(slope), float(floor), w, tuple(a.tolist()), tuple(b.tolist()),
-                      fit_error(slope, a, b, thetas, window, floor, shift), noise + cast, shift)
-        # the LP's objective plus the cast's bound (float16: the prediction itself)
-        objective = fit.fit_error + noise * weight / extreme_factor(window) + cast
-        if best is None or objective < best[0]:
-            best = (objective, fit)
-    return best[1]
+                    "(or no) --rope-base, or a shorter --window")
+            raise ValueError(f"the ladder fit failed: the conic solver ended {status} (slope {slope:.4g}, floor "
+                             f"{floor:g}, window {window})")
+        f = basis @ x - shift
+        slack = 1e-6 * (1 + np.abs(x).sum())  # the solver's feasibility tolerance, in logits
+        err_near = np.abs(f[: w + 1] + slope * np.arange(w + 1))
+        bad_near = np.flatnonzero(err_near > t + slack)
+        bad_far = np.flatnonzero(f[w + 1:] > -floor + slack) + w + 1
+        top_near = bad_near[np.argsort(-err_near[bad_near])[:256]].astype(np.float64)
+        top_far = bad_far[np.argsort(-f[bad_far])[:256]].astype(np.float64)
+        if not len(np.setdiff1d(top_near, near)) and not len(np.setdiff1d(top_far, far)):
+            break
+        near, far = np.union1d(near, top_near), np.union1d(far, top_far)
+    x = _directed_rounding(x, basis, slope, floor, shift, w, stored_scale, dtype)
+    P = len(thetas)
+    a, b = x[:P], x[P:]
+    level = max(shift, min(floor, slope * window) - shift)  # the logits that matter lie within [s - min(C, m L), s]
+    rounding_error = predicted_rounding(a, b, thetas, window, dtype) + cast_rounding(level, stored_scale, dtype)
+    return HeadFit(float(slope), float(floor), w, tuple(a.tolist()), tuple(b.tolist()),
+                   fit_error(slope, a, b, thetas, window, floor, shift), rounding_error, shift)
 
 
 def measure(
@@ -328,6 +374,49 @@ def measure(
     return err, max(rise, 0.0)
 
 
+# A pool pays off once the fits outweigh its start (each worker imports torch, ~2 s): distinct heads times window.
+PARALLEL_WORK = 2**16
+
+
+def fit_heads(
+    keys: Sequence[tuple[float, float]], thetas: np.ndarray, window: int, dtype: str, stored_scale: float, *,
+    jobs: int = 1, progress: bool = False,
+) -> dict[tuple[float, float], HeadFit]:
+    """``fit_head`` for every distinct (slope, floor) in ``keys``, in ``jobs`` processes where the work is worth
+    a pool (``PARALLEL_WORK``); each fit is a pure function of its arguments, so the result is the same whatever
+    ``jobs``. ``progress`` shows a bar on stderr once the fits have run two seconds."""
+    from tqdm.auto import tqdm
+
+    distinct = list(dict.fromkeys((float(m), float(c)) for m, c in keys))
+    args = [(m, tuple(np.asarray(thetas, np.float64).tolist()), window, c, dtype, stored_scale) for m, c in distinct]
+    jobs = min(jobs, len(distinct)) if len(distinct) * window >= PARALLEL_WORK else 1
+    bar = tqdm(total=len(distinct), desc="plan", unit="head", leave=False, delay=2.0, disable=not progress)
+    fits: dict[tuple[float, float], HeadFit] = {}
+    try:
+        if jobs == 1:
+            for key, arg in zip(distinct, args):
+                fits[key] = _fit(arg)
+                bar.update()
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            # spawn, not fork: a forked child of a process whose torch threads have run can hang
+            with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+                futures = {pool.submit(_fit, arg): key for key, arg in zip(distinct, args)}
+                for future in as_completed(futures):
+                    fits[futures[future]] = future.result()
+                    bar.update()
+    finally:
+        bar.close()
+    return fits
+
+
+def _fit(arg: tuple) -> HeadFit:
+    slope, thetas, window, floor, dtype, stored_scale = arg
+    return fit_head(slope, thetas, window, floor, dtype, stored_scale=stored_scale)
+
+
 def plan_ladder(
     slopes: Sequence[float],
     head_dim: int,
@@ -343,6 +432,8 @@ def plan_ladder(
     tolerance: float = 1e-3,
     family: str | None = None,
     source: str | None = None,
+    jobs: int = 1,
+    progress: bool = False,
 ):
     """The ladder plan of every head, as an ``emulation.EmulationPlan`` (mode ``ladder``) for the GPT-NeoX target.
 
@@ -356,12 +447,15 @@ def plan_ladder(
         advantages: the content advantage per head (or one for all) the floor adds to the cutoff
             (``convert.calibration``); default ``DEFAULT_ADVANTAGE``.
         cutoff: default ``default_cutoff(window, dtype)``.
+        jobs: processes fitting distinct heads at once (``fit_heads``); the plan is the same whatever ``jobs``.
+        progress: a progress bar on stderr for plans that take more than two seconds.
     """
     from .emulation import EmulationPlan, HeadPlan, PairTerm
 
-    window = _checks.positive_int("window", window)
+    window = check_window(window)
     head_dim = _checks.positive_int("head_dim", head_dim)
     _checks.choice("dtype", dtype, tuple(DTYPES))
+    jobs = _checks.positive_int("jobs", jobs)
     slopes = [_checks.positive(f"slope[{i}]", m) for i, m in enumerate(slopes)]
     cutoff = default_cutoff(window, dtype) if cutoff is None else _checks.positive("cutoff", cutoff)
 
@@ -389,12 +483,10 @@ def plan_ladder(
         b = free_base(window, r) if base is None else base
         thetas = engine_frequencies(b, r)
         scale, stored = 1 / math.sqrt(head_dim), 1 / math.sqrt(head_dim + r)
-        cache: dict[tuple[float, float], HeadFit] = {}
+        fits = fit_heads(list(zip(slopes, floors)), thetas, window, dtype, stored, jobs=jobs, progress=progress)
         heads = []
         for h, (m, c) in enumerate(zip(slopes, floors)):
-            if (m, c) not in cache:
-                cache[m, c] = fit_head(m, thetas, window, c, dtype, stored_scale=stored)
-            f = cache[m, c]
+            f = fits[m, c]
             pairs = tuple(PairTerm(float(t), -a / scale, i, bb / scale) for i, (t, a, bb) in enumerate(zip(thetas, f.a, f.b)))
             heads.append(HeadPlan(h, m, pairs, 1.0, float(thetas[-1] * window), f.fit_error, f.rounding_error,
                                   f.predicted_error, f.floor, f.exact_distance, f.shift))

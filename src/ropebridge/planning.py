@@ -22,7 +22,7 @@ from typing import Any
 from . import _checks
 from .emulation import EmulationPlan, plan_emulation, shared_theta
 from .error_model import DTYPES, EXACT_TABLE_ANGLE, PLAN_TOLERANCE
-from .ladder import DEFAULT_HEAD_DIM_MULTIPLE, plan_ladder
+from .ladder import DEFAULT_HEAD_DIM_MULTIPLE, check_window, plan_ladder
 
 SINGLE_CUTOFF = 40.0  # single pair: logits below -40 carry no weight (its error model counts d <= 40/m)
 
@@ -57,15 +57,16 @@ def conversion_plan(
     base: float | None = None, rotary_dim: int | None = None, pairs: int = 1,
     floors: float | list[float] | None = None, advantages: list[float] | None = None,
     head_dim_multiple: int = DEFAULT_HEAD_DIM_MULTIPLE, tolerance: float | None = None, cutoff: float | None = None,
-    split: float | str | None = None,
+    split: float | str | None = None, jobs: int = 1, progress: bool = False,
 ) -> EmulationPlan:
     """The plan (module doc). ``source``: anything with ``slopes`` ``(h,)``, ``head_dim`` and ``family``
     (``sources.AlibiSource``, ``convert.families.SourceInfo``). ``tolerance`` defaults to the dtype's
     ``PLAN_TOLERANCE``; ``emulation`` to ``default_emulation`` unless ``theta``, ``max_phase``, ``pairs`` or
     ``split`` ask for the single pair. ``cutoff`` defaults to ``ladder.default_cutoff`` for the ladder and
     ``SINGLE_CUTOFF`` for the single pair; ``advantages`` (calibrated, per head) are added to it for the
-    ladder's floors."""
-    window = _checks.positive_int("window", window)
+    ladder's floors. ``jobs`` and ``progress`` are the ladder's (``ladder.fit_heads``): how, not what."""
+    window = check_window(window)
+    jobs = _checks.positive_int("jobs", jobs)
     _checks.choice("dtype", dtype, tuple(DTYPES))
     _checks.choice("target", target, TARGETS)
     cutoff = None if cutoff is None else _checks.positive("cutoff", cutoff)
@@ -87,7 +88,8 @@ def conversion_plan(
             raise ValueError("--theta, --max-phase, --pairs and --split are for --emulation single; the ladder "
                              "plans every pair")
         return plan_ladder(source.slopes, source.head_dim, window, base=base, rotary_dim=rotary_dim,
-                           head_dim_multiple=head_dim_multiple, floors=floors, advantages=advantages, **common)
+                           head_dim_multiple=head_dim_multiple, floors=floors, advantages=advantages, jobs=jobs,
+                           progress=progress, **common)
     if floors is not None or advantages is not None:
         raise ValueError("--floor and --calibration-text are for --emulation ladder")
     if target != "gpt-neox" and (base is not None or pairs != 1):

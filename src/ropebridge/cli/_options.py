@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -62,8 +63,22 @@ def add_planning_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cutoff", type=float,
                    help="logits below -cutoff carry no weight (default: ladder ln(window / dtype's unit roundoff), "
                         f"13-18; single {SINGLE_CUTOFF:g})")
+    p.add_argument("--jobs", type=_count, default=os.cpu_count() or 1,
+                   help="ladder: processes fitting heads at once (default: the core count, here "
+                        f"{os.cpu_count() or 1}); the plan is the same whatever --jobs")
     p.add_argument("--tolerance", type=float,
                    help=f"largest predicted worst error (logits) a plan may have (default per dtype: {tol})")
+
+
+def _count(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def _split(text: str | None) -> float | str | None:
@@ -83,4 +98,5 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return dict(window=args.window, dtype=args.dtype, target=args.target, emulation=args.emulation,
                 theta=args.theta, max_phase=args.max_phase, base=args.rope_base, rotary_dim=args.rotary_dim,
                 pairs=args.pairs, split=_split(args.split), head_dim_multiple=args.head_dim_multiple,
-                floor=args.floor, calibration_text=text, cutoff=args.cutoff, tolerance=args.tolerance)
+                floor=args.floor, calibration_text=text, cutoff=args.cutoff, tolerance=args.tolerance,
+                jobs=args.jobs)

@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     if args.model is None and args.calibration_text is not None:
         raise ValueError("--calibration-text needs --model (a checkpoint with weights)")
     flags = plan_kwargs(args)
+    flags["progress"] = not args.json
     if args.rope_base is not None and args.max_phase is not None:  # with a fixed base: the phase of the report only
         flags["max_phase"] = None
     if args.model is not None:

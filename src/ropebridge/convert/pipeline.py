@@ -21,7 +21,7 @@ import torch
 from .. import __version__, _checks
 from ..emulation import EmulationPlan
 from ..error_model import DTYPES
-from ..ladder import DEFAULT_HEAD_DIM_MULTIPLE
+from ..ladder import DEFAULT_HEAD_DIM_MULTIPLE, check_window
 from ..planning import DEFAULT_WINDOW, TARGETS, checkpoint_plan, what_would_fit
 from ..sources import load_config
 from . import compact, gpt_neox
@@ -153,13 +153,14 @@ def convert(
     force: bool = False,
     max_shard_mb: float = 2000.0,
     progress: bool = False,
+    jobs: int = 1,
 ) -> ConversionResult:
     """Convert SRC (directory or hub id) into a stock RoPE checkpoint at DST; see the module doc. The planning
     arguments are ``planning.conversion_plan``'s (``planning.checkpoint_plan`` computes the plan); a plan whose
     prediction exceeds ``tolerance`` is refused unless ``accept_error``."""
     start = time.perf_counter()
     _checks.choice("target", target, TARGETS)
-    window = _checks.positive_int("window", window)
+    window = check_window(window)
     max_shard_mb = _checks.positive("max_shard_mb", max_shard_mb)
     dst = Path(os.path.abspath(dst))  # "." and "sub/.." have a name once absolute
     if not Path(src).is_dir() and dst.exists() and not force:  # a hub id: refuse before any download
@@ -170,7 +171,8 @@ def convert(
     plan = checkpoint_plan(src_dir, source_name=str(src), window=window, dtype=dtype, target=target,
                            emulation=emulation, theta=theta, max_phase=max_phase, base=base, rotary_dim=rotary_dim,
                            pairs=pairs, split=split, floor=floor, calibration_text=calibration_text,
-                           head_dim_multiple=head_dim_multiple, cutoff=cutoff, tolerance=tolerance)
+                           head_dim_multiple=head_dim_multiple, cutoff=cutoff, tolerance=tolerance, jobs=jobs,
+                           progress=progress)
     dtype = plan.dtype
     if not plan.meets_tolerance:
         miss = (f"the plan predicts a worst error of {plan.worst_head.predicted_error:.3g} logits (head "
