@@ -4,6 +4,7 @@ source untouched. Plus process hygiene: Ctrl-C, closed pipes, permissions, -v an
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -22,7 +23,24 @@ def models(tmp_path_factory):
     other = build(root / "other", "bloom-4heads", seed=1)
     for src, dst, window in ((bloom, "bloom-rope", "256"), (mpt, "mpt-rope", "1024"), (other, "other-rope", "256")):
         assert main(["convert", str(src), str(root / dst), "--window", window]) == 0
+    # a source with one NaN weight; a conversion with one NaN weight; a conversion without ropebridge.json
+    poison(shutil.copytree(bloom, root / "nan"), "transformer.h.1.mlp.dense_h_to_4h.weight")
+    poison(shutil.copytree(root / "bloom-rope", root / "nan-rope"), "gpt_neox.layers.1.mlp.dense_h_to_4h.weight")
+    (shutil.copytree(root / "bloom-rope", root / "plain") / "ropebridge.json").unlink()
     return root
+
+
+def poison(directory, name):
+    """Set one value of tensor ``name`` to NaN in the checkpoint at ``directory`` (any of its shards)."""
+    from safetensors.torch import load_file, save_file
+
+    for path in directory.glob("*.safetensors"):
+        tensors = load_file(path)
+        if name in tensors:
+            tensors[name].view(-1)[7] = float("nan")
+            save_file(tensors, path, metadata={"format": "pt"})
+            return
+    raise KeyError(name)
 
 
 # (argv with {root}, {out} placeholders, needle in the one stderr line)
@@ -48,7 +66,12 @@ CASES = [
     ("plan --heads 4 --head-dim 32 --window 16777217 --dtype bfloat16", "2^24"),
     ("convert {root}/bloom {out}/x --rope-base 10000 --rotary-dim 32 --pairs 3", "--accept-error"),
     ("convert {root}/bloom {out}/x --dtype float64", "invalid choice"),
+    ("convert {root}/nan {out}/x", "'transformer.h.1.mlp.dense_h_to_4h.weight' holds 1 non-finite"),
+    ("convert {root}/nan {out}/x --dtype bfloat16 --window 256", "non-finite"),
     ("verify {root}/bloom {root}/nowhere", "nowhere"),
+    ("verify {root}/bloom {root}/bloom", "is the source itself"),
+    ("verify {root}/bloom {root}/bloom/", "is the source itself"),
+    ("verify {root}/bloom {root}/plain", "not a ropebridge conversion"),
     ("verify {root}/bloom {root}/bloom-rope --context 0", "context"),
     ("verify {root}/bloom {root}/bloom-rope --context 300", "window 256"),
     ("verify {root}/mpt {root}/mpt-rope --context 600", "own limit of 512"),
@@ -79,6 +102,14 @@ def test_bad_input(models, tmp_path, capsys, template, needle):
     assert list(out.iterdir()) == []  # nothing written, no temporary directory left
     assert not list(models.glob(".*tmp-*"))
     assert {name: tree_hash(models / name) for name in sources} == sources
+
+
+def test_verify_fails_on_what_is_not_finite(models, capsys):
+    # a NaN weight in the converted model makes every logit NaN: no comparison with a threshold may pass it
+    argv = ["verify", str(models / "bloom"), str(models / "nan-rope"), "--context", "64", "--greedy-tokens", "4"]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "PASSED" not in out and "not a finite number" in out, out
 
 
 def test_verify_text_without_tokenizer(models, tmp_path, capsys):

@@ -123,9 +123,12 @@ class CheckpointReader:
         """Tensor ``name`` (or rows ``[start, stop)`` of its first dim) in ``dtype`` (float64 by default)."""
         if name not in self:
             raise ValueError(f"tensor {name!r} is missing from the checkpoint in {self.directory}")
+        full = self.shape(name)
+        if rows is not None and not (0 <= rows[0] <= rows[1] <= (full[0] if full else 0)):
+            raise ValueError(f"rows {rows[0]}:{rows[1]} of tensor {name!r} lie outside its {list(full)}")
         if name in self._bin:
             t = self._bin[name]
-            return (t if rows is None else t[rows[0]: rows[1]]).to(dtype)
+            return _finite(name, (t if rows is None else t[rows[0]: rows[1]]).to(dtype))
         info = self._infos[name]
         shape, begin, end = list(info.shape), info.begin, info.end
         if rows is not None:
@@ -143,7 +146,15 @@ class CheckpointReader:
                 got += n
         finally:
             os.close(fd)
-        return torch.frombuffer(data, dtype=info.dtype).reshape(shape).to(dtype)
+        return _finite(name, torch.frombuffer(data, dtype=info.dtype).reshape(shape).to(dtype))
+
+
+def _finite(name: str, t: torch.Tensor) -> torch.Tensor:
+    """``t``, or ``ValueError`` naming the tensor when it holds NaN or inf (a conversion would copy them)."""
+    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        bad = int((~torch.isfinite(t)).sum())
+        raise ValueError(f"tensor {name!r} holds {bad} non-finite value(s) (NaN or inf): refusing to convert it")
+    return t
 
 
 Producer = Callable[[], Iterator[torch.Tensor]]  # yields blocks of rows, in order
@@ -253,7 +264,11 @@ class ShardWriter:
                         if stop.is_set():
                             return
                         self.largest_block = max(self.largest_block, block.nbytes)
-                        data = block.to(self.dtype).contiguous().reshape(-1).view(torch.uint8).numpy()  # bf16 too
+                        out = block.to(self.dtype)
+                        if not bool(torch.isfinite(out).all()):  # the source is finite (read): the cast overflowed
+                            raise ValueError(f"tensor {p.name} overflows {str(self.dtype)[6:]} (largest |value| "
+                                             f"{float(block.abs().max()):.4g}); convert to another --dtype")
+                        data = out.contiguous().reshape(-1).view(torch.uint8).numpy()  # bf16 too
                         blocks.put((p, data))
                     blocks.put((p, None))
             except BaseException as exc:  # handed to the writing thread

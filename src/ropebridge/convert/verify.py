@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -133,14 +134,27 @@ def _tokens(src: Path, text: str | None, context: int, vocab: int, seed: int) ->
 
 
 def _conversion_record(dst: Path) -> dict[str, Any]:
-    """DST's ``ropebridge.json`` (dtype, plan), or {} for a checkpoint ropebridge did not write."""
+    """DST's ``ropebridge.json`` (dtype, plan); ``ValueError`` for a directory ropebridge did not write."""
     path = dst / "ropebridge.json"
     if not path.is_file():
-        return {}
+        raise ValueError(f"{dst} is not a ropebridge conversion (no ropebridge.json): verify compares a converted "
+                         "checkpoint with its source")
     try:
-        return json.loads(path.read_text())
+        record = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(record, dict) or not isinstance(record.get("plan"), dict):
+        raise ValueError(f"{path} has no conversion plan: not a ropebridge conversion")
+    return record
+
+
+def non_finite(report: "VerifyReport") -> list[str]:
+    """The failures for every measured number that is NaN or inf (no comparison can pass it)."""
+    names = ("max_abs_logit_diff", "mean_kl", "top1_agreement", "padded_max_abs_logit_diff", "ppl_native",
+             "ppl_converted", "reference_native_max_err", "reference_converted_max_err")
+    values = {name: getattr(report, name) for name in names}
+    return [f"{name} is {value}: not a finite number" for name, value in values.items()
+            if value is not None and not math.isfinite(value)]
 
 
 def _check_pair(source: SourceModel, src: Path, dst: Path, record: dict[str, Any]) -> None:
@@ -187,6 +201,8 @@ def verify(
     for p in (src, dst):
         if not (p / "config.json").is_file():
             raise FileNotFoundError(f"no config.json in {p}")
+    if src.resolve() == dst.resolve():
+        raise ValueError(f"{dst} is the source itself: verify compares a converted checkpoint with its source")
     record = _conversion_record(dst)
     dtype = record.get("dtype", "float32") if dtype is None else dtype
     _checks.choice("dtype", dtype, tuple(DTYPES))
@@ -249,6 +265,7 @@ def verify(
         thresholds={"max_abs_logit_diff": limit, "greedy_identical": dtype == "float32",
                     "against": "native" if dtype == "float32" or ref_conv is None else "exact float64 reference"},
     )
+    report.failures.extend(non_finite(report))
     if report.thresholds["against"] == "native":
         if report.max_abs_logit_diff > limit:
             report.failures.append(f"max |logit diff| {report.max_abs_logit_diff:.3g} > {limit:g}")
