@@ -80,6 +80,34 @@ def test_force_replaces(bloom, tmp_path, capsys):
     assert not (dst / "stale.txt").exists() and (dst / "config.json").exists()
 
 
+def test_a_destination_claimed_meanwhile_is_not_replaced_without_force(bloom, tmp_path, capsys, monkeypatch):
+    # another convert finishes into DST while this one writes: without --force this one is refused (exit 2,
+    # one line), the other's checkpoint stands untouched and nothing of this one is left; with --force the last
+    # rename wins
+    import ropebridge.convert.pipeline as pipeline
+
+    dst = tmp_path / "rope"
+    copy = pipeline.copy_side_files
+
+    def meanwhile(src_dir, tmp):
+        copy(src_dir, tmp)
+        if not dst.exists():
+            dst.mkdir()
+            (dst / "other.txt").write_text("the other convert's")
+
+    monkeypatch.setattr(pipeline, "copy_side_files", meanwhile)
+    assert main(["convert", str(bloom), str(dst), "--window", "256"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "appeared while converting" in err[0], err
+    assert sorted(p.name for p in dst.iterdir()) == ["other.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rope"]  # no temporary directory left
+    (dst / "other.txt").unlink()
+    dst.rmdir()
+    assert main(["convert", str(bloom), str(dst), "--window", "256", "--force", "--json"]) == 0
+    assert (dst / "config.json").exists() and not (dst / "other.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rope"]  # the moved-aside copy is gone too
+
+
 def _bad_sources(tmp_path: Path) -> dict:
     out = {}
     T.LlamaConfig(num_attention_heads=4, hidden_size=64, num_hidden_layers=1, intermediate_size=64,

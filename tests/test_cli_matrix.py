@@ -62,6 +62,8 @@ CASES = [
     ("convert {root}/bloom {out}/x --tolerance -1", "tolerance"),
     ("convert {root}/bloom {out}/x --window 1000000000", "2^24"),
     ("convert {root}/bloom {out}/x --jobs 0", "--jobs"),
+    ("convert {root}/bloom {out}/x --rope-base 1e300", "--rope-base 1e+300: transformers computes"),
+    ("plan --heads 4 --head-dim 32 --window 64 --dtype bfloat16 --rope-base 1e300", "give a smaller base"),
     ("convert {root}/bloom {out}/x --dtype bfloat16 --jobs -2", "--jobs"),
     ("plan --heads 4 --head-dim 32 --window 16777217 --dtype bfloat16", "2^24"),
     ("convert {root}/bloom {out}/x --rope-base 10000 --rotary-dim 32 --pairs 3", "--accept-error"),

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from . import _checks
+from ._progress import progress_bar
 
 log = logging.getLogger(__name__)
 DATA_FILES = ("config.json", "model.safetensors", "tokenizer.json", "heldout.txt", "training.json")
@@ -114,10 +115,6 @@ def _forward_seconds(model, x: torch.Tensor, repeats: int = 3) -> float:
 def run_demo(out: str | Path | None = None, *, context: int | None = None, model_dir: str | Path | None = None,
              greedy_tokens: int = 40, progress: bool = False) -> DemoReport:
     """Plan, convert and verify the embedded model; write ``report.md`` and plots into ``out`` when given."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from .convert import convert
-
     model_dir = Path(model_dir) if model_dir is not None else data_dir()
     record = _check_data(model_dir)
     train_context = int(record["train_context"])
@@ -132,17 +129,23 @@ def run_demo(out: str | Path | None = None, *, context: int | None = None, model
         except OSError as exc:
             raise PermissionError(f"--out {out} is not writable: {exc.strerror or exc}") from None
     steps = ["load", "convert", "perplexity", "generate", "time", "report"]
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(steps), desc="demo", leave=False)
+    bar = progress_bar(len(steps), "demo", enabled=progress)
 
     def step(name: str) -> None:
         log.info("demo: %s", name)
-        if bar is not None:
-            bar.set_postfix_str(name)
-            bar.update(1)
+        bar.set_postfix_str(name)
+        bar.update(1)
+
+    try:
+        return _run(model_dir, out, record, train_context, eval_context, greedy_tokens, step)
+    finally:
+        bar.close()  # clears its line: an error starts a line of its own
+
+
+def _run(model_dir, out, record, train_context, eval_context, greedy_tokens, step) -> DemoReport:
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from .convert import convert
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     ids = torch.tensor(tokenizer((model_dir / "heldout.txt").read_text())["input_ids"])
@@ -197,6 +200,4 @@ def run_demo(out: str | Path | None = None, *, context: int | None = None, model
 
         write_demo_report(report, result.plan, out)
     step("report")
-    if bar is not None:
-        bar.close()
     return report

@@ -117,8 +117,9 @@ def default_cutoff(window: int, dtype: str) -> float:
 
 
 def free_base(window: int, rotary_dim: int) -> float:
-    """The base whose slowest pair turns one radian over the window: ``base^(-(R-2)/R) * L = 1``."""
-    return float(window) ** (rotary_dim / (rotary_dim - 2))
+    """The base whose slowest pair turns one radian over the window: ``base^(-(R-2)/R) * L = 1`` (a window
+    of one token is planned as two: any base turns a pair less than a radian there)."""
+    return float(max(window, 2)) ** (rotary_dim / (rotary_dim - 2))
 
 
 def engine_frequencies(base: float, rotary_dim: int) -> np.ndarray:
@@ -130,7 +131,13 @@ def engine_frequencies(base: float, rotary_dim: int) -> np.ndarray:
         raise ValueError(f"base must be > 1, got {base!r}")
     rotary_dim = _checks.positive_int("rotary_dim", rotary_dim, even=True)
     exps = torch.arange(0, rotary_dim, 2, dtype=torch.int64).to(torch.float32) / rotary_dim
-    return (1.0 / (base**exps)).to(torch.float64).numpy()
+    thetas = (1.0 / (base**exps)).to(torch.float64).numpy()
+    bad = np.flatnonzero(~np.isfinite(thetas) | (thetas <= 0) | (thetas < np.finfo(np.float32).tiny))
+    if len(bad):
+        raise ValueError(f"transformers computes the frequencies 1/base^(2r/R) in float32, where base {base:g} "
+                         f"gives pair {bad[0]} of rotary dim {rotary_dim} the frequency {thetas[bad[0]]:g}, below "
+                         "float32's normal range: give a smaller base")
+    return thetas
 
 
 def ladder_bias(a: np.ndarray, b: np.ndarray, thetas: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -385,12 +392,12 @@ def fit_heads(
     """``fit_head`` for every distinct (slope, floor) in ``keys``, in ``jobs`` processes where the work is worth
     a pool (``PARALLEL_WORK``); each fit is a pure function of its arguments, so the result is the same whatever
     ``jobs``. ``progress`` shows a bar on stderr once the fits have run two seconds."""
-    from tqdm.auto import tqdm
+    from ._progress import progress_bar
 
     distinct = list(dict.fromkeys((float(m), float(c)) for m, c in keys))
     args = [(m, tuple(np.asarray(thetas, np.float64).tolist()), window, c, dtype, stored_scale) for m, c in distinct]
     jobs = min(jobs, len(distinct)) if len(distinct) * window >= PARALLEL_WORK else 1
-    bar = tqdm(total=len(distinct), desc="plan", unit="head", leave=False, delay=2.0, disable=not progress)
+    bar = progress_bar(len(distinct), "plan", enabled=progress, unit="head", delay=2.0)
     fits: dict[tuple[float, float], HeadFit] = {}
     try:
         if jobs == 1:
@@ -481,7 +488,10 @@ def plan_ladder(
 
     def plan_for(r: int):
         b = free_base(window, r) if base is None else base
-        thetas = engine_frequencies(b, r)
+        try:
+            thetas = engine_frequencies(b, r)
+        except ValueError as exc:
+            raise ValueError(f"--rope-base {b:g}: {exc}" if base is not None else str(exc)) from None
         scale, stored = 1 / math.sqrt(head_dim), 1 / math.sqrt(head_dim + r)
         fits = fit_heads(list(zip(slopes, floors)), thetas, window, dtype, stored, jobs=jobs, progress=progress)
         heads = []

@@ -97,8 +97,9 @@ def conversion_plan(
     if base is not None:
         if theta is not None or max_phase is not None:
             raise ValueError("give either --rope-base (with --rotary-dim) or --theta/--max-phase, not both")
-        return plan_emulation(source.slopes, source.head_dim, window, base=base,
-                              rope_dim=rotary_dim or FIXED_BASE_ROTARY_DIM, pairs=pairs, split=split, **common)
+        return check_engine_frequencies(
+            plan_emulation(source.slopes, source.head_dim, window, base=base, rope_dim=rotary_dim or FIXED_BASE_ROTARY_DIM,
+                           pairs=pairs, split=split, **common), f"--rope-base {base:g}")
     if pairs != 1:
         raise ValueError("--pairs > 1 needs a fixed base (--rope-base), whose frequency set provides the pairs")
     if theta is not None and max_phase is not None:
@@ -122,7 +123,30 @@ def conversion_plan(
     else:  # (no max_window search: with a free base the window is whatever theta was planned for)
         plan = plan_emulation(source.slopes, source.head_dim, window, base=theta**-2.0,
                               rope_dim=SINGLE_PAIR_ROTARY_DIM, max_window=False, split=split, **common)
+        check_engine_frequencies(plan, f"the base theta^-2 of theta {theta:.6g}")
     return dataclasses.replace(plan, mode=mode)
+
+
+def check_engine_frequencies(plan: EmulationPlan, base_from: str) -> EmulationPlan:
+    """``plan``, or ``ValueError`` when a planned pair's theta is not the frequency transformers computes for
+    its index (float32 ``1/base^(2r/R)``, ``ladder.engine_frequencies``) to within 2^-20: the engine would
+    rotate at another speed than the error model predicted for. ``base_from`` says where the base came from."""
+    from .ladder import engine_frequencies
+
+    if plan.base is None:
+        return plan
+    try:
+        engine = engine_frequencies(plan.base, plan.rope_dim)
+    except ValueError as exc:
+        raise ValueError(f"{base_from}: {exc}") from None
+    for h in plan.heads:
+        for p in h.pairs:
+            got = engine[p.index]
+            if not abs(got - p.theta) <= 2.0**-20 * p.theta:
+                raise ValueError(
+                    f"{base_from}: transformers' float32 frequency of pair {p.index} is {got:.6g}, "
+                    f"the plan's {p.theta:.6g}; the converted model would not carry this plan")
+    return plan
 
 
 def what_would_fit(plan: EmulationPlan) -> str:

@@ -7,6 +7,7 @@ into place at the end, so a failure leaves nothing half-written; an existing DST
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 
 from .. import __version__, _checks
+from .._progress import progress_bar
 from ..emulation import EmulationPlan
 from ..error_model import DTYPES
 from ..ladder import DEFAULT_HEAD_DIM_MULTIPLE, check_window
@@ -130,6 +132,35 @@ def _check_destination(src: Path, dst: Path, force: bool) -> None:
         raise FileNotFoundError(f"the parent directory of {dst} does not exist")
 
 
+def _publish(tmp: Path, dst: Path, force: bool) -> None:
+    """Rename the finished ``tmp`` to ``dst`` atomically: a rename never replaces a directory that is not empty,
+    so of two converts into one DST the first rename wins and the other is refused (``FileExistsError``), unless
+    ``force``: then whatever stands at DST is moved aside first and the last rename wins. DST is at every
+    instant absent, the old checkpoint or a complete new one."""
+    moved: list[Path] = []
+    while True:
+        try:
+            os.rename(tmp, dst)
+            break
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                raise
+            if not force:
+                raise FileExistsError(f"{dst} appeared while converting (another convert into it?); nothing "
+                                      "written: pass --force to replace it") from None
+        old = dst.with_name(f".{dst.name}.old-{time.time_ns()}")
+        try:
+            os.rename(dst, old)
+            moved.append(old)
+        except FileNotFoundError:  # another convert moved it first: try again
+            pass
+    for old in moved:  # removed once the new checkpoint stands
+        if old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
+
+
 def convert(
     src: str | Path,
     dst: str | Path,
@@ -201,16 +232,12 @@ def convert(
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700; DST gets what a plain mkdir would give
     try:
-        bar = None
         writer.directory = tmp
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=writer.total_bytes(), unit="B", unit_scale=True, desc="convert", leave=False)
-        writer.progress = bar
-        writer.write({"ropebridge": __version__})
-        if bar is not None:
-            bar.close()
+        writer.progress = progress_bar(writer.total_bytes(), "convert", enabled=progress, unit="B", unit_scale=True)
+        try:
+            writer.write({"ropebridge": __version__})
+        finally:
+            writer.progress.close()  # clears its line: an error starts a line of its own
         (tmp / "config.json").write_text(json.dumps(module.config_for(model, layout, plan, dtype), indent=1))
         copy_side_files(src_dir, tmp)
         record = {
@@ -226,13 +253,7 @@ def convert(
             "accepted_error": not plan.meets_tolerance,
         }
         (tmp / "ropebridge.json").write_text(json.dumps(record, indent=1))
-        if dst.exists():
-            old = dst.with_name(f".{dst.name}.old-{time.time_ns()}")
-            dst.rename(old)
-            tmp.rename(dst)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(dst)
+        _publish(tmp, dst, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
