@@ -27,7 +27,43 @@ def models(tmp_path_factory):
     poison(shutil.copytree(bloom, root / "nan"), "transformer.h.1.mlp.dense_h_to_4h.weight")
     poison(shutil.copytree(root / "bloom-rope", root / "nan-rope"), "gpt_neox.layers.1.mlp.dense_h_to_4h.weight")
     (shutil.copytree(root / "bloom-rope", root / "plain") / "ropebridge.json").unlink()
+    # configs and tensors that disagree: each is refused from the shapes alone, before a byte is read
+    variant(bloom, root / "vocab322", config={"vocab_size": 322})
+    variant(bloom, root / "vocab300", config={"vocab_size": 300})
+    variant(bloom, root / "hidden", config={"hidden_size": 64})
+    variant(bloom, root / "qkv3d", tensors={"transformer.h.0.self_attention.query_key_value.weight":
+                                            lambda t: t.reshape(12, 32, 128)})
+    variant(bloom, root / "ln2d", tensors={"transformer.h.1.input_layernorm.weight": lambda t: t[None]})
+    variant(bloom, root / "offsets", header=lambda h: h["transformer.h.0.mlp.dense_4h_to_h.weight"].update(
+        data_offsets=[h["transformer.h.0.mlp.dense_4h_to_h.weight"]["data_offsets"][0] - 4,
+                      h["transformer.h.0.mlp.dense_4h_to_h.weight"]["data_offsets"][1] - 4]))
     return root
+
+
+def variant(src, dst, *, config=None, tensors=None, header=None):
+    """A copy of ``src`` with config keys replaced, tensors transformed, or the safetensors header edited."""
+    import struct
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    if config:
+        data = json.loads((dst / "config.json").read_text())
+        (dst / "config.json").write_text(json.dumps({**data, **config}))
+    path = dst / "model.safetensors"
+    if tensors:
+        loaded = load_file(path)
+        save_file({k: tensors[k](v).contiguous() if k in tensors else v for k, v in loaded.items()}, path,
+                  metadata={"format": "pt"})
+    if header:
+        raw = path.read_bytes()
+        (n,) = struct.unpack("<Q", raw[:8])
+        meta = json.loads(raw[8: 8 + n])
+        header(meta)
+        text = json.dumps(meta, separators=(",", ":")).encode()
+        text += b" " * (n - len(text))  # the same length: only the offsets are wrong
+        assert len(text) == n
+        path.write_bytes(raw[:8] + text + raw[8 + n:])
 
 
 def poison(directory, name):
@@ -70,6 +106,14 @@ CASES = [
     ("convert {root}/bloom {out}/x --dtype float64", "invalid choice"),
     ("convert {root}/nan {out}/x", "'transformer.h.1.mlp.dense_h_to_4h.weight' holds 1 non-finite"),
     ("convert {root}/nan {out}/x --dtype bfloat16 --window 256", "non-finite"),
+    ("convert {root}/vocab322 {out}/x", "'transformer.word_embeddings.weight' has shape [320, 128], the bloom config implies [322, 128]"),
+    ("convert {root}/vocab300 {out}/x", "implies [300, 128]"),
+    ("convert {root}/hidden {out}/x", "has shape [320, 128]"),
+    ("convert {root}/qkv3d {out}/x", "'transformer.h.0.self_attention.query_key_value.weight' has shape [12, 32, 128]"),
+    ("convert {root}/ln2d {out}/x", "'transformer.h.1.input_layernorm.weight' has shape [1, 128], the bloom config implies [128]"),
+    ("convert {root}/offsets {out}/x", "overlap"),
+    ("plan --model {root}/vocab322 --window 64", "implies [322, 128]"),
+    ("verify {root}/vocab322 {root}/bloom-rope", "implies [322, 128]"),
     ("verify {root}/bloom {root}/nowhere", "nowhere"),
     ("verify {root}/bloom {root}/bloom", "is the source itself"),
     ("verify {root}/bloom {root}/bloom/", "is the source itself"),

@@ -197,19 +197,26 @@ def checkpoint_plan(
     (``convert.calibration``). ``plan --model`` and ``convert`` both call this."""
     from .sources import from_config, load_config
 
+    from .convert.families import SourceModel
+
     config = load_config(src_dir)
     source = from_config(config)
     dtype = default_dtype(config) if dtype is None else _checks.choice("dtype", dtype, tuple(DTYPES))
+    directory = Path(src_dir)
+    model = None
+    if directory.is_dir():
+        try:  # its tensors' shapes checked against the config, as convert checks them (headers only)
+            model = SourceModel(directory, config)
+        except FileNotFoundError:  # a directory with a config and no weights: planned from the config alone
+            model = None
     advantages = None
     if calibration_text is not None:
         if floor is not None:
             raise ValueError("give --floor or --calibration-text, not both")
         from .convert.calibration import calibrated_advantages
-        from .convert.families import SourceModel
 
-        directory = Path(src_dir)
-        if not directory.is_dir():
+        if model is None:
             raise ValueError("--calibration-text needs a checkpoint directory with weights, not a config file")
-        advantages = calibrated_advantages(SourceModel(directory, config), directory, calibration_text)
+        advantages = calibrated_advantages(model, directory, calibration_text)
     plan = conversion_plan(source, dtype=dtype, floors=floor, advantages=advantages, **flags)
     return dataclasses.replace(plan, source=str(src_dir) if source_name is None else source_name)

@@ -88,7 +88,7 @@ class SourceModel:
         self.config = config
         self.reader = CheckpointReader(directory)
         self.info = self._info()
-        self._check_names()
+        self._check_shapes()
 
     # -- family specifics ------------------------------------------------------------------------------------
     def _info(self) -> SourceInfo:
@@ -137,12 +137,49 @@ class SourceModel:
             return {"emb": "transformer.wte.weight", "ln_f": "transformer.norm_f", "head": "lm_head.weight"}
         return {"emb": "transformer.word_embeddings.weight", "ln_f": "transformer.ln_f", "head": "lm_head.weight"}
 
-    def _check_names(self) -> None:
-        wanted = [self._global_names()["emb"], self._names(0)["qkv"] + ".weight",
-                  self._names(self.info.n_layers - 1)["down"] + ".weight"]
-        for name in wanted:
+    def expected_shapes(self) -> dict[str, tuple[tuple[int, ...], bool]]:
+        """Every tensor the converter reads: name -> (shape the config implies, required). Biases and the untied
+        output head are optional; a fused QKV may also have Falcon's multi-query rows (h + 2) hd."""
+        info = self.info
+        d, f, v, hd_all = info.hidden_size, info.intermediate_size, info.vocab_size, info.n_heads * info.head_dim
+        g = self._global_names()
+        out: dict[str, tuple[tuple[int, ...], bool]] = {g["emb"]: ((v, d), True), g["head"]: ((v, d), False),
+                                                         g["ln_f"] + ".weight": ((d,), True), g["ln_f"] + ".bias": ((d,), False)}
+        if info.family == "bloom":
+            out["transformer.word_embeddings_layernorm.weight"] = ((d,), True)
+            out["transformer.word_embeddings_layernorm.bias"] = ((d,), False)
+        for i in range(info.n_layers):
+            n = self._names(i)
+            qkv_rows = self.qkv_rows(i)
+            norms = ("ln1",) if info.parallel else ("ln1", "ln2")
+            out.update({n[k] + ".weight": ((d,), True) for k in norms})
+            out.update({n[k] + ".bias": ((d,), False) for k in norms})
+            for key, (rows, cols) in {"qkv": (qkv_rows, d), "o": (d, hd_all), "up": (f, d), "down": (d, f)}.items():
+                out[n[key] + ".weight"] = ((rows, cols), True)
+                out[n[key] + ".bias"] = ((rows,), False)
+        return out
+
+    def qkv_rows(self, i: int) -> int:
+        """The fused QKV's row count the config implies: 3 h hd, or (h + 2) hd for a multi-query Falcon."""
+        info = self.info
+        if info.family == "falcon" and self.config.get("multi_query", True):
+            return (info.n_heads + 2) * info.head_dim
+        return 3 * info.n_heads * info.head_dim
+
+    def _check_shapes(self) -> None:
+        """Every tensor's shape against ``expected_shapes`` before any byte is read: a missing tensor or another
+        shape names the tensor, the shape found and the shape expected."""
+        for name, (shape, required) in self.expected_shapes().items():
             if name not in self.reader:
-                raise ValueError(f"tensor {name!r} is missing: the checkpoint does not match its {self.info.family} config")
+                if required:
+                    raise ValueError(f"tensor {name!r} is missing: the checkpoint does not match its "
+                                     f"{self.info.family} config")
+                continue
+            found = tuple(self.reader.shape(name))
+            if found != shape:
+                raise ValueError(f"tensor {name!r} has shape {list(found)}, the {self.info.family} config implies "
+                                 f"{list(shape)} (hidden {self.info.hidden_size}, {self.info.n_heads} heads of "
+                                 f"{self.info.head_dim}, vocabulary {self.info.vocab_size})")
 
     # -- canonical access ---------------------------------------------------------------------------------------
     def _ln(self, prefix: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -57,6 +57,8 @@ def _read_header(path: Path) -> dict[str, TensorInfo]:
         if meta.get("dtype") not in ST_DTYPES:
             raise ValueError(f"{path}: tensor {name} has unsupported dtype {meta.get('dtype')!r}")
         begin, end = meta["data_offsets"]
+        if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end):
+            raise ValueError(f"{path}: tensor {name} has data offsets {meta['data_offsets']!r}")
         if 8 + n + end > size:
             raise ValueError(f"{path} is truncated: tensor {name} ends beyond the file")
         dtype, shape = ST_DTYPES[meta["dtype"]], tuple(meta["shape"])
@@ -65,6 +67,10 @@ def _read_header(path: Path) -> dict[str, TensorInfo]:
             raise ValueError(f"{path}: tensor {name} has {end - begin} bytes, its shape {list(shape)} and dtype "
                              f"{meta['dtype']} need {need}")
         out[name] = TensorInfo(path, dtype, shape, 8 + n + begin, 8 + n + end)
+    spans = sorted((t.begin, t.end, name) for name, t in out.items())
+    for (_, end, first), (begin, _, second) in zip(spans, spans[1:]):
+        if begin < end:
+            raise ValueError(f"{path}: tensors {first} and {second} overlap in the file (corrupt header)")
     return out
 
 
