@@ -40,13 +40,14 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(r.to_dict(), indent=1))
     else:
-        print(f"{r.family} ({r.source_attention}) vs converted, {r.dtype}, {r.context} tokens")
+        exact = "" if r.transformers_native_deviation is None else ", its ALiBi bias as the family defines it"
+        print(f"{r.family} ({r.source_attention}{exact}) vs converted, {r.dtype}, {r.context} tokens")
         against = r.thresholds["against"]
         where = "" if against == "native" else f" against the {against}, or native's error"
         print(f"  max |logit diff|        {r.max_abs_logit_diff:.3e}  (threshold {r.thresholds['max_abs_logit_diff']:g}"
               f"{where})")
         if r.transformers_native_max_abs_logit_diff is not None:
-            print(f"  ... against transformers' own Falcon (bias rounded to bfloat16): "
+            print(f"  ... against transformers' own {r.family} ({r.transformers_native_deviation}): "
                   f"{r.transformers_native_max_abs_logit_diff:.3e}")
         print(f"  left-padded batch       {r.padded_max_abs_logit_diff:.3e}")
         print(f"  mean KL(native||conv)   {r.mean_kl:.3e}")

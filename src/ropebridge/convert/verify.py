@@ -34,7 +34,7 @@ from .reference import reference_logits
 
 log = logging.getLogger(__name__)
 
-SOURCE_ATTENTION = {"bloom": "eager", "mpt": "eager", "falcon": "sdpa, ALiBi bias computed exactly"}
+SOURCE_ATTENTION = {"bloom": "eager", "mpt": "eager", "falcon": "sdpa"}
 
 
 @contextmanager
@@ -57,6 +57,54 @@ def falcon_exact_bias():
         mf.build_alibi_tensor = original
 
 
+@contextmanager
+def mpt_configured_bias():
+    """transformers' MPT with its ALiBi slopes from the config's ``attn_config.alibi_bias_max``: its
+    ``build_mpt_alibi_tensor`` is always called with the default 8."""
+    from transformers.models.mpt import modeling_mpt as mm
+
+    original = mm.MptModel.build_mpt_alibi_tensor
+
+    def configured(self, num_heads, sequence_length, alibi_bias_max=8, device=None):
+        return mm.build_mpt_alibi_tensor(num_heads, sequence_length, _mpt_bias_max(self.config), device)
+
+    mm.MptModel.build_mpt_alibi_tensor = configured
+    try:
+        yield
+    finally:
+        mm.MptModel.build_mpt_alibi_tensor = original
+
+
+def _mpt_bias_max(config) -> float:
+    attn = config.get("attn_config") if isinstance(config, dict) else getattr(config, "attn_config", None)
+    value = attn.get("alibi_bias_max") if isinstance(attn, dict) else getattr(attn, "alibi_bias_max", None)
+    return 8.0 if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class NativeDeviation:
+    """Where transformers' implementation of a family departs from the family's own definition: ``applies``
+    to a source config, ``patch`` (a context manager) makes transformers compute the definition, and
+    ``what`` names the departure in the report."""
+
+    applies: Any
+    patch: Any
+    what: str
+
+
+NATIVE_DEVIATIONS = {
+    "falcon": NativeDeviation(lambda config: True, falcon_exact_bias, "bias rounded to bfloat16"),
+    "mpt": NativeDeviation(lambda config: _mpt_bias_max(config) != 8.0, mpt_configured_bias,
+                           "alibi_bias_max ignored (always 8)"),
+}
+
+
+def native_deviation(family: str, config) -> NativeDeviation | None:
+    """The deviation of transformers' ``family`` for this source config, if any (``NATIVE_DEVIATIONS``)."""
+    deviation = NATIVE_DEVIATIONS.get(family)
+    return deviation if deviation is not None and deviation.applies(config) else None
+
+
 @dataclass
 class VerifyReport:
     """Everything ``verify`` measured; ``passed`` is False when any threshold failed (listed in ``failures``)."""
@@ -77,7 +125,8 @@ class VerifyReport:
     greedy_converted: list[int]
     ppl_native: float | None = None
     ppl_converted: float | None = None
-    transformers_native_max_abs_logit_diff: float | None = None  # Falcon: transformers' own (rounded) bias
+    transformers_native_max_abs_logit_diff: float | None = None  # transformers' own where it deviates:
+    transformers_native_deviation: str | None = None  # how (``NATIVE_DEVIATIONS``); the source ran as defined
     reference_native_max_err: float | None = None
     reference_converted_max_err: float | None = None
     error_by_position: list[float] = field(default_factory=list)
@@ -221,11 +270,12 @@ def verify(
     ids = _tokens(src, text, context, vocab, seed)
     pad_id = int(native.config.pad_token_id or 0)
 
-    exact = falcon_exact_bias if source.info.family == "falcon" else nullcontext
+    deviation = native_deviation(source.info.family, source.config)
+    exact = nullcontext if deviation is None else deviation.patch
     hf_native_diff = None
     with torch.no_grad():
         b = converted(ids).logits.double()  # (1, s, V)
-        if source.info.family == "falcon":
+        if deviation is not None:
             hf_native_diff = float((native(ids).logits.double() - b).abs().max())
         with exact():
             a = native(ids).logits.double()
@@ -254,6 +304,7 @@ def verify(
     report = VerifyReport(
         source=str(src), converted=str(dst), family=source.info.family, dtype=dtype, context=n,
         source_attention=SOURCE_ATTENTION[source.info.family],
+        transformers_native_deviation=None if deviation is None else deviation.what,
         max_abs_logit_diff=float(diff.max()), mean_kl=float(_kl(a, b).mean()),
         top1_agreement=float((a.argmax(-1) == b.argmax(-1)).double().mean()),
         padded_max_abs_logit_diff=padded, greedy_identical=divergence is None, greedy_first_divergence=divergence,

@@ -1,0 +1,38 @@
+"""verify: judged against the family's own definition where transformers departs from it."""
+
+import json
+
+import pytest
+from pico import build
+
+from ropebridge.cli import main
+from ropebridge.convert import convert, verify
+from ropebridge.convert.verify import native_deviation
+
+
+@pytest.fixture(scope="module")
+def mpt16(tmp_path_factory):
+    # an MPT whose config asks for alibi_bias_max 16; transformers' MPT always builds its slopes with 8
+    src = build(tmp_path_factory.mktemp("verify") / "mpt16", "mpt", max_seq_len=512)
+    config = json.loads((src / "config.json").read_text())
+    config["attn_config"]["alibi_bias_max"] = 16
+    (src / "config.json").write_text(json.dumps(config))
+    return src
+
+
+def test_native_deviations_are_named_per_config(mpt16):
+    assert native_deviation("mpt", json.loads((mpt16 / "config.json").read_text())).what.startswith("alibi_bias_max")
+    assert native_deviation("mpt", {"attn_config": {"alibi_bias_max": 8}}) is None
+    assert native_deviation("bloom", {}) is None and native_deviation("falcon", {}) is not None
+
+
+def test_mpt_alibi_bias_max_is_judged_as_defined_and_transformers_deviation_reported(mpt16, tmp_path, capsys):
+    dst = convert(mpt16, tmp_path / "rope", window=256, dtype="float32").destination
+    report = verify(mpt16, dst, context=128, greedy_tokens=8)
+    assert report.passed, report.failures
+    assert report.transformers_native_deviation == "alibi_bias_max ignored (always 8)"
+    assert report.reference_converted_max_err < 1e-3  # the conversion is exact ALiBi with the configured slopes
+    assert report.transformers_native_max_abs_logit_diff > 100 * report.max_abs_logit_diff  # transformers' own
+    assert main(["verify", str(mpt16), str(dst), "--context", "64", "--greedy-tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "transformers' own mpt (alibi_bias_max ignored (always 8))" in out and "PASSED" in out
