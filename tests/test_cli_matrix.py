@@ -214,6 +214,56 @@ def test_ctrl_c_is_one_line_and_130(models, tmp_path, capsys, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def _interrupt(argv, ready, *, group=False):
+    """Start ``ropebridge argv``, wait until ``ready(pid)``, send SIGINT (to its whole process group, as a
+    terminal's Ctrl-C does, when ``group``) and return (exit status, stdout, stderr)."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "ropebridge", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=group)
+    deadline = time.monotonic() + 60
+    while not ready(proc.pid) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    if group:
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err
+
+
+def _maps_torch(pid):  # torch's import has begun: its shared library is mapped
+    try:
+        return "libtorch" in open(f"/proc/{pid}/maps").read()
+    except OSError:
+        return False
+
+
+LONG_PLAN = ["plan", "--heads", "16", "--head-dim", "64", "--window", "1048576", "--dtype", "bfloat16"]
+
+
+def test_ctrl_c_while_torch_is_imported_is_one_line_and_130():
+    # the first second of a command is the import of torch; the plan after it takes minutes: a Ctrl-C at
+    # either is answered with one line and 130
+    code, out, err = _interrupt([*LONG_PLAN, "--jobs", "1"], _maps_torch)
+    lines = err.strip().splitlines()
+    assert code == 130 and len(lines) == 1 and "interrupted" in lines[0], (code, err)
+    assert out == ""
+
+
+def test_ctrl_c_during_a_parallel_plan_ends_its_workers_quietly():
+    def workers_busy(pid):  # the pool's workers exist and have imported torch
+        try:
+            children = open(f"/proc/{pid}/task/{pid}/children").read().split()
+        except OSError:
+            return False
+        return sum(_maps_torch(int(c)) for c in children) >= 2  # (the pool's resource tracker never imports it)
+
+    code, out, err = _interrupt([*LONG_PLAN, "--jobs", "2"], workers_busy, group=True)
+    assert code == 130 and err.strip().splitlines() == ["ropebridge plan: interrupted; nothing written"], (code, err)
+
+
 def test_closed_pipe_ends_quietly():
     cmd = f"{sys.executable} -m ropebridge rope --head-dim 256 --context 4096 | head -n 1"
     proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True)

@@ -402,26 +402,50 @@ def fit_heads(
     try:
         if jobs == 1:
             for key, arg in zip(distinct, args):
-                fits[key] = _fit(arg)
+                fits[key] = _fit((key, arg))[1]
                 bar.update()
         else:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            # spawn, not fork: a forked child of a process whose torch threads have run can hang
-            with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-                futures = {pool.submit(_fit, arg): key for key, arg in zip(distinct, args)}
-                for future in as_completed(futures):
-                    fits[futures[future]] = future.result()
+            # spawn, not fork: a forked child of a process whose torch threads have run can hang. The workers
+            # ignore Ctrl-C (the terminal sends it to them too): this process answers it and ends them.
+            pool = _pool(jobs)
+            try:
+                for key, fit in pool.imap_unordered(_fit, list(zip(distinct, args))):
+                    fits[key] = fit
                     bar.update()
+            finally:
+                pool.terminate()
+                pool.join()
     finally:
         bar.close()
     return fits
 
 
-def _fit(arg: tuple) -> HeadFit:
-    slope, thetas, window, floor, dtype, stored_scale = arg
-    return fit_head(slope, thetas, window, floor, dtype, stored_scale=stored_scale)
+def _pool(jobs: int):
+    """A spawn pool whose workers ignore SIGINT from their first instant: an ignored signal stays ignored
+    through exec, and Python then installs no handler of its own, so SIGINT is ignored here while they start
+    (from the main thread; elsewhere their initializer ignores it once their imports are done)."""
+    import multiprocessing
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        return multiprocessing.get_context("spawn").Pool(jobs, initializer=_ignore_interrupt)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _ignore_interrupt() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _fit(item: tuple) -> tuple[tuple[float, float], HeadFit]:
+    key, (slope, thetas, window, floor, dtype, stored_scale) = item
+    return key, fit_head(slope, thetas, window, floor, dtype, stored_scale=stored_scale)
 
 
 def plan_ladder(

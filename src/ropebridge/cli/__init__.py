@@ -10,9 +10,10 @@ import logging
 import sys
 
 from .. import __version__
-from . import convert_cmd, demo_cmd, plan_cmd, rope_cmd, verify_cmd
 
-SUBCOMMANDS = (rope_cmd, plan_cmd, convert_cmd, verify_cmd, demo_cmd)
+# Subcommand modules, imported when the parser is built: they import torch, which takes seconds, and a Ctrl-C
+# during that import is answered like any other (``console_main``).
+SUBCOMMANDS = ("rope_cmd", "plan_cmd", "convert_cmd", "verify_cmd", "demo_cmd")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -25,8 +26,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ropebridge {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for module in SUBCOMMANDS:
-        module.add_parser(sub)
+    import importlib
+
+    for name in SUBCOMMANDS:
+        importlib.import_module(f"{__name__}.{name}").add_parser(sub)
     return parser
 
 
@@ -69,7 +72,12 @@ def _silence_stdout() -> None:
 
 def console_main() -> None:
     try:
-        sys.exit(main())
+        code = main()
+    except KeyboardInterrupt:  # before a subcommand ran (while torch is imported): nothing was written
+        print("ropebridge: interrupted", file=sys.stderr)
+        code = 130
+    try:
+        sys.exit(code)
     except BrokenPipeError:  # a pipe closed while the exit status was being flushed
         _silence_stdout()
         sys.exit(0)

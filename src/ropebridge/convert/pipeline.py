@@ -108,8 +108,16 @@ def check_free_space(directory: Path, needed: int) -> None:
     removed only after the new one is complete, so it does not count as free."""
     free = shutil.disk_usage(directory).free
     if free < needed + SPACE_SLACK:
-        raise OSError(f"not enough free space in {directory}: the output needs {needed / 1e9:.3g} GB, "
-                      f"{free / 1e9:.3g} GB free")
+        raise OSError(f"not enough free space in {directory}: the output needs {_size(needed)} plus "
+                      f"{_size(SPACE_SLACK)} of headroom, and {_size(free)} are free")
+
+
+def _size(n: int) -> str:
+    """Bytes as a person reads them: 1.5 GiB, 64 MiB, 2.1 KiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.3g} {unit}"
+    return f"{n} bytes"
 
 
 def _umask() -> int:
