@@ -36,3 +36,14 @@ def test_mpt_alibi_bias_max_is_judged_as_defined_and_transformers_deviation_repo
     assert main(["verify", str(mpt16), str(dst), "--context", "64", "--greedy-tokens", "4"]) == 0
     out = capsys.readouterr().out
     assert "transformers' own mpt (alibi_bias_max ignored (always 8))" in out and "PASSED" in out
+
+
+def test_a_skipped_reference_says_why(tmp_path, capsys):
+    src = build(tmp_path / "bloom", "bloom-4heads")
+    dst = convert(src, tmp_path / "rope", window=256).destination
+    argv = ["verify", str(src), str(dst), "--context", "64", "--greedy-tokens", "4", "--reference-max-params", "1000"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "vs exact float64 ALiBi  skipped:" in out and "above --reference-max-params 0.001M" in out, out
+    report = verify(src, dst, context=64, greedy_tokens=4)
+    assert report.reference_skipped is None and report.reference_converted_max_err is not None

@@ -22,6 +22,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--text", metavar="FILE", help="a text file: compare on its tokens and report perplexities")
     p.add_argument("--greedy-tokens", type=int, default=32, help="tokens of greedy generation (default 32)")
     p.add_argument("--max-logit-diff", type=float, help="threshold (default 1e-3 float32, 1.0 bf16, 0.25 fp16)")
+    p.add_argument("--reference-max-params", type=float, default=50e6,
+                   help="run the exact float64 ALiBi reference for sources up to this many parameters (default 5e7; "
+                        "it runs on the CPU)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--report", metavar="DIR", help="write report.md, report.json and plots into DIR")
     add_verbose(p)
@@ -36,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"cannot read --text {args.text}: {exc}") from None
     r = verify(args.src, args.dst, context=args.context, dtype=args.dtype, text=text, greedy_tokens=args.greedy_tokens,
-               max_logit_diff=args.max_logit_diff, report_dir=args.report)
+               max_logit_diff=args.max_logit_diff, reference_max_params=int(args.reference_max_params),
+               report_dir=args.report, progress=not args.json)
     if args.json:
         print(json.dumps(r.to_dict(), indent=1))
     else:
@@ -59,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
         if r.reference_native_max_err is not None:
             print(f"  vs exact float64 ALiBi  native {r.reference_native_max_err:.3e}, "
                   f"converted {r.reference_converted_max_err:.3e}")
+        else:
+            print(f"  vs exact float64 ALiBi  skipped: {r.reference_skipped}")
         print("PASSED" if r.passed else "FAILED: " + "; ".join(r.failures))
     if r.report_error is not None:  # the result above stands; the report could not be written
         print(f"ropebridge verify: error: cannot write the report into {args.report}: {r.report_error}", file=sys.stderr)

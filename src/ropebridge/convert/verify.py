@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from .. import _checks, alibi
+from .._progress import progress_bar
 from ..error_model import DEFAULT_MAX_LOGIT_DIFF, DTYPES
 from ..sources import load_config
 from .families import SourceModel
@@ -129,6 +130,7 @@ class VerifyReport:
     transformers_native_deviation: str | None = None  # how (``NATIVE_DEVIATIONS``); the source ran as defined
     reference_native_max_err: float | None = None
     reference_converted_max_err: float | None = None
+    reference_skipped: str | None = None  # why the exact reference did not run, if it did not
     error_by_position: list[float] = field(default_factory=list)
     thresholds: dict[str, Any] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
@@ -243,8 +245,10 @@ def verify(
     reference_max_params: int = 50_000_000,
     seed: int = 0,
     report_dir: str | Path | None = None,
+    progress: bool = False,
 ) -> VerifyReport:
-    """Run SRC (native ALiBi) and DST (converted) on the same tokens and check the thresholds (module doc)."""
+    """Run SRC (native ALiBi) and DST (converted) on the same tokens and check the thresholds (module doc).
+    ``progress``: a bar on stderr naming each stage and its tokens."""
     context = _checks.positive_int("context", context)
     src, dst = resolve_source(src), resolve_source(dst)  # directories, or hub ids as in convert
     for p in (src, dst):
@@ -259,28 +263,65 @@ def verify(
     if window is not None and context > window:
         raise ValueError(f"--context {context} is beyond the window {window} that {dst} was converted for "
                          "(its bias is planned up to there only); convert again with a larger --window")
-    torch_dtype = DTYPES[dtype]
     source = SourceModel(src, load_config(src))
     _check_pair(source, src, dst, record)
     limit = source.info.max_positions
     if limit is not None and context > limit:
         raise ValueError(f"--context {context} is beyond the source's own limit of {limit} positions")
+    request = VerifyRequest(src, dst, context, dtype, text, greedy_tokens, max_logit_diff, reference_max_params,
+                            seed, None if report_dir is None else Path(report_dir))
+    bar = progress_bar(7, "verify", enabled=progress, unit="stage")
+    try:
+        return _measure_and_judge(source, request, bar)
+    finally:
+        bar.close()
+
+
+@dataclass(frozen=True)
+class VerifyRequest:
+    """What ``verify`` was asked, once its inputs are checked: the two directories and the comparison's settings."""
+
+    src: Path
+    dst: Path
+    context: int
+    dtype: str
+    text: str | None
+    greedy_tokens: int
+    max_logit_diff: float | None
+    reference_max_params: int
+    seed: int
+    report_dir: Path | None
+
+
+def _measure_and_judge(source: SourceModel, request: VerifyRequest, bar) -> VerifyReport:
+    def stage(name: str) -> None:
+        bar.set_postfix_str(name)
+        bar.update()
+
+    src, dst, dtype, text, greedy_tokens = request.src, request.dst, request.dtype, request.text, request.greedy_tokens
+    context, seed, report_dir, max_logit_diff = request.context, request.seed, request.report_dir, request.max_logit_diff
+    reference_max_params = request.reference_max_params
+    torch_dtype = DTYPES[dtype]
+    stage("load")
     native, converted = _load(src, torch_dtype), _load(dst, torch_dtype)
     vocab = source.info.vocab_size
     ids = _tokens(src, text, context, vocab, seed)
     pad_id = int(native.config.pad_token_id or 0)
+    n = ids.shape[1]
 
     deviation = native_deviation(source.info.family, source.config)
     exact = nullcontext if deviation is None else deviation.patch
     hf_native_diff = None
     with torch.no_grad():
+        stage(f"converted, {n} tokens")
         b = converted(ids).logits.double()  # (1, s, V)
+        stage(f"native, {n} tokens")
         if deviation is not None:
             hf_native_diff = float((native(ids).logits.double() - b).abs().max())
         with exact():
             a = native(ids).logits.double()
         diff = (a - b).abs()
-        n = ids.shape[1]
+        stage(f"left-padded batch, 2 x {n} tokens")
         short = max(2, n // 2)
         batch = torch.full((2, n), pad_id, dtype=torch.long)
         batch[0], batch[1, n - short:] = ids[0], ids[0, :short]
@@ -290,10 +331,17 @@ def verify(
             pa = native(batch, attention_mask=mask).logits.double()
         pb = converted(batch, attention_mask=mask).logits.double()
         padded = max(float((pa[0] - pb[0]).abs().max()), float((pa[1, n - short:] - pb[1, n - short:]).abs().max()))
-        ref_native = ref_conv = None
-        if sum(p.numel() for p in native.parameters()) <= reference_max_params:
+        ref_native = ref_conv = skipped = None
+        params = sum(p.numel() for p in native.parameters())
+        if params <= reference_max_params:
+            stage(f"exact float64 reference, {n} tokens")
             ref = reference_logits(source, ids)
             ref_native, ref_conv = float((a - ref).abs().max()), float((b - ref).abs().max())
+        else:
+            stage("exact reference skipped")
+            skipped = (f"{params / 1e6:.4g}M parameters, above --reference-max-params {reference_max_params / 1e6:g}M "
+                       "(float64 on the CPU)")
+    stage(f"greedy, {greedy_tokens} tokens")
     prompt = ids[:, : min(16, n)]
     with exact():
         g_native = _greedy(native, prompt, greedy_tokens, pad_id)
@@ -311,7 +359,7 @@ def verify(
         greedy_native=g_native, greedy_converted=g_conv,
         ppl_native=_ppl(a, ids) if text is not None else None, ppl_converted=_ppl(b, ids) if text is not None else None,
         transformers_native_max_abs_logit_diff=hf_native_diff,
-        reference_native_max_err=ref_native, reference_converted_max_err=ref_conv,
+        reference_native_max_err=ref_native, reference_converted_max_err=ref_conv, reference_skipped=skipped,
         error_by_position=diff[0].amax(-1).tolist(),
         thresholds={"max_abs_logit_diff": limit, "greedy_identical": dtype == "float32",
                     "against": "native" if dtype == "float32" or ref_conv is None else "exact float64 reference"},
