@@ -154,12 +154,14 @@ def exact_distance(slope: float, floor: float, window: int) -> int:
 def fit_error(slope: float, a, b, thetas, window: int, floor: float, shift: float = 0.0) -> float:
     """Worst of ``|f(d) - s + m d|`` on d <= W and ``f(d) - s + C`` (where positive) on W < d <= L, every
     integer d; s the ``shift``."""
-    w = exact_distance(slope, floor, window)
     d = np.arange(window + 1, dtype=np.float64)
-    f = ladder_bias(a, b, thetas, d) - shift
-    near = np.abs(f[: w + 1] + slope * d[: w + 1]).max()
-    far = (f[w + 1 :] + floor).max() if w < window else 0.0
-    return float(max(near, far, 0.0))
+    return _worst(ladder_bias(a, b, thetas, d) - shift, slope, floor, exact_distance(slope, floor, window))
+
+
+def _worst(f: np.ndarray, slope: float, floor: float, w: int) -> float:
+    """``fit_error`` of the shifted bias ``f(d) - s`` given on every integer distance 0..L, shape ``(L + 1,)``."""
+    near = np.abs(f[: w + 1] + slope * np.arange(w + 1, dtype=np.float64)).max()
+    return float(max(near, (f[w + 1:] + floor).max(initial=0.0), 0.0))
 
 
 def rounding_sigma(thetas: np.ndarray, window: int, dtype: str) -> np.ndarray:
@@ -197,12 +199,15 @@ def cast_rounding(level: float, scale: float, dtype: str) -> float:
     return float(half_ulp(level / scale, dtype) * scale + half_ulp(level, dtype))
 
 
+GRID_POINTS = 256  # the first cutting planes: this many distances spread over each range, and its first 256
+
+
 def _grid(lo: int, hi: int, points: int) -> np.ndarray:
     if hi < lo:
         return np.zeros(0)
     if hi - lo + 1 <= points:
         return np.arange(lo, hi + 1, dtype=np.float64)
-    return np.unique(np.concatenate([np.arange(lo, min(hi, lo + 256) + 1), np.linspace(lo, hi, points).round()]))
+    return np.unique(np.concatenate([np.arange(lo, min(hi, lo + points // 4) + 1), np.linspace(lo, hi, points).round()]))
 
 
 @functools.lru_cache(maxsize=1)
@@ -278,17 +283,12 @@ def _directed_rounding(x, basis, slope, floor, shift, w, stored_scale, dtype) ->
     above whichever leaves the smaller fit error given the choices made so far: the stored values move by at
     most one ulp each, as nearest rounding does, but their errors are steered to cancel on the fit instead of
     adding at random."""
-    d = np.arange(len(basis), dtype=np.float64)
     options = np.stack([_stored(x, stored_scale, dtype, False), _stored(x, stored_scale, dtype, True)])  # (2, 2P)
     chosen = options[0].copy()
-    f = basis @ chosen - shift + slope * d * (d <= w)  # (L + 1,): f - s + m d near, f - s beyond
-
-    def error(g):
-        return max(np.abs(g[: w + 1]).max(), (g[w + 1:] + floor).max(initial=0.0), 0.0)
-
+    f = basis @ chosen - shift  # (L + 1,)
     for i in np.argsort(-np.abs(x)):
         delta = options[1, i] - chosen[i]
-        if delta and error(f + delta * basis[:, i]) < error(f):
+        if delta and _worst(f + delta * basis[:, i], slope, floor, w) < _worst(f, slope, floor, w):
             f += delta * basis[:, i]
             chosen[i] = options[1, i]
     return chosen
@@ -327,7 +327,7 @@ def fit_head(
     max_shift = floor if max_shift is None else _checks.at_least("max_shift", max_shift, 0.0)
     w = exact_distance(slope, floor, window)
     basis = _basis(tuple(thetas.tolist()), window)  # (L + 1, 2P)
-    near, far = _grid(0, w, 1024), _grid(w + 1, window, 1024)
+    near, far = _grid(0, w, GRID_POINTS), _grid(w + 1, window, GRID_POINTS)
     rounding = np.tile(rounding_sigma(thetas, window, dtype), 2) * rounding_weight(window, dtype)
     for _ in range(iterations):
         x, t, shift, status = _solve(slope, near, basis[near.astype(np.int64)], basis[far.astype(np.int64)],
@@ -356,7 +356,7 @@ def fit_head(
     level = max(shift, min(floor, slope * window) - shift)  # the logits that matter lie within [s - min(C, m L), s]
     rounding_error = predicted_rounding(a, b, thetas, window, dtype) + cast_rounding(level, stored_scale, dtype)
     return HeadFit(float(slope), float(floor), w, tuple(a.tolist()), tuple(b.tolist()),
-                   fit_error(slope, a, b, thetas, window, floor, shift), rounding_error, shift)
+                   _worst(basis @ x - shift, slope, floor, w), rounding_error, shift)
 
 
 def measure(
