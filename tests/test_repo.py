@@ -21,3 +21,22 @@ def test_readme_has_exactly_two_setup_commands():
 def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     assert readme_commands()[1] in ci.splitlines()
+
+
+def test_generated_tables_match_their_results():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tables.py"), "--check"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_table_check_can_fail(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tables", ROOT / "benchmarks" / "tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    stale = "<!-- table: window-guide -->\n| an old table |\n<!-- /table -->\n"
+    assert tables.render(stale) != stale and "| an old table |" not in tables.render(stale)
