@@ -199,10 +199,12 @@ def cast_rounding(level: float, scale: float, dtype: str) -> float:
     return float(half_ulp(level / scale, dtype) * scale + half_ulp(level, dtype))
 
 
-GRID_POINTS = 256  # the first cutting planes: this many distances spread over each range, and its first 256
+GRID_POINTS = 256  # the first cutting planes per range (near, far); violated distances are added as found
 
 
 def _grid(lo: int, hi: int, points: int) -> np.ndarray:
+    """Integer distances of ``[lo, hi]``: all of them up to ``points``, else ``points`` spread evenly plus the
+    first ``points / 4`` one by one (where the near fit bends), float64."""
     if hi < lo:
         return np.zeros(0)
     if hi - lo + 1 <= points:
