@@ -206,6 +206,18 @@ def test_the_plan_is_the_same_whatever_jobs():
     assert one == two
 
 
+def test_a_fit_the_solver_cannot_finish_is_one_line_and_exit_2(monkeypatch, tmp_path, capsys):
+    from ropebridge.cli import main
+
+    monkeypatch.setattr(ladder, "_ATTEMPTS", ({"max_iter": 1},))
+    argv = ["plan", "--heads", "2", "--head-dim", "32", "--window", "256", "--dtype", "bfloat16",
+            "--plot", str(tmp_path / "p.png")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the ladder fit failed: the conic solver ended MaxIterations" in err[0], err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
 def test_windows_and_jobs_out_of_range_are_refused():
     with pytest.raises(ValueError, match="2\\^24"):
         ladder.plan_ladder([0.5], 32, 2**24 + 1)
