@@ -27,6 +27,7 @@ def models(tmp_path_factory):
     poison(shutil.copytree(bloom, root / "nan"), "transformer.h.1.mlp.dense_h_to_4h.weight")
     poison(shutil.copytree(root / "bloom-rope", root / "nan-rope"), "gpt_neox.layers.1.mlp.dense_h_to_4h.weight")
     (shutil.copytree(root / "bloom-rope", root / "plain") / "ropebridge.json").unlink()
+    variant(root / "bloom-rope", root / "unloadable", config={"num_attention_heads": 7})  # 128 / 7: not a model
     # configs and tensors that disagree: each is refused from the shapes alone, before a byte is read
     variant(bloom, root / "vocab322", config={"vocab_size": 322})
     variant(bloom, root / "vocab300", config={"vocab_size": 300})
@@ -118,6 +119,7 @@ CASES = [
     ("verify {root}/bloom {root}/bloom", "is the source itself"),
     ("verify {root}/bloom {root}/bloom/", "is the source itself"),
     ("verify {root}/bloom {root}/plain", "not a ropebridge conversion"),
+    ("verify {root}/bloom {root}/unloadable --context 64", "transformers cannot load"),
     ("verify {root}/bloom {root}/bloom-rope --context 0", "context"),
     ("verify {root}/bloom {root}/bloom-rope --context 300", "window 256"),
     ("verify {root}/mpt {root}/mpt-rope --context 600", "own limit of 512"),

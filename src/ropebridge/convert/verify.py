@@ -147,7 +147,11 @@ class VerifyReport:
 def _load(path: str | Path, dtype: torch.dtype):
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    except Exception as exc:  # transformers raises many types for a checkpoint it cannot build: one line
+        what = " ".join(str(exc).split())  # its message on one line
+        raise ValueError(f"transformers cannot load {path}: {type(exc).__name__}: {what[:240]}") from None
 
 
 def _kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
