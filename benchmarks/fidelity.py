@@ -85,9 +85,9 @@ def tokens(name: str, src: Path, n: int) -> torch.Tensor:
 
 def convert_for(src: Path, dst: Path, dtype: str, window: int, calibration: Path | None) -> None:
     """``ropebridge convert`` of SRC for DTYPE and WINDOW with the defaults, calibrated on the text file
-    CALIBRATION if given; written whatever the prediction says (it is what is measured)."""
+    CALIBRATION if given (a plan that misses its tolerance is refused, as for a user)."""
     subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--dtype", dtype,
-                    "--window", str(window), "--json", "--force", "--accept-error",
+                    "--window", str(window), "--json", "--force",
                     *(["--calibration-text", str(calibration)] if calibration is not None else [])],
                    check=True, capture_output=True)
 

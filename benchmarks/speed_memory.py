@@ -83,19 +83,18 @@ def main() -> int:
     src = bloom_560m_shaped(cache / f"bloom560m-shaped-{layers}x{vocab}", layers=layers, vocab=vocab)
     dst = cache / f"bloom560m-shaped-{layers}x{vocab}-rope{max(lengths)}"
     if not (dst / "config.json").exists():
-        # float32 at 8K+ predicts ~1.5e-3 on this shape, above the 1e-3 tolerance: accepted, speed is what is measured
         subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--window",
-                        str(max(lengths)), "--json", "--force", "--accept-error"], check=True, capture_output=True)
+                        str(max(lengths)), "--json", "--force"], check=True, capture_output=True)
     # The half-precision default (the frequency ladder; at 8K in bfloat16 the planner takes r = 32: head 64 -> 96)
     # has the shape that matters here; in float32 the planner takes the same r.
     # Written in float32 like the others (a bfloat16 file loaded as float32 would add a conversion's memory),
-    # where its fit error exceeds the float32 tolerance: accepted, speed is what is measured.
+    # where its fit error exceeds the float32 tolerance: a bfloat16-sized tolerance is given, since speed, not
+    # error, is what this row measures.
     ladder = cache / f"bloom560m-shaped-{layers}x{vocab}-ladder{max(lengths)}"
     if not (ladder / "config.json").exists():
         subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(ladder), "--window",
-                        str(max(lengths)), "--dtype", "float32", "--emulation", "ladder", "--json", "--force",
-                        "--accept-error"], check=True,
-                       capture_output=True)
+                        str(max(lengths)), "--dtype", "float32", "--emulation", "ladder", "--tolerance", "2",
+                        "--json", "--force"], check=True, capture_output=True)
     rows = []
     variants = (("native", src, "prefill"), ("converted", dst, "prefill"), ("ladder", ladder, "prefill"),
                 ("limit", dst, "limit"))

@@ -225,3 +225,20 @@ def test_128_dim_heads_end_to_end_in_float32_and_the_half_precision_default(tmp_
         assert raw["rotary_emb_base"] == raw["rope_parameters"]["rope_theta"] == res.plan.base
         report = verify(src, res.destination, context=256, greedy_tokens=8)
         assert report.passed, (dtype, report.failures)
+
+
+@pytest.mark.parametrize("family, config", [
+    ("bloom-4heads", dict(n_layer=1, hidden_size=1024, n_head=16)),  # BLOOM-560M's attention
+    ("falcon-rw", dict(num_hidden_layers=1, hidden_size=2048, num_attention_heads=32,  # Falcon-RW-1B's
+                       num_kv_heads=32)),
+])
+def test_default_float32_conversion_of_a_real_attention_shape_passes_verify(tmp_path, family, config):
+    # one layer, a small vocabulary: the default window (8192) and dtype (float32) are accepted as planned,
+    # and verify passes against the exact float64 reference
+    from ropebridge.convert import verify
+
+    src = build(tmp_path / "src", family, std=0.02, **config)
+    res = convert(src, tmp_path / "rope")
+    assert res.plan.window == 8192 and res.plan.mode == "exact-rotation" and res.plan.meets_tolerance
+    report = verify(src, res.destination, context=256, greedy_tokens=8)
+    assert report.passed and report.thresholds["against"] == "exact float64 reference", report.failures

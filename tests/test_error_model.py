@@ -130,3 +130,27 @@ def test_float16_subnormal_term_grows_like_one_over_theta():
     smaller = predict(m, single(m, 1e-10), SCALE, 512, "float16").rounding
     assert smaller / small == pytest.approx(10, rel=0.2)
     assert small >= m / 1e-9 * 2.0**-25
+
+
+EXACT_GRID = [(heads, hd, window) for heads in (4, 12, 32, 71, 112) for hd in (32, 64, 128)
+              for window in (256, 8192, 65536)]
+
+
+@pytest.mark.parametrize("heads, head_dim, window", EXACT_GRID)
+def test_exact_rotation_prediction_within_4x_of_measurement(heads, head_dim, window):
+    # the float32 default: one pair at theta = 2^-k with theta L <= 2^-12 (planning.exact_rotation_theta), its
+    # own derivation (_exact_rotation_rounding): measured <= predicted <= 4 x measured for the largest and the
+    # smallest slope of every head count. Where every product is exact (N a power of two: a power-of-two
+    # slope and scale) nothing rounds and the measurement is 0; the prediction, a bound, is then only >= it.
+    from ropebridge.alibi import slopes
+    from ropebridge.planning import exact_rotation_theta
+
+    theta, scale = exact_rotation_theta(window), 1 / math.sqrt(head_dim)
+    ms = slopes(heads).tolist()
+    for m in (max(ms), min(ms)):
+        pairs = [PairSpec(theta, m / theta / scale)]
+        predicted = predict(m, pairs, scale, window, "float32").total
+        measured = measure(m, pairs, scale, window, "float32", queries=64 if window > 8192 else 256)
+        assert measured <= predicted, (m, predicted, measured)
+        if measured > 0:
+            assert predicted <= 4 * measured, (m, predicted, measured)

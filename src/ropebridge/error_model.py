@@ -71,6 +71,20 @@ DEFAULT_MAX_LOGIT_DIFF = {"float32": 1e-3, "bfloat16": 1.0, "float16": 0.25}
 # number of units of roundoff in both dtypes, 2^9 u (float16 u = 2^-11: 0.25; bfloat16 u = 2^-8: 2.0), about
 # eight half-ulps of a 60-logit score.
 PLAN_TOLERANCE = {"float32": 1e-3, "bfloat16": 2.0, "float16": 0.25}
+# float32 also allows this many half-ulps of the largest bias m L the window reaches (``plan_tolerance``)
+FLOAT32_BIAS_HALF_ULPS = 4
+
+
+def plan_tolerance(dtype: str, slopes: Sequence[float], window: int) -> float:
+    """The default tolerance of a plan: ``PLAN_TOLERANCE[dtype]``, and in float32 at least
+    ``FLOAT32_BIAS_HALF_ULPS`` half-ulps of the largest bias ``m L`` of the window. Any float32 computation of
+    ALiBi's bias rounds it by up to half an ulp of m j (the source's own ``slope * position`` does), and the
+    exact rotation's error grows the same way (u m L; ``_exact_rotation_rounding``): past ~16K tokens a fixed
+    1e-3 would refuse conversions as exact as float32 itself resolves the bias there."""
+    tolerance = PLAN_TOLERANCE[dtype]
+    if dtype == "float32":
+        tolerance = max(tolerance, FLOAT32_BIAS_HALF_ULPS * float(half_ulp(max(slopes) * window, "float32")))
+    return tolerance
 # (precision p in bits incl. the implicit one, minimum normal exponent)
 _FORMATS = {"float32": (24, -126), "bfloat16": (8, -126), "float16": (11, -14)}
 
@@ -140,6 +154,8 @@ def rounding_bound(
         return np.minimum(tab(x), np.abs(1 - np.abs(x)) + SINCOS_HALF_ULPS * half_ulp(x, "float32"))
 
     last = float(np.max(np.maximum(i, j)))  # the last position either side reaches
+    if _exact_rotation(pairs, dtype, last, split):
+        return _exact_rotation_rounding(pairs[0], scale, i, j)
     for p in pairs:
         qa = abs(p.N) / ka
         a = abs(p.N) * scale
@@ -167,6 +183,56 @@ def rounding_bound(
     if not _is_power_of_two(scale):
         out += half_ulp(bias, dtype) + bias * half_ulp(scale, dtype) / scale
     return out
+
+
+def _exact_rotation(pairs: Sequence[PairSpec], dtype: str, last: float, split: float) -> bool:
+    """The exact-rotation regime: one float32 pair at a power-of-two theta with theta * last <= 2^-12 and no
+    split, where angles, cos (= 1) and sin (= p theta) are exact (``_exact_rotation_rounding``)."""
+    if dtype != "float32" or len(pairs) != 1 or split != 1.0:
+        return False
+    theta = float(np.float32(pairs[0].theta))
+    return theta == pairs[0].theta and exact_angles(theta, last) and theta * last <= EXACT_TABLE_ANGLE
+
+
+def _exact_rotation_rounding(pair: PairSpec, scale: float, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """The rounding of the exact rotation, site by site (float32; x_p = p theta, exact; N > 0 stored as
+    q = (-N, 0), k = (0, 1)). The rotation leaves q_x = -N and k = (-x_j, 1) exact (cos = 1, a power-of-two
+    theta), so three roundings remain, each at most half an ulp of its result:
+
+    - the stored -N: relative, of the whole term: ``hu(N)/N * m_emulated d``;
+    - q_y = fl(-N x_i) (a product): ``hu(N x_i)``, the same for every key of the query;
+    - the dot product: fl(N x_j) (a product, exact when fused) and its sum with q_y, fl(N x_j - q_y), whose
+      result is the bias itself (``hu(N |x_i - x_j|)``; exact by Sterbenz's lemma where x_j >= x_i / 2);
+
+    then the scale: ``hu(|b|) + |b| hu(scale)/scale`` unless it is a power of two. In logits (times the
+    scale). This is the pair's own arithmetic, which ``measure`` reproduces; in a converted model the dot
+    product also sums the head's content dims, whose order is the BLAS kernel's."""
+    n, theta = abs(pair.N), pair.theta
+    stored = float(np.float32(n))  # the q value the checkpoint holds
+    xi, xj = i * theta, j * theta
+    bias = np.abs(pair.N * scale * np.sin(theta * (i - j)))
+    out = bias * abs(stored - n) / n
+    out += scale * (_product_rounding(stored, i, theta) + _product_rounding(stored, j, theta)
+                    + _product_rounding(stored, np.abs(i - j), theta))
+    if not _is_power_of_two(scale):
+        out += half_ulp(bias, "float32") + bias * half_ulp(scale, "float32") / scale
+    return out
+
+
+def _product_rounding(n: float, p: np.ndarray, theta: float) -> np.ndarray:
+    """Half an ulp of the float32 product ``n * (p theta)`` (p integer, theta a power of two), or 0 where it is
+    exact: its significand then needs no more than float32's 24 bits (those of n plus those of p)."""
+    p = np.asarray(p, np.float64)
+    exact = _significant_bits(np.asarray(n)) + _significant_bits(p) <= 24
+    return np.where(exact, 0.0, half_ulp(n * p * theta, "float32"))
+
+
+def _significant_bits(x: np.ndarray) -> np.ndarray:
+    """Bits from the highest to the lowest set bit of each |x| (float64 values; 0 for 0)."""
+    m, _ = np.frexp(np.abs(np.asarray(x, np.float64)))  # m in [0.5, 1): m 2^53 an integer below 2^53
+    ints = (m * 2.0**53).astype(np.int64)
+    lowest = ints & -ints  # the lowest set bit
+    return np.where(ints > 0, 53 - np.log2(np.maximum(lowest, 1)).astype(np.int64), 0)
 
 
 def matter_distance(slope: float, window: int, cutoff: float) -> int:

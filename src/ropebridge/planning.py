@@ -21,7 +21,7 @@ from typing import Any
 
 from . import _checks
 from .emulation import EmulationPlan, plan_emulation, shared_theta
-from .error_model import DTYPES, EXACT_TABLE_ANGLE, PLAN_TOLERANCE
+from .error_model import DTYPES, EXACT_TABLE_ANGLE, plan_tolerance
 from .ladder import DEFAULT_HEAD_DIM_MULTIPLE, check_window, plan_ladder
 
 SINGLE_CUTOFF = 40.0  # single pair: logits below -40 carry no weight (its error model counts d <= 40/m)
@@ -61,7 +61,7 @@ def conversion_plan(
 ) -> EmulationPlan:
     """The plan (module doc). ``source``: anything with ``slopes`` ``(h,)``, ``head_dim`` and ``family``
     (``sources.AlibiSource``, ``convert.families.SourceInfo``). ``tolerance`` defaults to the dtype's
-    ``PLAN_TOLERANCE``; ``emulation`` to ``default_emulation`` unless ``theta``, ``max_phase``, ``pairs`` or
+    ``error_model.plan_tolerance``; ``emulation`` to ``default_emulation`` unless ``theta``, ``max_phase``, ``pairs`` or
     ``split`` ask for the single pair. ``cutoff`` defaults to ``ladder.default_cutoff`` for the ladder and
     ``SINGLE_CUTOFF`` for the single pair; ``advantages`` (calibrated, per head) are added to it for the
     ladder's floors. ``jobs`` and ``progress`` are the ladder's (``ladder.fit_heads``): how, not what."""
@@ -70,7 +70,8 @@ def conversion_plan(
     _checks.choice("dtype", dtype, tuple(DTYPES))
     _checks.choice("target", target, TARGETS)
     cutoff = None if cutoff is None else _checks.positive("cutoff", cutoff)
-    tolerance = PLAN_TOLERANCE[dtype] if tolerance is None else _checks.positive("tolerance", tolerance)
+    tolerance = plan_tolerance(dtype, source.slopes, window) if tolerance is None else _checks.positive(
+        "tolerance", tolerance)
     single_flags = theta is not None or max_phase is not None or pairs != 1 or split is not None
     if emulation is None:
         emulation = "single" if single_flags else default_emulation(dtype, target)

@@ -5,12 +5,13 @@ MPT: eager, the only path they have; Falcon: its default SDPA path, which adds t
 eager path adds it twice), the converted one with its default (SDPA). transformers' Falcon rounds its
 ALiBi bias m*j to bfloat16 even in float32 models (0.1-1 logits at a few hundred tokens), so for Falcon
 the thresholds apply to the same SDPA path with that bias computed exactly (bfloat16-rounded slopes, as
-trained, times j in float32: ``falcon_exact_bias``), and transformers' own numbers are reported beside.
-For models up to ``reference_max_params`` both are also compared with ``reference.reference_logits``, an
-exact float64 ALiBi forward pass, which separates the conversion's error from the source's rounding. In
-bfloat16/float16 with that reference, the threshold applies to the converted model's error from exact ALiBi
-(passing also when no larger than native's own): a native half-precision model rounds its bias m*j and can
-be farther from exact than any threshold.
+trained, times j in float32: ``falcon_exact_bias``), and transformers' own numbers are reported beside
+(likewise MPT's ``alibi_bias_max``: ``NATIVE_DEVIATIONS``). For models up to ``reference_max_params`` both
+are also compared with ``reference.reference_logits``, an exact float64 ALiBi forward pass, which separates
+the conversion's error from the source's rounding; then, in every dtype, the threshold applies to the
+converted model's error from exact ALiBi (passing also when no larger than native's own): a native model
+rounds its bias m*j in its dtype and can be farther from exact than the threshold (float32 included: 1.5e-3
+on the demo model at 8K). Without the reference the threshold applies to the difference from native.
 """
 
 from __future__ import annotations
@@ -366,7 +367,7 @@ def _measure_and_judge(source: SourceModel, request: VerifyRequest, bar) -> Veri
         reference_native_max_err=ref_native, reference_converted_max_err=ref_conv, reference_skipped=skipped,
         error_by_position=diff[0].amax(-1).tolist(),
         thresholds={"max_abs_logit_diff": limit, "greedy_identical": dtype == "float32",
-                    "against": "native" if dtype == "float32" or ref_conv is None else "exact float64 reference"},
+                    "against": "native" if ref_conv is None else "exact float64 reference"},
     )
     report.failures.extend(non_finite(report))
     if report.thresholds["against"] == "native":
@@ -375,8 +376,9 @@ def _measure_and_judge(source: SourceModel, request: VerifyRequest, bar) -> Veri
         if padded > limit:
             report.failures.append(f"left-padded batch: max |logit diff| {padded:.3g} > {limit:g}")
     elif ref_conv > max(limit, ref_native):
-        # half precision: native's own rounding (its bias m*j cast to the dtype) can exceed any threshold, so
-        # the converted model must be within the threshold of exact ALiBi or no farther from it than native
+        # native's own rounding (its bias m*j rounded in the dtype, float32 included: 1.5e-3 on the demo model at
+        # 8K) can exceed the threshold, so the converted model must be within the threshold of exact ALiBi or
+        # no farther from it than native
         report.failures.append(f"converted vs exact ALiBi: max |logit error| {ref_conv:.3g} > "
                                f"max(threshold {limit:g}, native's {ref_native:.3g})")
     if dtype == "float32" and not report.greedy_identical:
