@@ -47,3 +47,26 @@ def test_a_skipped_reference_says_why(tmp_path, capsys):
     assert "vs exact float64 ALiBi  skipped:" in out and "above --reference-max-params 0.001M" in out, out
     report = verify(src, dst, context=64, greedy_tokens=4)
     assert report.reference_skipped is None and report.reference_converted_max_err is not None
+
+
+def test_a_converted_model_that_ignores_left_padding_fails(tmp_path, monkeypatch):
+    # the padded batch must agree within both models' errors from exact: a model that drops the attention mask
+    # puts its padded row's tokens after pad tokens it attends to, and is caught
+    import importlib
+
+    module = importlib.import_module("ropebridge.convert.verify")
+    src = build(tmp_path / "bloom", "bloom-4heads")
+    dst = convert(src, tmp_path / "rope", window=256).destination
+    assert verify(src, dst, context=64, greedy_tokens=4).passed
+    real = module._load
+
+    def load(path, dtype):
+        model = real(path, dtype)
+        if path == dst:
+            forward = model.forward
+            model.forward = lambda input_ids=None, attention_mask=None, **kw: forward(input_ids=input_ids, **kw)
+        return model
+
+    monkeypatch.setattr(module, "_load", load)
+    report = verify(src, dst, context=64, greedy_tokens=4)
+    assert not report.passed and any("left-padded batch" in f for f in report.failures), report.failures
