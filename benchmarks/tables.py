@@ -43,7 +43,22 @@ def window_guide() -> str:
     return "\n".join(out) + "\n"
 
 
-TABLES = {"window-guide": window_guide}
+def verdicts() -> str:
+    """Convert's verdict against verify's for the real-text models (``benchmarks/verdicts.py``)."""
+    out = ["| model | dtype | window | convert | predicted | tolerance | verify: converted | native | verdict |",
+           "|---|---|---:|---|---:|---:|---:|---:|---|"]
+    for r in _rows("verdicts"):
+        if not r["accepted"]:
+            out.append(f"| {r['model']} | {r['dtype']} | {r['window']:,} | refused | | | | | {r['refusal']} |")
+            continue
+        verdict = "PASSED" if r.get("passed") else f"FAILED: {r.get('failures') or r.get('verify_error')}"
+        out.append(f"| {r['model']} | {r['dtype']} | {r['window']:,} | accepted (R = {r['rotary_dim']}) | "
+                   f"{r['predicted']:.3g} | {r['tolerance']:.3g} | {r.get('measured', float('nan')):.3g} | "
+                   f"{r.get('native', float('nan')):.3g} | {verdict} |")
+    return "\n".join(out) + "\n"
+
+
+TABLES = {"window-guide": window_guide, "verdicts": verdicts}
 
 
 def render(text: str) -> str:

@@ -16,7 +16,7 @@ from ropebridge.convert import convert
 from ropebridge.convert.families import SourceModel
 from ropebridge.convert.reference import reference_logits
 from ropebridge.emulation import EmulationPlan
-from ropebridge.error_model import DTYPES, PLAN_TOLERANCE
+from ropebridge.error_model import DTYPES, TOLERANCE
 from ropebridge.rope import apply_rope, cos_sin
 from ropebridge.sources import load_config
 
@@ -152,7 +152,7 @@ def test_the_fit_succeeds_everywhere_with_a_small_residual(window, rotary_dim):
                 eps = 64 * 2.0**-52 * (np.abs(fit.a).sum() + np.abs(fit.b).sum())  # float64 sums of O(amplitude)
                 assert fit.fit_error == pytest.approx(residual, rel=1e-12, abs=eps)
                 if (window, rotary_dim, dtype) != (131072, 16, "float32"):  # 8 pairs over 131072 tokens: 1.4e-3
-                    assert fit.fit_error < PLAN_TOLERANCE[dtype], (dtype, slope, floor, fit.fit_error)
+                    assert fit.fit_error < TOLERANCE[dtype], (dtype, slope, floor, fit.fit_error)
 
 
 def test_the_highs_stall_case_fits():
@@ -160,7 +160,7 @@ def test_the_highs_stall_case_fits():
     thetas = ladder.engine_frequencies(ladder.free_base(window, 32), 32)
     for slope in (0.25, 0.125):
         fit = ladder.fit_head(slope, thetas, window, 42.87385695847819, "float32", stored_scale=1 / math.sqrt(96))
-        assert fit.fit_error < fit.rounding_error and fit.predicted_error < PLAN_TOLERANCE["float32"]
+        assert fit.fit_error < fit.rounding_error and fit.predicted_error < TOLERANCE["float32"]
 
 
 def test_a_failed_solve_is_tried_again_with_the_next_settings(monkeypatch):

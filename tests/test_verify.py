@@ -70,3 +70,19 @@ def test_a_converted_model_that_ignores_left_padding_fails(tmp_path, monkeypatch
     monkeypatch.setattr(module, "_load", load)
     report = verify(src, dst, context=64, greedy_tokens=4)
     assert not report.passed and any("left-padded batch" in f for f in report.failures), report.failures
+
+
+def test_what_convert_accepts_verify_passes_on_real_text(tmp_path):
+    # the case where the plan's bar (2 logits in bfloat16) and verify's (1 logit) disagreed: the real-text MPT
+    # converted for 32K in bfloat16, predicted 1.27 and accepted, measured 1.01 on 2048 tokens of its held-out
+    # text. One tolerance, recorded in the plan, is now verify's threshold too.
+    from ropebridge.demo import data_dir
+
+    src = data_dir("demo-mpt")
+    res = convert(src, tmp_path / "rope", window=32768, dtype="bfloat16")
+    assert res.plan.meets_tolerance and res.plan.tolerance == 2.0
+    report = verify(src, res.destination, context=2048, text=(src / "heldout.txt").read_text()[:30_000],
+                    greedy_tokens=8)
+    assert report.thresholds["max_abs_logit_diff"] == res.plan.tolerance
+    assert report.passed, report.failures
+    assert report.reference_converted_max_err < res.plan.tolerance

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..error_model import DTYPES, FLOAT32_BIAS_HALF_ULPS, PLAN_TOLERANCE
+from ..error_model import DTYPES, FLOAT32_BIAS_HALF_ULPS, TOLERANCE
 from ..ladder import DEFAULT_ADVANTAGE, DEFAULT_HEAD_DIM_MULTIPLE
 from ..planning import DEFAULT_WINDOW, EMULATIONS, FIXED_BASE_ROTARY_DIM, SINGLE_CUTOFF, TARGETS
 
@@ -33,7 +33,7 @@ def add_verbose(p: argparse.ArgumentParser) -> None:
 
 
 def add_planning_options(p: argparse.ArgumentParser) -> None:
-    tol = ", ".join(f"{k} {v:g}" for k, v in PLAN_TOLERANCE.items()) + (
+    tol = ", ".join(f"{k} {v:g}" for k, v in TOLERANCE.items()) + (
         f"; float32 at least {FLOAT32_BIAS_HALF_ULPS} half-ulps of the largest bias m*window")
     p.add_argument("--window", type=int, default=DEFAULT_WINDOW,
                    help=f"longest context to serve, extrapolation included (default {DEFAULT_WINDOW})")

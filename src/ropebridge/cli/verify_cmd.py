@@ -21,7 +21,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="dtype both models run in (default: the one DST was converted for, from its ropebridge.json)")
     p.add_argument("--text", metavar="FILE", help="a text file: compare on its tokens and report perplexities")
     p.add_argument("--greedy-tokens", type=int, default=32, help="tokens of greedy generation (default 32)")
-    p.add_argument("--max-logit-diff", type=float, help="threshold (default 1e-3 float32, 1.0 bf16, 0.25 fp16)")
+    p.add_argument("--max-logit-diff", type=float,
+                   help="threshold in logits (default: the tolerance DST was planned with, from its ropebridge.json: "
+                        "1e-3 float32, 2 bfloat16, 0.25 float16 unless --tolerance was given)")
     p.add_argument("--reference-max-params", type=float, default=50e6,
                    help="run the exact float64 ALiBi reference for sources up to this many parameters (default 5e7; "
                         "it runs on the CPU)")

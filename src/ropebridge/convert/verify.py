@@ -28,7 +28,7 @@ import torch
 
 from .. import _checks, alibi
 from .._progress import progress_bar
-from ..error_model import DEFAULT_MAX_LOGIT_DIFF, DTYPES
+from ..error_model import DTYPES, TOLERANCE
 from ..sources import load_config
 from .families import SourceModel
 from .pipeline import resolve_source, source_fingerprint
@@ -273,8 +273,12 @@ def verify(
     limit = source.info.max_positions
     if limit is not None and context > limit:
         raise ValueError(f"--context {context} is beyond the source's own limit of {limit} positions")
-    request = VerifyRequest(src, dst, context, dtype, text, greedy_tokens, max_logit_diff, reference_max_params,
-                            seed, None if report_dir is None else Path(report_dir))
+    if max_logit_diff is None:  # the tolerance DST was planned with (one bar for plan and verify), in its dtype
+        planned = record["plan"].get("tolerance")
+        max_logit_diff = planned if planned is not None and record.get("dtype") == dtype else TOLERANCE[dtype]
+    request = VerifyRequest(src, dst, context, dtype, text, greedy_tokens,
+                            _checks.positive("max_logit_diff", max_logit_diff), reference_max_params, seed,
+                            None if report_dir is None else Path(report_dir))
     bar = progress_bar(7, "verify", enabled=progress, unit="stage")
     try:
         return _measure_and_judge(source, request, bar)
@@ -353,7 +357,7 @@ def _measure_and_judge(source: SourceModel, request: VerifyRequest, bar) -> Veri
     g_conv = _greedy(converted, prompt, greedy_tokens, pad_id)
     divergence = next((i for i, (x, y) in enumerate(zip(g_native, g_conv)) if x != y), None)
 
-    limit = DEFAULT_MAX_LOGIT_DIFF[dtype] if max_logit_diff is None else _checks.positive("max_logit_diff", max_logit_diff)
+    limit = max_logit_diff
     report = VerifyReport(
         source=str(src), converted=str(dst), family=source.info.family, dtype=dtype, context=n,
         source_attention=SOURCE_ATTENTION[source.info.family],
