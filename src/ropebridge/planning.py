@@ -22,7 +22,7 @@ from typing import Any
 from . import _checks
 from .emulation import EmulationPlan, plan_emulation, shared_theta
 from .error_model import DTYPES, EXACT_TABLE_ANGLE, plan_tolerance
-from .ladder import DEFAULT_HEAD_DIM_MULTIPLE, check_window, plan_ladder
+from .ladder import DEFAULT_HEAD_DIM_MULTIPLE, check_window, engine_frequencies, plan_ladder
 
 SINGLE_CUTOFF = 40.0  # single pair: logits below -40 carry no weight (its error model counts d <= 40/m)
 
@@ -60,9 +60,9 @@ def conversion_plan(
     split: float | str | None = None, jobs: int = 1, progress: bool = False,
 ) -> EmulationPlan:
     """The plan (module doc). ``source``: anything with ``slopes`` ``(h,)``, ``head_dim`` and ``family``
-    (``sources.AlibiSource``, ``convert.families.SourceInfo``). ``tolerance`` defaults to the dtype's
-    ``error_model.plan_tolerance``; ``emulation`` to ``default_emulation`` unless ``theta``, ``max_phase``, ``pairs`` or
-    ``split`` ask for the single pair. ``cutoff`` defaults to ``ladder.default_cutoff`` for the ladder and
+    (``sources.AlibiSource``, ``convert.families.SourceInfo``). ``tolerance`` defaults to
+    ``error_model.plan_tolerance``; ``emulation`` to ``default_emulation`` unless ``theta``, ``max_phase``,
+    ``pairs`` or ``split`` ask for the single pair. ``cutoff`` defaults to ``ladder.default_cutoff`` for the ladder and
     ``SINGLE_CUTOFF`` for the single pair; ``advantages`` (calibrated, per head) are added to it for the
     ladder's floors. ``jobs`` and ``progress`` are the ladder's (``ladder.fit_heads``): how, not what."""
     window = check_window(window)
@@ -98,9 +98,9 @@ def conversion_plan(
     if base is not None:
         if theta is not None or max_phase is not None:
             raise ValueError("give either --rope-base (with --rotary-dim) or --theta/--max-phase, not both")
-        return check_engine_frequencies(
-            plan_emulation(source.slopes, source.head_dim, window, base=base, rope_dim=rotary_dim or FIXED_BASE_ROTARY_DIM,
-                           pairs=pairs, split=split, **common), f"--rope-base {base:g}")
+        plan = plan_emulation(source.slopes, source.head_dim, window, base=base,
+                              rope_dim=rotary_dim or FIXED_BASE_ROTARY_DIM, pairs=pairs, split=split, **common)
+        return check_engine_frequencies(plan, f"--rope-base {base:g}")
     if pairs != 1:
         raise ValueError("--pairs > 1 needs a fixed base (--rope-base), whose frequency set provides the pairs")
     if theta is not None and max_phase is not None:
@@ -132,8 +132,6 @@ def check_engine_frequencies(plan: EmulationPlan, base_from: str) -> EmulationPl
     """``plan``, or ``ValueError`` when a planned pair's theta is not the frequency transformers computes for
     its index (float32 ``1/base^(2r/R)``, ``ladder.engine_frequencies``) to within 2^-20: the engine would
     rotate at another speed than the error model predicted for. ``base_from`` says where the base came from."""
-    from .ladder import engine_frequencies
-
     if plan.base is None:
         return plan
     try:
@@ -196,9 +194,8 @@ def checkpoint_plan(
     """``conversion_plan`` for a checkpoint directory (or its config.json): the dtype defaults to the
     checkpoint's, and ``calibration_text`` measures the ladder's floors through its weights
     (``convert.calibration``). ``plan --model`` and ``convert`` both call this."""
-    from .sources import from_config, load_config
-
     from .convert.families import SourceModel
+    from .sources import from_config, load_config
 
     config = load_config(src_dir)
     source = from_config(config)
