@@ -266,10 +266,12 @@ def predict(
     cutoff: float = 40.0,
     split: float = 1.0,
 ) -> ErrorPrediction:
-    """``max over d <= D of e_sin(d) + e_round(L, L - d)`` for one head (module doc)."""
+    """``max over d <= D of e_sin(d) + e_round(L, L - d)`` for one head (module doc). In the exact-rotation
+    regime there is no sine error: float32's sin(x) is x itself there, so the rotation is linear in d."""
     d = distance_grid(matter_distance(slope, window, cutoff), 513)  # (n,)
     i = np.unique(np.concatenate([np.linspace(0, window, 33).round(), window - np.arange(4)]))[:, None]  # (m, 1)
-    sine = sine_error(slope, pairs, scale, d)  # (n,)
+    linear = _exact_rotation(pairs, dtype, float(window), split)
+    sine = np.zeros_like(d) if linear else sine_error(slope, pairs, scale, d)  # (n,)
     rounding = rounding_bound(pairs, scale, i, i - d[None, :], dtype, split)  # (m, n)
     rounding = np.where(i - d[None, :] >= 0, rounding, 0.0).max(axis=0)  # worst query position per distance
     return ErrorPrediction(float(np.max(sine + rounding)), float(np.max(sine)), float(np.max(rounding)))
