@@ -152,3 +152,23 @@ def test_exact_rotation_prediction_within_4x_of_measurement(heads, head_dim, win
         predicted = predict(m, pairs, scale, window, "float32").total
         measured = measure(m, pairs, scale, window, "float32", queries=64 if window > 8192 else 256)
         assert measured <= predicted <= 4 * measured, (m, predicted, measured)
+
+
+SINGLE_GRID = [(heads, hd, window, dtype) for heads in (4, 112) for hd in (32, 64, 128)
+               for window in (256, 8192, 65536) for dtype in ("bfloat16", "float16")]
+
+
+@pytest.mark.parametrize("heads, head_dim, window, dtype", SINGLE_GRID)
+def test_single_pair_as_planned_within_4x_of_measurement(heads, head_dim, window, dtype):
+    # the single pair in half precision as the planner makes it (the error-optimal theta, N split where the
+    # dtype needs it), the first and the last head: measured <= predicted <= 4 x measured (1.0-2.5x)
+    from ropebridge.planning import conversion_plan
+    from ropebridge.sources import from_heads
+
+    plan = conversion_plan(from_heads(heads, head_dim, "bloom"), window=window, dtype=dtype, emulation="single",
+                           target="starcoder2")
+    for h in (plan.heads[0], plan.heads[-1]):
+        pairs = [PairSpec(h.theta, h.N)]
+        predicted = predict(h.slope, pairs, plan.scale, window, dtype, split=h.split).total
+        measured = measure(h.slope, pairs, plan.scale, window, dtype, split=h.split, queries=64)
+        assert measured <= predicted <= 4 * measured, (h.head, predicted, measured)

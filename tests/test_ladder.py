@@ -275,6 +275,24 @@ def test_error_model_against_measurement(slope, window, dtype):
     assert fit.predicted_error <= 3 * measured, (measured, fit)
 
 
+PLANNED_GRID = [(hd, L, dt) for hd in (32, 64, 128) for L in (256, 8192, 65536) for dt in ("bfloat16", "float16")]
+
+
+@pytest.mark.parametrize("head_dim, window, dtype", PLANNED_GRID)
+def test_error_model_against_measurement_as_planned(head_dim, window, dtype):
+    # as the planner fits them (R = 32, the free base, the default floor) for the largest slope of 112 heads and
+    # the smallest of 4, over head dims 32-128 and windows 256-64K: measured <= predicted <= 3 x measured
+    # (1.3-2.5x measured over heads 4, 32, 112)
+    r = 32
+    thetas = ladder.engine_frequencies(ladder.free_base(window, r), r)
+    scale = 1 / math.sqrt(head_dim + r)
+    floor = ladder.default_cutoff(window, dtype) + ladder.DEFAULT_ADVANTAGE
+    for slope in (float(alibi_slopes(112)[0]), 2**-8):
+        fit = ladder.fit_head(slope, thetas, window, floor, dtype, stored_scale=scale)
+        measured = max(ladder.measure(fit, thetas, window, dtype, scale=scale, queries=64))
+        assert measured <= fit.predicted_error <= 3 * measured, (slope, measured, fit.predicted_error)
+
+
 def test_rounding_does_not_grow_with_the_window_like_the_single_pair():
     # the single pair's rounding is ~ u m position; the ladder's stays ~ u C
     m, scale = 0.5, 1 / math.sqrt(80)
