@@ -172,3 +172,23 @@ def test_single_pair_as_planned_within_4x_of_measurement(heads, head_dim, window
         predicted = predict(h.slope, pairs, plan.scale, window, dtype, split=h.split).total
         measured = measure(h.slope, pairs, plan.scale, window, dtype, split=h.split, queries=64)
         assert measured <= predicted <= 4 * measured, (h.head, predicted, measured)
+
+
+FIXED_GRID = [(heads, hd, window, dtype) for heads in (4, 112) for hd in (32, 64, 128)
+              for window in (256, 8192) for dtype in ("float32", "bfloat16", "float16")]
+
+
+@pytest.mark.parametrize("heads, head_dim, window, dtype", FIXED_GRID)
+def test_fixed_base_as_planned_within_4x_of_measurement(heads, head_dim, window, dtype):
+    # --rope-base 10000 --rotary-dim 64 as the planner makes it (each head's best pair of the fixed set; the
+    # longest-window search left out), the first and the last head: measured <= predicted <= 4 x measured
+    # (1.0-2.4x)
+    from ropebridge.alibi import slopes
+    from ropebridge.emulation import plan_emulation
+
+    plan = plan_emulation(slopes(heads).tolist(), head_dim, window, dtype=dtype, base=10000.0, rope_dim=64,
+                          max_window=False)
+    for h in (plan.heads[0], plan.heads[-1]):
+        predicted = predict(h.slope, h.specs(), plan.scale, window, dtype, split=h.split).total
+        measured = measure(h.slope, h.specs(), plan.scale, window, dtype, split=h.split, queries=64)
+        assert measured <= predicted <= 4 * measured, (h.head, predicted, measured)
