@@ -58,7 +58,22 @@ def verdicts() -> str:
     return "\n".join(out) + "\n"
 
 
-TABLES = {"window-guide": window_guide, "verdicts": verdicts}
+def default_shapes() -> str:
+    """The default float32 conversion of the larger supported shapes, end to end (``default_shapes.py``)."""
+    out = ["| shape (one layer) | convert | predicted | verify: max \\|Δlogit\\| | threshold | against | verdict |",
+           "|---|---|---:|---:|---:|---|---|"]
+    for r in _rows("default_shapes"):
+        if r["convert_exit"] != 0:
+            out.append(f"| {r['shape']} | refused: {r.get('refusal', '')} | | | | | |")
+            continue
+        verdict = "PASSED" if r.get("passed") else f"exit {r.get('verify_exit')}"
+        out.append(f"| {r['shape']} | accepted at {r['window']:,} | {r['predicted']:.3g} | "
+                   f"{r.get('max_abs_logit_diff', float('nan')):.3g} | {r.get('threshold', float('nan')):g} | "
+                   f"{r.get('against', '')} | {verdict} |")
+    return "\n".join(out) + "\n"
+
+
+TABLES = {"window-guide": window_guide, "verdicts": verdicts, "default-shapes": default_shapes}
 
 
 def render(text: str) -> str:

@@ -1,0 +1,76 @@
+"""The default conversion of every supported attention shape, end to end: one layer, a 320-token vocabulary,
+random weights, ``ropebridge convert SRC DST`` with no flags (float32, window 8192), then ``ropebridge verify``.
+
+    python benchmarks/default_shapes.py [--shapes bloom-1b7,mpt-7b,...] [--context 256]
+
+BLOOM-560M's and Falcon-RW-1B's shapes run in the test suite (tests/test_convert.py); this covers the larger
+ones. Prints a table and writes benchmarks/results/default_shapes.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import save, table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+SHAPES = {  # name: (pico family, config overrides): the attention shape and width of the real model, one layer
+    "bloom-1b7": ("bloom-4heads", dict(n_layer=1, hidden_size=2048, n_head=16)),
+    "bloom-7b1": ("bloom-4heads", dict(n_layer=1, hidden_size=4096, n_head=32)),
+    "mpt-7b": ("mpt", dict(n_layers=1, d_model=4096, n_heads=32)),
+    "mpt-30b": ("mpt", dict(n_layers=1, d_model=7168, n_heads=64)),
+    "falcon-rw-7b": ("falcon-rw", dict(num_hidden_layers=1, hidden_size=4544, num_attention_heads=71,
+                                       num_kv_heads=71)),
+}
+
+
+def main() -> int:
+    from pico import build
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", default=",".join(SHAPES))
+    p.add_argument("--context", type=int, default=256)
+    args = p.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        for name in args.shapes.split(","):
+            family, overrides = SHAPES[name]
+            src, dst = Path(work) / name, Path(work) / f"{name}-rope"
+            build(src, family, std=0.02, **overrides)
+            start = time.perf_counter()
+            conv = subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--json"],
+                                  capture_output=True, text=True)
+            row = {"shape": name, "convert_exit": conv.returncode, "convert_seconds": time.perf_counter() - start}
+            if conv.returncode == 0:
+                summary = json.loads(conv.stdout)
+                row.update(window=summary["window"], predicted=summary["worst_predicted_error"])
+                start = time.perf_counter()
+                ver = subprocess.run([sys.executable, "-m", "ropebridge", "verify", str(src), str(dst), "--context",
+                                      str(args.context), "--greedy-tokens", "8", "--json"],
+                                     capture_output=True, text=True)
+                row.update(verify_exit=ver.returncode, verify_seconds=time.perf_counter() - start)
+                if ver.returncode in (0, 1):
+                    report = json.loads(ver.stdout)
+                    row.update(max_abs_logit_diff=report["max_abs_logit_diff"], against=report["thresholds"]["against"],
+                               threshold=report["thresholds"]["max_abs_logit_diff"], passed=report["passed"])
+            else:
+                row["refusal"] = conv.stderr.strip().splitlines()[-1]
+            rows.append(row)
+            print(table(rows[-1:], list(rows[-1])), flush=True)
+            for path in (src, dst):
+                subprocess.run(["rm", "-rf", str(path)])
+    print(table(rows, ["shape", "convert_exit", "window", "predicted", "verify_exit", "max_abs_logit_diff",
+                       "threshold", "against", "passed"]))
+    print(f"wrote {save('default_shapes', {'command': ' '.join(sys.argv), 'rows': rows})}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
