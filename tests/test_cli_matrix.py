@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from pico import build
 from test_cli_convert import tree_hash
 
@@ -35,6 +36,7 @@ def models(tmp_path_factory):
     variant(bloom, root / "qkv3d", tensors={"transformer.h.0.self_attention.query_key_value.weight":
                                             lambda t: t.reshape(12, 32, 128)})
     variant(bloom, root / "ln2d", tensors={"transformer.h.1.input_layernorm.weight": lambda t: t[None]})
+    variant(bloom, root / "int", tensors={"transformer.h.0.mlp.dense_h_to_4h.bias": lambda t: t.to(torch.int32)})
     variant(bloom, root / "offsets", header=lambda h: h["transformer.h.0.mlp.dense_4h_to_h.weight"].update(
         data_offsets=[h["transformer.h.0.mlp.dense_4h_to_h.weight"]["data_offsets"][0] - 4,
                       h["transformer.h.0.mlp.dense_4h_to_h.weight"]["data_offsets"][1] - 4]))
@@ -113,6 +115,7 @@ CASES = [
     ("convert {root}/qkv3d {out}/x", "'transformer.h.0.self_attention.query_key_value.weight' has shape [12, 32, 128]"),
     ("convert {root}/ln2d {out}/x", "'transformer.h.1.input_layernorm.weight' has shape [1, 128], the bloom config implies [128]"),
     ("convert {root}/offsets {out}/x", "overlap"),
+    ("convert {root}/int {out}/x", "'transformer.h.0.mlp.dense_h_to_4h.bias' has dtype int32"),
     ("plan --model {root}/vocab322 --window 64", "implies [322, 128]"),
     ("verify {root}/vocab322 {root}/bloom-rope", "implies [322, 128]"),
     ("verify {root}/bloom {root}/nowhere", "nowhere"),

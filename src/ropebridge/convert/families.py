@@ -167,14 +167,17 @@ class SourceModel:
         return 3 * info.n_heads * info.head_dim
 
     def _check_shapes(self) -> None:
-        """Every tensor's shape against ``expected_shapes`` before any byte is read: a missing tensor or another
-        shape names the tensor, the shape found and the shape expected."""
+        """Every tensor's shape and dtype against ``expected_shapes`` before any byte is read: a missing tensor,
+        an integer dtype or another shape names the tensor, what was found and what was expected."""
         for name, (shape, required) in self.expected_shapes().items():
             if name not in self.reader:
                 if required:
                     raise ValueError(f"tensor {name!r} is missing: the checkpoint does not match its "
                                      f"{self.info.family} config")
                 continue
+            if not self.reader.dtype(name).is_floating_point:
+                raise ValueError(f"tensor {name!r} has dtype {str(self.reader.dtype(name))[6:]}; a weight is "
+                                 "floating point")
             found = tuple(self.reader.shape(name))
             if found != shape:
                 raise ValueError(f"tensor {name!r} has shape {list(found)}, the {self.info.family} config implies "

@@ -121,6 +121,9 @@ class CheckpointReader:
     def shape(self, name: str) -> tuple[int, ...]:
         return self._infos[name].shape if name in self._infos else tuple(self._bin[name].shape)
 
+    def dtype(self, name: str) -> torch.dtype:
+        return self._infos[name].dtype if name in self._infos else self._bin[name].dtype
+
     def largest_file_size(self) -> int:
         files = {i.file for i in self._infos.values()}
         return max((f.stat().st_size for f in files), default=0)
