@@ -209,7 +209,6 @@ def _exact_rotation_rounding(pair: PairSpec, scale: float, i: np.ndarray, j: np.
     product also sums the head's content dims, whose order is the BLAS kernel's."""
     n, theta = abs(pair.N), pair.theta
     stored = float(np.float32(n))  # the q value the checkpoint holds
-    xi, xj = i * theta, j * theta
     bias = np.abs(pair.N * scale * np.sin(theta * (i - j)))
     out = bias * abs(stored - n) / n
     out += scale * (_product_rounding(stored, i, theta) + _product_rounding(stored, j, theta)

@@ -101,8 +101,10 @@ def write_report(report, out: Path, native, converted, ids: torch.Tensor) -> Non
         ]
     lines += ["", *(f"- failure: {f}" for f in r.failures), "",
               "![error by position](error_by_position.png)", "", "![attention by layer](attention_by_layer.png)", ""]
+    if r.transformers_native_deviation is not None:
+        lines.append(f"Native {r.family} runs with its ALiBi bias as the family defines it (transformers' own: "
+                     f"{r.transformers_native_deviation}; its numbers are reported separately).")
     if r.family == "falcon":
-        lines.append("Native Falcon runs transformers' SDPA path with the ALiBi bias computed exactly (transformers "
-                     "rounds it to bfloat16; that row is reported separately). Its eager path, the only one that returns "
-                     "attention maps, adds the bias twice, so its maps are not shown.")
+        lines.append("Falcon's eager path, the only one that returns attention maps, adds the bias twice, so its "
+                     "maps are not shown.")
     (out / "report.md").write_text("\n".join(lines) + "\n")
