@@ -288,11 +288,15 @@ def _directed_rounding(x, basis, slope, floor, shift, w, stored_scale, dtype) ->
     options = np.stack([_stored(x, stored_scale, dtype, False), _stored(x, stored_scale, dtype, True)])  # (2, 2P)
     chosen = options[0].copy()
     f = basis @ chosen - shift  # (L + 1,)
+    error = _worst(f, slope, floor, w)
     for i in np.argsort(-np.abs(x)):
         delta = options[1, i] - chosen[i]
-        if delta and _worst(f + delta * basis[:, i], slope, floor, w) < _worst(f, slope, floor, w):
-            f += delta * basis[:, i]
-            chosen[i] = options[1, i]
+        if not delta:
+            continue
+        other = f + delta * basis[:, i]
+        other_error = _worst(other, slope, floor, w)
+        if other_error < error:
+            f, error, chosen[i] = other, other_error, options[1, i]
     return chosen
 
 

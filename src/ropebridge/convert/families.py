@@ -150,16 +150,16 @@ class SourceModel:
             out["transformer.word_embeddings_layernorm.bias"] = ((d,), False)
         for i in range(info.n_layers):
             n = self._names(i)
-            qkv_rows = self.qkv_rows(i)
             norms = ("ln1",) if info.parallel else ("ln1", "ln2")
             out.update({n[k] + ".weight": ((d,), True) for k in norms})
             out.update({n[k] + ".bias": ((d,), False) for k in norms})
-            for key, (rows, cols) in {"qkv": (qkv_rows, d), "o": (d, hd_all), "up": (f, d), "down": (d, f)}.items():
+            linears = {"qkv": (self.qkv_rows(), d), "o": (d, hd_all), "up": (f, d), "down": (d, f)}
+            for key, (rows, cols) in linears.items():
                 out[n[key] + ".weight"] = ((rows, cols), True)
                 out[n[key] + ".bias"] = ((rows,), False)
         return out
 
-    def qkv_rows(self, i: int) -> int:
+    def qkv_rows(self) -> int:
         """The fused QKV's row count the config implies: 3 h hd, or (h + 2) hd for a multi-query Falcon."""
         info = self.info
         if info.family == "falcon" and self.config.get("multi_query", True):

@@ -279,7 +279,7 @@ def verify(
     request = VerifyRequest(src, dst, context, dtype, text, greedy_tokens,
                             _checks.positive("max_logit_diff", max_logit_diff), reference_max_params, seed,
                             None if report_dir is None else Path(report_dir))
-    bar = progress_bar(7, "verify", enabled=progress, unit="stage")
+    bar = progress_bar(6, "verify", enabled=progress, unit="stage")  # load, 2 forwards, padded, reference, greedy
     try:
         return _measure_and_judge(source, request, bar)
     finally:
