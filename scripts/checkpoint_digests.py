@@ -1,0 +1,122 @@
+"""Digests of converted checkpoints, to prove a refactor leaves every written byte unchanged.
+
+Converts the pico models of every family (``tests/pico.py``, built here with fixed seeds) and the three
+real-text demo models in float32, bfloat16 and float16, plus the other emulations and targets, through the
+CLI exactly as a user runs it, and records the sha256 of every file each conversion writes. In
+``ropebridge.json`` the paths that name this run's temporary directory are blanked first.
+
+    python scripts/checkpoint_digests.py --write benchmarks/results/checkpoint_digests.json   # before
+    python scripts/checkpoint_digests.py --compare benchmarks/results/checkpoint_digests.json # after
+
+``--compare`` prints every case that differs and exits 1 if any does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import io
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+PICO_WINDOW = 512
+DEMO_WINDOW = 8192
+DTYPES = ("float32", "bfloat16", "float16")
+# (name, source, extra CLI flags): every dtype of every model, then the other strategies and targets
+VARIANTS = (
+    ("fixed-base", "pico:bloom-4heads", ["--dtype", "float32", "--rope-base", "10000", "--rotary-dim", "16",
+                                          "--accept-error"]),
+    ("fixed-base-2pairs", "pico:mpt", ["--dtype", "float32", "--rope-base", "10000", "--rotary-dim", "16",
+                                       "--pairs", "2", "--accept-error"]),
+    ("max-phase", "pico:bloom-12heads", ["--dtype", "float32", "--max-phase", "0.1", "--accept-error"]),
+    ("theta-fp16", "pico:bloom-4heads", ["--dtype", "float16", "--emulation", "single"]),
+    ("starcoder2", "pico:bloom-4heads", ["--dtype", "float32", "--target", "starcoder2"]),
+    ("nemotron", "pico:mpt", ["--dtype", "float32", "--target", "nemotron"]),
+    ("nemotron-bf16", "pico:falcon-rw", ["--dtype", "bfloat16", "--target", "nemotron"]),
+    ("ladder-r64", "demo:demo", ["--dtype", "bfloat16", "--rotary-dim", "64", "--floor", "40"]),
+)
+
+
+def _digest(directory: Path) -> dict[str, str]:
+    out = {}
+    for path in sorted(directory.iterdir()):
+        data = path.read_bytes()
+        if path.name == "ropebridge.json":
+            record = json.loads(data)
+            record["source"] = record["plan"]["source"] = "<src>"
+            data = json.dumps(record, sort_keys=True).encode()
+        out[path.name] = hashlib.sha256(data).hexdigest()
+    return out
+
+
+def _source(spec: str, work: Path) -> Path:
+    kind, name = spec.split(":")
+    if kind == "demo":
+        from ropebridge.demo import data_dir
+
+        return data_dir(name)
+    import pico
+
+    directory = work / "src" / name
+    if not directory.exists():
+        pico.build(directory, name)
+    return directory
+
+
+def cases() -> list[tuple[str, str, list[str]]]:
+    import pico
+
+    out = []
+    for family in pico.FAMILIES:
+        for dtype in DTYPES:
+            out.append((f"pico:{family}/{dtype}", f"pico:{family}", ["--dtype", dtype, "--window", str(PICO_WINDOW)]))
+    for model in ("demo", "demo-mpt", "demo-falcon"):
+        for dtype in DTYPES:
+            out.append((f"demo:{model}/{dtype}", f"demo:{model}", ["--dtype", dtype, "--window", str(DEMO_WINDOW)]))
+    for name, spec, flags in VARIANTS:
+        window = PICO_WINDOW if spec.startswith("pico") else DEMO_WINDOW
+        out.append((f"{spec}/{name}", spec, [*flags, "--window", str(window)]))
+    return out
+
+
+def run() -> dict[str, dict[str, str] | str]:
+    from ropebridge.cli import main
+
+    results: dict[str, dict[str, str] | str] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for i, (name, spec, flags) in enumerate(cases()):
+            dst = work / f"out{i}"
+            with contextlib.redirect_stdout(io.StringIO()):
+                code = main(["convert", str(_source(spec, work)), str(dst), *flags, "--json"])
+            results[name] = _digest(dst) if code == 0 else f"exit {code}"
+            print(f"{name:40s} {'ok' if code == 0 else results[name]}", file=sys.stderr)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--write", metavar="FILE.json")
+    group.add_argument("--compare", metavar="FILE.json")
+    args = parser.parse_args()
+    results = run()
+    if args.write:
+        Path(args.write).write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+        return 0
+    before = json.loads(Path(args.compare).read_text())
+    differ = sorted(k for k in before.keys() | results.keys() if before.get(k) != results.get(k))
+    for k in differ:
+        print(f"DIFFERS {k}: before {before.get(k)}, now {results.get(k)}")
+    print(f"{len(results) - len(differ)} of {len(before.keys() | results.keys())} conversions byte-identical")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
