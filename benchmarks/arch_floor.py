@@ -35,7 +35,7 @@ EXACT_ALIBI = """
 import json
 from transformers import AttentionInterface
 plan = json.load(open(sys.argv[1] + "/ropebridge.json"))["plan"]
-R = plan["rope_dim"]
+R = plan["rotary_dim"]
 slopes = torch.tensor([h["slope"] for h in plan["heads"]], dtype=torch.float64)[:, None, None]  # (h, 1, 1)
 
 def exact_alibi(module, q, k, v, mask, scaling, dropout=0.0, **kwargs):  # q, k, v: (b, h, s, hd')
@@ -85,9 +85,8 @@ def floor_cases(cache: Path, names: list[str], dtypes: list[str], contexts: list
     """Yield a ``FloorCase`` per real-text model, context and dtype, its WORK directory alive until the next.
     Each model is converted per dtype as ``fidelity.py`` converts (planned for WINDOW, calibrated on the
     model's calibration text), to ``arch-floor-{name}-{dtype}-{window}`` in CACHE."""
-    from ropebridge.convert.families import SourceModel
+    from ropebridge.checkpoint.model import SourceModel
     from ropebridge.convert.reference import reference_hidden
-    from ropebridge.sources import load_config
 
     if any(n not in TEXT_MODELS for n in names):
         raise SystemExit(f"real-text models only: {', '.join(TEXT_MODELS)}")
@@ -97,7 +96,7 @@ def floor_cases(cache: Path, names: list[str], dtypes: list[str], contexts: list
         dst = {dtype: cache / f"arch-floor-{name}-{dtype}-{window}" for dtype in dtypes}
         for dtype, path in dst.items():
             convert_for(src, path, dtype, window, text)
-        model = SourceModel(src, load_config(src))
+        model = SourceModel(src)
         for c in contexts:
             ids = tokens(name, src, c)
             ref = reference_hidden(model, ids)

@@ -25,7 +25,7 @@ import torch
 from _common import save, table
 from convert_560m import IO_FLOOR, child_peak_rss_mb
 
-from ropebridge.convert.tensor_io import ShardWriter
+from ropebridge.checkpoint.tensor_io import ShardWriter
 
 GIB = 2**30
 
@@ -123,7 +123,7 @@ def main() -> int:
     itemsize = 2 if args.dtype in ("bfloat16", "float16") else 4
     assert full_model_bytes(record, args.layers, args.vocab, itemsize) == out_bytes  # the extrapolation's own check
     largest_out = max(f.stat().st_size for f in (work / "rope").glob("*.safetensors"))
-    from ropebridge.convert.tensor_io import CheckpointReader
+    from ropebridge.checkpoint.tensor_io import CheckpointReader
 
     reader = CheckpointReader(work / "rope")
     largest_tensor = max(itemsize * torch.Size(reader.shape(n)).numel() for n in reader.names())

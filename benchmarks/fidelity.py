@@ -195,9 +195,8 @@ def main() -> int:
         models = set(args.models.split(",")) if args.models else None
         print(markdown([r for r in rows if r["context"] in contexts and (models is None or r["model"] in models)]))
         return 0
-    from ropebridge.convert.families import SourceModel
+    from ropebridge.checkpoint.model import SourceModel
     from ropebridge.convert.reference import reference_hidden
-    from ropebridge.sources import load_config
 
     names = (args.models or ("demo,mpt,falcon" if args.quick else
                              "demo,demo-mpt,demo-falcon,mpt,falcon,bloom560m")).split(",")
@@ -207,7 +206,7 @@ def main() -> int:
     rows = []
     for name, src in sources.items():
         contexts = [int(c) for c in (args.contexts or ("512,2048" if args.quick else DEFAULT_CONTEXTS[name])).split(",")]
-        model = SourceModel(src, load_config(src))
+        model = SourceModel(src)
         dtypes = args.dtypes.split(",")
         text = None
         if name in TEXT_MODELS:  # the ladder's floors measured on text the evaluation does not read (up to 8K)

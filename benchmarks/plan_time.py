@@ -40,7 +40,7 @@ def run(heads: int, window: int, jobs: int, dtype: str) -> dict:
     if out.returncode == 0:
         plan = json.loads(out.stdout)
         worst = max(h["predicted_error"] for h in plan["heads"])
-        row.update(rotary_dim=plan["rope_dim"], worst_predicted=worst, meets=worst <= plan["tolerance"])
+        row.update(rotary_dim=plan["rotary_dim"], worst_predicted=worst, meets=worst <= plan["tolerance"])
     else:
         row["error"] = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ""
     # ru_maxrss of the children is the largest of any child so far (kB), not this one's alone

@@ -38,7 +38,7 @@ import json, os
 import transformers.models.gpt_neox.modeling_gpt_neox as neox
 from transformers import AttentionInterface
 plan = json.load(open(path + "/ropebridge.json"))["plan"]
-R = plan["rope_dim"]
+R = plan["rotary_dim"]
 BITS = {"bfloat16": 8, "float16": 11}[dtype]  # significand bits: the ulp of x in [2^(e-1), 2^e) is 2^(e-BITS)
 STEP = float(os.environ["LADDER_STEP"])
 thetas = torch.tensor([p["theta"] for p in plan["heads"][0]["pairs"]], dtype=torch.float64)  # (R/2,)
@@ -72,15 +72,20 @@ ROUNDED_CHILD = child_with(ROUNDED_LADDER, "float64_attention")
 def amplitudes_by_width(plan: dict, widths: list[int]) -> dict:
     """The planner's ladder for each rotary width R with PLAN's slopes and floors: the worst head's root sum
     of squares of the amplitudes (logits) and its ratio to R = 32's."""
-    from ropebridge.ladder import plan_ladder
+    from ropebridge.checkpoint.config import AlibiSource
+    from ropebridge.emulation import PlanRequest
+    from ropebridge.emulation import plan as make_plan
 
-    slopes, floors = [h["slope"] for h in plan["heads"]], [h["floor"] for h in plan["heads"]]
+    slopes = tuple(h["slope"] for h in plan["heads"])
+    floors = tuple((h.get("ladder") or h)["floor"] for h in plan["heads"])  # (0.1 records kept it on the head)
+    source = AlibiSource("bloom", len(slopes), plan["head_dim"], 8.0, slopes)
     scale = 1 / math.sqrt(plan["head_dim"])  # N, M are stated for the source's 1/sqrt(hd)
     out = {}
     for r in widths:
-        p = plan_ladder(slopes, plan["head_dim"], plan["window"], dtype=plan["dtype"], rotary_dim=r, floors=floors)
+        p = make_plan(source, PlanRequest(window=plan["window"], dtype=plan["dtype"], emulation="ladder", rotary_dim=r,
+                                          floor=floors))
         rss = [math.sqrt(sum((t.N**2 + t.M**2) * scale**2 for t in h.pairs)) for h in p.heads]
-        out[r] = {"rss_worst_head": max(rss), "fit_error_worst_head": max(h.sine_error for h in p.heads)}
+        out[r] = {"rss_worst_head": max(rss), "fit_error_worst_head": max(h.approximation_error for h in p.heads)}
     ref = out.get(32, out[widths[0]])["rss_worst_head"]
     for r in widths:
         out[r]["rss_over_r32"] = out[r]["rss_worst_head"] / ref

@@ -36,7 +36,7 @@ def run(src: Path, dtype: str, window: int, context: int, work: Path) -> dict:
         return {**row, "accepted": False, "refusal": conv.stderr.strip().splitlines()[-1]}
     plan = json.loads((dst / "ropebridge.json").read_text())["plan"]
     row.update(accepted=True, predicted=plan["worst_predicted_error"], tolerance=plan["tolerance"],
-               rotary_dim=plan["rope_dim"])
+               rotary_dim=plan["rotary_dim"])
     start = time.perf_counter()
     ver = subprocess.run([sys.executable, "-m", "ropebridge", "verify", str(src), str(dst), "--context",
                           str(context), "--text", str(text), "--greedy-tokens", "8", "--json"],

@@ -3,7 +3,9 @@
 Converts the pico models of every family (``tests/pico.py``, built here with fixed seeds) and the three
 real-text demo models in float32, bfloat16 and float16, plus the other emulations and targets, through the
 CLI exactly as a user runs it, and records the sha256 of every file each conversion writes. In
-``ropebridge.json`` the paths that name this run's temporary directory are blanked first.
+``ropebridge.json`` the paths that name this run's temporary directory are blanked first, and the plan record is
+read in the current schema (``_plan_record``: ropebridge 0.1 named some of its fields otherwise), so every number
+in it is compared.
 
     python scripts/checkpoint_digests.py --write benchmarks/results/checkpoint_digests.json   # before
     python scripts/checkpoint_digests.py --compare benchmarks/results/checkpoint_digests.json # after
@@ -43,12 +45,27 @@ VARIANTS = (
 )
 
 
+def _plan_record(plan: dict) -> dict:
+    """The plan record in the current schema: 0.1's ``rope_dim``, ``sine_error``, per-head ``phase`` (now derived)
+    and per-head floor/exact_distance/shift (now the head's ``ladder`` part) read as today's fields."""
+    plan = {("rotary_dim" if k == "rope_dim" else k): v for k, v in plan.items()}
+    heads = []
+    for row in plan["heads"]:
+        row = {("approximation_error" if k == "sine_error" else k): v for k, v in row.items() if k != "phase"}
+        if "ladder" not in row:
+            part = {k: row.pop(k) for k in ("floor", "exact_distance", "shift")}
+            row["ladder"] = part if part["floor"] is not None else None
+        heads.append(row)
+    return {**plan, "heads": heads}
+
+
 def _digest(directory: Path) -> dict[str, str]:
     out = {}
     for path in sorted(directory.iterdir()):
         data = path.read_bytes()
         if path.name == "ropebridge.json":
             record = json.loads(data)
+            record["plan"] = _plan_record(record["plan"])
             record["source"] = record["plan"]["source"] = "<src>"
             data = json.dumps(record, sort_keys=True).encode()
         out[path.name] = hashlib.sha256(data).hexdigest()
@@ -113,7 +130,10 @@ def main() -> int:
     before = json.loads(Path(args.compare).read_text())
     differ = sorted(k for k in before.keys() | results.keys() if before.get(k) != results.get(k))
     for k in differ:
-        print(f"DIFFERS {k}: before {before.get(k)}, now {results.get(k)}")
+        old, new = before.get(k), results.get(k)
+        files = sorted(f for f in set(old) | set(new) if old.get(f) != new.get(f)) if isinstance(old, dict) and \
+            isinstance(new, dict) else [f"{old} -> {new}"]
+        print(f"DIFFERS {k}: {', '.join(files)}")
     print(f"{len(results) - len(differ)} of {len(before.keys() | results.keys())} conversions byte-identical")
     return 1 if differ else 0
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ropebridge.ladder import rotary_dim_for
+from ropebridge.emulation.ladder import rotary_dim_for
 from ropebridge.serving import Geometry
 
 BLOOM_176B = {"model_type": "bloom", "n_layer": 70, "hidden_size": 14336, "n_head": 112, "vocab_size": 250880}

@@ -35,3 +35,11 @@ def demo_report_lines(demo_run):
     from ropebridge.cli.demo_cmd import format_report
 
     return format_report(demo_run[0])
+
+
+@pytest.fixture(scope="session")
+def bloom(tmp_path_factory):
+    """A pico BLOOM of 4 heads (``pico.build``), shared by the tests that only read it."""
+    from pico import build
+
+    return build(tmp_path_factory.mktemp("bloom4") / "bloom", "bloom-4heads")

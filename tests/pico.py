@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import torch
@@ -44,3 +45,12 @@ def build(directory: Path, family: str, *, seed: int = 0, safe_serialization: bo
         torch.save({k: v.contiguous() for k, v in model.state_dict().items()}, Path(directory) / "pytorch_model.bin")
         (Path(directory) / "model.safetensors").unlink()
     return Path(directory)
+
+
+def tree_hash(directory: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(directory.rglob("*")):
+        h.update(str(p.relative_to(directory)).encode())
+        if p.is_file():
+            h.update(p.read_bytes())
+    return h.hexdigest()

@@ -79,7 +79,7 @@ def test_every_real_text_model_ships_and_is_the_family_it_claims(name, family):
     import sys
     from pathlib import Path
 
-    from ropebridge.sources import from_config
+    from ropebridge.checkpoint.config import from_config
 
     directory = data_dir(name)
     record = json.loads((directory / "training.json").read_text())

@@ -1,42 +1,23 @@
-"""planning: plans the engine can carry (its float32 frequencies), windows it can address, one plan for
-plan and convert."""
-
-import dataclasses
+"""planning: one plan for plan and convert, windows the engine can address, the default float32 plan of every
+supported shape, and the tolerance."""
 
 import pytest
 
-from ropebridge import ladder
-from ropebridge.planning import check_engine_frequencies, conversion_plan
-from ropebridge.sources import from_heads
-
-
-def test_a_plan_whose_theta_the_engine_would_not_compute_is_refused():
-    plan = conversion_plan(from_heads(4, 64, "bloom"), window=256, dtype="float32", base=10000.0, rotary_dim=16)
-    assert check_engine_frequencies(plan, "--rope-base 10000") is plan  # the engine's own frequencies
-    head = plan.heads[0]
-    pair = dataclasses.replace(head.pairs[0], theta=head.pairs[0].theta * (1 + 1e-5))
-    doctored = dataclasses.replace(plan, heads=(dataclasses.replace(head, pairs=(pair,)), *plan.heads[1:]))
-    with pytest.raises(ValueError, match="would not carry this plan"):
-        check_engine_frequencies(doctored, "--rope-base 10000")
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_a_base_beyond_float32_is_refused_not_predicted(dtype):
-    # 1e300 ** (2r/R) overflows float32: transformers' inv_freq is 0 from pair 1 on, whatever float64 says
-    with pytest.raises(ValueError, match="--rope-base 1e\\+300"):
-        conversion_plan(from_heads(4, 64, "bloom"), window=2048, dtype=dtype, base=1e300, rotary_dim=32)
+from ropebridge.checkpoint.config import from_heads
+from ropebridge.emulation import PlanRequest, ladder
+from ropebridge.emulation.error_model import half_ulp, plan_tolerance
+from ropebridge.emulation.request import DEFAULT_WINDOW
+from ropebridge.planning import plan_checkpoint, plan_source, what_would_fit
 
 
 def test_a_one_token_window_plans():
-    plan = conversion_plan(from_heads(4, 64, "bloom"), window=1, dtype="bfloat16")
+    plan = plan_source(from_heads(4, 64), PlanRequest(window=1, dtype="bfloat16"))
     assert plan.mode == "ladder" and plan.meets_tolerance
-    assert plan.base == ladder.free_base(2, plan.rope_dim)
+    assert plan.base == ladder.free_base(2, plan.rotary_dim)
 
 
-def test_windows_beyond_float32_positions_are_refused():
-    with pytest.raises(ValueError, match="2\\^24"):
-        conversion_plan(from_heads(4, 64, "bloom"), window=2**24 + 1)
-    assert conversion_plan(from_heads(4, 64, "bloom"), window=2**24).window == 2**24  # float32 exact rotation
+def test_the_largest_window_plans_in_float32():
+    assert plan_source(from_heads(4, 64), PlanRequest(window=2**24)).window == 2**24  # exact rotation
 
 
 SHAPES = {  # attention shapes of the supported checkpoints: family, heads, head dim
@@ -48,21 +29,36 @@ SHAPES = {  # attention shapes of the supported checkpoints: family, heads, head
 
 @pytest.mark.parametrize("name", SHAPES)
 def test_the_default_float32_plan_of_every_supported_shape_is_accepted(name):
-    from ropebridge.planning import DEFAULT_WINDOW
-
     family, heads, head_dim = SHAPES[name]
-    plan = conversion_plan(from_heads(heads, head_dim, family), dtype="float32")
+    plan = plan_source(from_heads(heads, head_dim, family), PlanRequest(dtype="float32"))
     assert plan.window == DEFAULT_WINDOW and plan.mode == "exact-rotation"
     assert plan.meets_tolerance, (name, plan.worst_head.predicted_error)
 
 
 def test_the_float32_tolerance_is_1e3_or_what_float32_resolves_of_the_bias():
-    from ropebridge.error_model import half_ulp, plan_tolerance
-
     slopes = [0.5, 0.25]
     assert plan_tolerance("float32", slopes, 2048) == 1e-3  # 4 half-ulps of 1024: 2.4e-4
     assert plan_tolerance("float32", slopes, 65536) == 4 * half_ulp(0.5 * 65536, "float32") == 2.0**-7
     assert plan_tolerance("bfloat16", slopes, 65536) == 2.0  # half precision: fixed
-    plan = conversion_plan(from_heads(6, 32, "bloom"), window=32768, dtype="float32")
+    plan = plan_source(from_heads(6, 32), PlanRequest(window=32768, dtype="float32"))
     assert plan.tolerance == 4 * half_ulp(0.5 * 32768, "float32") and plan.meets_tolerance
-    assert conversion_plan(from_heads(6, 32, "bloom"), window=32768, tolerance=1e-3).meets_tolerance is False
+    assert plan_source(from_heads(6, 32), PlanRequest(window=32768, tolerance=1e-3)).meets_tolerance is False
+
+
+def test_a_checkpoint_is_planned_in_its_own_dtype_from_one_read_of_its_config(bloom, monkeypatch):
+    import ropebridge.checkpoint.config as config
+
+    reads = []
+    original = config.load_config
+    monkeypatch.setattr(config, "load_config", lambda p: reads.append(p) or original(p))
+    monkeypatch.setattr("ropebridge.planning.load_config", config.load_config)
+    plan, model = plan_checkpoint(bloom, PlanRequest(window=256))
+    assert len(reads) == 1 and plan.dtype == "float32" and model.info.n_heads == 4
+    assert plan.source == str(bloom)
+
+
+def test_what_would_fit_names_a_window_or_a_rotary_dim():
+    fixed = plan_source(from_heads(4, 64), PlanRequest(window=4096, rope_base=1e4, rotary_dim=16))
+    assert not fixed.meets_tolerance and f"--window {fixed.max_window} fits" in what_would_fit(fixed)
+    small = plan_source(from_heads(4, 64), PlanRequest(window=8192, dtype="float16", rotary_dim=4))
+    assert not small.meets_tolerance and "--rotary-dim 16 fits" in what_would_fit(small)

@@ -8,8 +8,9 @@ import pytest
 import transformers as T
 from pico import build
 
+from ropebridge.checkpoint.tensor_io import CheckpointReader
 from ropebridge.convert import convert
-from ropebridge.convert.tensor_io import CheckpointReader
+from ropebridge.emulation import PlanRequest
 from ropebridge.serving import Geometry, checkpoint_tp_problems
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +36,7 @@ def test_bloom_176b_has_its_published_parameter_count():
 def converted_112(tmp_path_factory):
     root = tmp_path_factory.mktemp("serving")
     src = build(root / "src", "bloom-4heads", n_head=112, hidden_size=112 * 8, n_layer=1)
-    res = convert(src, root / "dst", window=128, dtype="float32")
+    res = convert(src, root / "dst", PlanRequest(window=128, dtype="float32"))
     return src, res.destination
 
 
@@ -55,7 +56,7 @@ def test_converted_checkpoint_splits_evenly(converted_112, tmp_path):
     for tp in (1, 2, 4, 8):
         assert checkpoint_tp_problems(dst, tp) == [], tp
     assert any("112 heads" in p for p in checkpoint_tp_problems(dst, 3))
-    other = convert(build(tmp_path / "src", "bloom-12heads", n_layer=1), tmp_path / "dst", window=128, dtype="float32")
+    other = convert(build(tmp_path / "src", "bloom-12heads", n_layer=1), tmp_path / "dst", PlanRequest(window=128, dtype="float32"))
     assert any("12 heads" in p for p in checkpoint_tp_problems(other.destination, 8))
 
 

@@ -73,11 +73,11 @@ LLAMA_SETTINGS = {  # name: (settings, rope base set in the GGUF metadata)
     "-fa on (f16 K/V cache)": ({"flash_attn": True, "type_k": "f16", "type_v": "f16"}, True),
     "-fa off -ctk f32, base not set (converter's 10000)": (RECOMMENDED_LLAMA, False),
 }
-FIXED_BASE = {"base": 10000.0, "rotary_dim": 32, "pairs": 3}
+FIXED_BASE = {"rope_base": 10000.0, "rotary_dim": 32, "pairs": 3}
 FIXED_BASE_LABEL = "converted with --rope-base 10000 --rotary-dim 32 --pairs 3, engine converter as is"
 # Half precision: the frequency ladder on the base engines' converters assume (nothing set in the GGUF), the
 # engine's default settings, native BLOOM in the same GGUF type and settings beside it.
-LADDER = {"dtype": "float16", "emulation": "ladder", "base": 10000.0, "rotary_dim": 32}
+LADDER = {"dtype": "float16", "emulation": "ladder", "rope_base": 10000.0, "rotary_dim": 32}
 CALIBRATED = ("demo",)  # models whose ladder floors are measured (ladder_floors); the rest are uncalibrated
 LADDER_LABEL = "ladder (--dtype float16 --rope-base 10000 --rotary-dim 32), engine converter as is"
 LADDER32 = {**LADDER, "dtype": "float32"}  # for an f32 K cache: q and k never rounded to 16 bits
@@ -193,11 +193,10 @@ def reference(native: Path, seq: list[int], prompts: list[list[int]], greedy_tok
 @torch.no_grad()
 def exact_reference(native: Path, seq: list[int], path: Path, block: int = 256) -> None:
     """Logits of ropebridge's exact float64 ALiBi forward pass (blockwise attention), (s, V) float64 .npy."""
-    from ropebridge.convert.families import SourceModel
+    from ropebridge.checkpoint.model import SourceModel
     from ropebridge.convert.reference import reference_hidden
-    from ropebridge.sources import load_config
 
-    model = SourceModel(native, load_config(native))
+    model = SourceModel(native)
     hidden = reference_hidden(model, torch.tensor(seq))  # (s, D) float64
     head = model.head_rows(0, model.info.vocab_size)  # (V, D) float64
     out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64, shape=(len(seq), head.shape[0]))
@@ -212,10 +211,12 @@ def ladder_floors(name: str, window: int, ladder: dict) -> list[float] | None:
     if name not in CALIBRATED:
         return None
     from ropebridge.demo import data_dir
-    from ropebridge.planning import checkpoint_plan
+    from ropebridge.emulation import PlanRequest
+    from ropebridge.planning import plan_checkpoint
 
-    plan = checkpoint_plan(data_dir(), window=window, calibration_text=calibration_text(data_dir()), **ladder)
-    return [h.floor for h in plan.heads]
+    request = PlanRequest(window=window, calibration_text=calibration_text(data_dir()), **ladder)
+    plan, _ = plan_checkpoint(data_dir(), request)
+    return [h.ladder.floor for h in plan.heads]
 
 
 def convert_rope(native: Path, work: Path, window: int, floors: dict[str, list[float] | None]) -> dict[str, Path]:
@@ -223,12 +224,13 @@ def convert_rope(native: Path, work: Path, window: int, floors: dict[str, list[f
     dropping the base run as they are (FIXED_BASE: rotary dims and pairs per head), and the ladders named in
     FLOORS (keys of LADDERS, each with its floors per head, or uncalibrated where None)."""
     from ropebridge.convert import convert
+    from ropebridge.emulation import PlanRequest
 
     plans = {"converted": {"dtype": "float32"}, "converted-base10000": {"dtype": "float32", **FIXED_BASE},
              **{key: {**LADDERS[key], "floor": f} for key, f in floors.items()}}
     out = {key: work / key for key in plans}
     for key, extra in plans.items():  # afresh every run: the plan changes with the code (engine files follow)
-        convert(native, out[key], window=window, force=True, progress=False, **extra)
+        convert(native, out[key], PlanRequest(window=window, **extra), force=True)
     return out
 
 

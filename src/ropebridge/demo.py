@@ -146,6 +146,7 @@ def _run(model_dir, out, record, train_context, eval_context, greedy_tokens, ste
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from .convert import convert
+    from .emulation import PlanRequest
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     ids = torch.tensor(tokenizer((model_dir / "heldout.txt").read_text())["input_ids"])
@@ -155,7 +156,8 @@ def _run(model_dir, out, record, train_context, eval_context, greedy_tokens, ste
     try:
         target = (out / "converted") if out is not None else work / "converted"
         t = time.perf_counter()
-        result = convert(model_dir, target, window=max(eval_context, train_context), dtype="float32", force=True)
+        result = convert(model_dir, target, PlanRequest(window=max(eval_context, train_context), dtype="float32"),
+                         force=True)
         convert_seconds = time.perf_counter() - t
         converted = _load(target)
         step("convert")

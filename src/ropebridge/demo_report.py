@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from .emulation import EmulationPlan
-from .error_model import distance_grid, emulated_bias
+from .emulation.error_model import distance_grid, emulated_bias
 
 
 def heads_figure(plan: EmulationPlan):

@@ -80,10 +80,15 @@ def _dim(head_dim: int, params: Params) -> int:
     return rotary_dim(head_dim, params.get("partial_rotary_factor", 1.0))
 
 
-def _geometric(base: float, dim: int, exponent_dim: int | None = None) -> torch.Tensor:
-    """``base^(-2i/exponent_dim)`` for ``i = 0 .. dim/2 - 1``, float64, shape ``(dim/2,)``."""
+def geometric(base: float, dim: int, exponent_dim: int | None = None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """``theta_i = 1 / base^(2i/exponent_dim)`` for ``i = 0 .. dim/2 - 1``, shape ``(dim/2,)``, computed in ``dtype``:
+    float64 for exact references, float32 as transformers computes them (``inv_freq``; Su et al. 2021, eq. 15).
+    The one source of RoPE's frequency set in ropebridge."""
+    base = _checks.number("base", base)
+    if base <= 1:
+        raise ValueError(f"base must be > 1, got {base!r}")
     exponent_dim = dim if exponent_dim is None else exponent_dim
-    i = torch.arange(0, dim, 2, dtype=torch.float64)
+    i = torch.arange(0, dim, 2, dtype=torch.int64).to(dtype)
     return 1.0 / (base ** (i / exponent_dim))
 
 
@@ -97,13 +102,13 @@ def _int_key(params: Params, key: str, what: str) -> int:
 
 def _default(head_dim: int, params: Params, seq_len: int | None) -> tuple[torch.Tensor, float]:
     """theta_i = base^(-2i/r). RoFormer (Su et al. 2021) §3.2.2, eq. 15."""
-    return _geometric(_base(params), _dim(head_dim, params)), 1.0
+    return geometric(_base(params), _dim(head_dim, params)), 1.0
 
 
 def _linear(head_dim: int, params: Params, seq_len: int | None) -> tuple[torch.Tensor, float]:
     """Position interpolation: positions m -> m/s, i.e. theta_i / s. Chen et al. 2023, §2.3, eq. 4."""
     factor = _factor(params, "rope_type 'linear'")
-    return _geometric(_base(params), _dim(head_dim, params)) / factor, 1.0
+    return geometric(_base(params), _dim(head_dim, params)) / factor, 1.0
 
 
 def ntk_base(base: float, factor: float, dim: int) -> float:
@@ -121,7 +126,7 @@ def _ntk(head_dim: int, params: Params, seq_len: int | None) -> tuple[torch.Tens
     """Static NTK-aware scaling: default frequencies at base' = base * s^(r/(r-2))."""
     dim = _dim(head_dim, params)
     factor = _factor(params, "rope_type 'ntk'")
-    return _geometric(ntk_base(_base(params), factor, dim), dim), 1.0
+    return geometric(ntk_base(_base(params), factor, dim), dim), 1.0
 
 
 def _dynamic(head_dim: int, params: Params, seq_len: int | None) -> tuple[torch.Tensor, float]:
@@ -134,7 +139,7 @@ def _dynamic(head_dim: int, params: Params, seq_len: int | None) -> tuple[torch.
     max_pos = _int_key(params, "max_position_embeddings", "rope_type 'dynamic'")
     length = max_pos if seq_len is None else max(seq_len, max_pos)
     base = _base(params) * ((factor * length / max_pos) - (factor - 1)) ** (dim / (dim - 2))
-    return _geometric(base, dim), 1.0
+    return geometric(base, dim), 1.0
 
 
 def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
@@ -195,7 +200,7 @@ def _yarn(head_dim: int, params: Params, seq_len: int | None) -> tuple[torch.Ten
             attention_factor = yarn_mscale(factor)
     attention_factor = _checks.positive("attention_factor", attention_factor)
 
-    extrapolated = _geometric(base, dim)
+    extrapolated = geometric(base, dim)
     interpolated = extrapolated / factor
     low, high = yarn_correction_range(dim, base, original, beta_fast, beta_slow, truncate)
     if low == high:
@@ -232,7 +237,7 @@ def _longrope(head_dim: int, params: Params, seq_len: int | None) -> tuple[torch
         attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
     attention_factor = _checks.positive("attention_factor", attention_factor)
     ext = torch.tensor(factors[key], dtype=torch.float64)
-    return _geometric(base, dim) / ext, float(attention_factor)
+    return geometric(base, dim) / ext, float(attention_factor)
 
 
 def _llama3(head_dim: int, params: Params, seq_len: int | None) -> tuple[torch.Tensor, float]:
@@ -242,7 +247,7 @@ def _llama3(head_dim: int, params: Params, seq_len: int | None) -> tuple[torch.T
     (1 - a) theta/s + a theta with a = (L/lambda - low)/(high - low).
     """
     what = "rope_type 'llama3'"
-    inv = _geometric(_base(params), _dim(head_dim, params))
+    inv = geometric(_base(params), _dim(head_dim, params))
     factor = _factor(params, what)
     low = _checks.positive("low_freq_factor", _checks.require(params, "low_freq_factor", what))
     high = _checks.positive("high_freq_factor", _checks.require(params, "high_freq_factor", what))
@@ -269,7 +274,7 @@ def _proportional(head_dim: int, params: Params, seq_len: int | None) -> tuple[t
         raise ValueError(f"partial_rotary_factor must be in [0, 1], got {prf!r}")
     factor = _checks.positive("factor", params.get("factor", 1.0))
     angles = int(prf * head_dim // 2)
-    rotated = _geometric(base, 2 * angles, exponent_dim=head_dim)
+    rotated = geometric(base, 2 * angles, exponent_dim=head_dim)
     still = torch.zeros(head_dim // 2 - angles, dtype=torch.float64)
     return torch.cat([rotated, still]) / factor, 1.0
 

@@ -41,7 +41,7 @@ def emulation_figure(plan, heads: list[int] | None = None) -> Figure:
     against distance on a log scale (right: sine approximation, rounding bound at the last position, total)."""
     import numpy as np
 
-    from .error_model import distance_grid, emulated_bias, matter_distance, rounding_bound, sine_error
+    from .emulation.error_model import distance_grid, emulated_bias, matter_distance, rounding_bound, sine_error
 
     if heads is None:
         order = sorted(range(len(plan.heads)), key=lambda h: -plan.heads[h].slope)
@@ -80,7 +80,7 @@ def ladder_figure(plan, heads: list[int] | None = None) -> Figure:
     rounding (right); s the fit's softmax-invariant shift, taken off the bias on the left."""
     import numpy as np
 
-    from .ladder import ladder_bias
+    from .emulation.ladder_fit import ladder_bias
 
     if heads is None:
         order = sorted(range(len(plan.heads)), key=lambda h: -plan.heads[h].slope)
@@ -93,15 +93,15 @@ def ladder_figure(plan, heads: list[int] | None = None) -> Figure:
         thetas = [p.theta for p in hp.pairs]
         a = [-p.N * plan.scale for p in hp.pairs]
         b = [p.M * plan.scale for p in hp.pairs]
-        f = ladder_bias(a, b, thetas, d) - hp.shift  # its softmax-invariant shift taken off
+        f = ladder_bias(a, b, thetas, d) - hp.ladder.shift  # its softmax-invariant shift taken off
         (line,) = left.semilogx(d, -hp.slope * d, lw=1, label=f"head {h} ALiBi (m={hp.slope:.3g})")
         left.semilogx(d, f, "--", color=line.get_color(), lw=1.5, label=f"head {h} ladder")
-        left.axvline(hp.exact_distance, color=line.get_color(), ls=":", lw=1)
-        near = d[d <= hp.exact_distance]
-        right.loglog(near, np.maximum(np.abs(ladder_bias(a, b, thetas, near) - hp.shift + hp.slope * near), 1e-12),
+        left.axvline(hp.ladder.exact_distance, color=line.get_color(), ls=":", lw=1)
+        near = d[d <= hp.ladder.exact_distance]
+        right.loglog(near, np.maximum(np.abs(ladder_bias(a, b, thetas, near) - hp.ladder.shift + hp.slope * near), 1e-12),
                      color=line.get_color(), label=f"head {h} fit error")
         right.axhline(hp.rounding_error, color=line.get_color(), ls="--", lw=1, label=f"head {h} rounding")
-    floor = max(hp.floor for hp in plan.heads)
+    floor = max(hp.ladder.floor for hp in plan.heads)
     left.axhline(-floor, color="k", ls="--", lw=1, label=f"-C (C = {floor:.3g})")
     left.set_ylim(-2.5 * floor, 5)
     left.set_xlabel("distance d (tokens, log)")

@@ -85,7 +85,7 @@ def checkpoint_tp_problems(directory: str | Path, tp: int) -> list[str]:
     h hd' columns, every MLP matrix the intermediate width on the split side."""
     import json
 
-    from .convert.tensor_io import CheckpointReader
+    from .checkpoint.tensor_io import CheckpointReader
 
     directory = Path(directory)
     geo = Geometry.from_config(json.loads((directory / "config.json").read_text()))

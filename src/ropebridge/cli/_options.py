@@ -1,5 +1,5 @@
-"""Planning options shared by ``plan`` and ``convert``: the same names, defaults and help in both, and one
-mapping to ``planning.conversion_plan``'s arguments (``plan_kwargs``)."""
+"""Planning options shared by ``plan`` and ``convert``: the same names, defaults and help in both, turned into one
+``PlanRequest`` (``plan_request``), which both pass to ``planning.plan_checkpoint``."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..error_model import DTYPES, FLOAT32_BIAS_HALF_ULPS, TOLERANCE
-from ..ladder import DEFAULT_ADVANTAGE, DEFAULT_HEAD_DIM_MULTIPLE
-from ..planning import DEFAULT_WINDOW, EMULATIONS, FIXED_BASE_ROTARY_DIM, SINGLE_CUTOFF, TARGETS
+from ..emulation.error_model import DTYPES, FLOAT32_BIAS_HALF_ULPS, TOLERANCE
+from ..emulation.fixed_base import ROTARY_DIM as FIXED_BASE_ROTARY_DIM
+from ..emulation.ladder import DEFAULT_ADVANTAGE
+from ..emulation.request import DEFAULT_HEAD_DIM_MULTIPLE, DEFAULT_WINDOW, EMULATIONS, PlanRequest
+from ..emulation.single import CUTOFF as SINGLE_CUTOFF
+from ..targets import TARGETS
 
 
 def plot_and_json(args: argparse.Namespace, figure: Callable[[], Any], data: Callable[[], dict]) -> bool:
@@ -39,11 +42,11 @@ def add_planning_options(p: argparse.ArgumentParser) -> None:
                    help=f"longest context to serve, extrapolation included (default {DEFAULT_WINDOW})")
     p.add_argument("--dtype", choices=tuple(DTYPES),
                    help="dtype of the converted model (default: the source checkpoint's; float32 with --heads)")
-    p.add_argument("--target", default="gpt-neox", choices=TARGETS, help="stock architecture (default gpt-neox)")
+    p.add_argument("--target", default="gpt-neox", choices=tuple(TARGETS), help="stock architecture (default gpt-neox)")
     p.add_argument("--emulation", choices=EMULATIONS,
-                   help="ladder (every pair of a rotary block; default for bfloat16/float16 on gpt-neox) or single "
+                   help="ladder (every pair of a rotary block; default for bfloat16/float16 on gpt-neox), single "
                         "(one slow pair per head; default for float32, the compact targets, and when --theta, "
-                        "--max-phase, --pairs or --split is given)")
+                        "--max-phase, --pairs or --split is given) or fixed-base (single with --rope-base)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--theta", type=float, help="single: one theta for every head")
     mode.add_argument("--max-phase", type=float, help="single: theta = phase/window (the source text's rule)")
@@ -82,22 +85,13 @@ def _count(text: str) -> int:
     return value
 
 
-def _split(text: str | None) -> float | str | None:
-    if text is None or text == "sqrt":
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"split must be a number or 'sqrt', got {text!r}") from None
-
-
-def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The parsed planning options as keyword arguments of ``checkpoint_plan`` / ``conversion_plan``."""
+def plan_request(args: argparse.Namespace, progress: bool) -> PlanRequest:
+    """The parsed planning options as the ``PlanRequest`` both ``plan`` and ``convert`` pass on."""
     text = None
     if args.calibration_text is not None:
         text = Path(args.calibration_text).read_text()
-    return dict(window=args.window, dtype=args.dtype, target=args.target, emulation=args.emulation,
-                theta=args.theta, max_phase=args.max_phase, base=args.rope_base, rotary_dim=args.rotary_dim,
-                pairs=args.pairs, split=_split(args.split), head_dim_multiple=args.head_dim_multiple,
-                floor=args.floor, calibration_text=text, cutoff=args.cutoff, tolerance=args.tolerance,
-                jobs=args.jobs)
+    return PlanRequest(window=args.window, dtype=args.dtype, target=args.target, emulation=args.emulation,
+                       theta=args.theta, max_phase=args.max_phase, rope_base=args.rope_base,
+                       rotary_dim=args.rotary_dim, pairs=args.pairs, split=args.split,
+                       head_dim_multiple=args.head_dim_multiple, floor=args.floor, calibration_text=text,
+                       cutoff=args.cutoff, tolerance=args.tolerance, jobs=args.jobs, progress=progress)

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from ..convert.pipeline import convert
-from ._options import add_planning_options, add_verbose, plan_kwargs
+from ._options import add_planning_options, add_verbose, plan_request
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,18 +24,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    res = convert(args.src, args.dst, **plan_kwargs(args), accept_error=args.accept_error, force=args.force,
-                  max_shard_mb=args.max_shard_mb, progress=not args.json)
+    res = convert(args.src, args.dst, plan_request(args, progress=not args.json), accept_error=args.accept_error,
+                  force=args.force, max_shard_mb=args.max_shard_mb)
     worst = res.plan.worst_head
     summary = {
         "destination": str(res.destination), "target": res.target, "dtype": res.dtype, "window": res.plan.window,
-        "rope_base": res.plan.base, "rotary_dim": res.plan.rope_dim, "emulation": res.plan.mode, "seconds": res.seconds,
+        "rope_base": res.plan.base, "rotary_dim": res.plan.rotary_dim, "emulation": res.plan.mode, "seconds": res.seconds,
         "bytes_written": res.bytes_written, "worst_head": worst.head, "worst_predicted_error": worst.predicted_error,
     }
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
-        rope = (f"RoPE base {res.plan.base:.6g}, rotary dim {res.plan.rope_dim}" if res.plan.base is not None
+        rope = (f"RoPE base {res.plan.base:.6g}, rotary dim {res.plan.rotary_dim}" if res.plan.base is not None
                 else f"theta {worst.theta:.6g} on one pair")  # the compact targets scale one pair instead
         print(f"wrote {res.destination} ({res.target}, {res.dtype}, {res.bytes_written / 2**20:.1f} MiB) in "
               f"{res.seconds:.1f} s; window {res.plan.window}, {res.plan.mode} emulation, {rope}; worst head "

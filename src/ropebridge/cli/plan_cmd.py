@@ -1,15 +1,15 @@
 """``ropebridge plan``: preview the emulation ``convert`` would write, with predicted errors (calls
-``planning.checkpoint_plan`` with ``--model``, as convert does, or ``planning.conversion_plan`` with ``--heads``)."""
+``planning.plan_checkpoint`` with ``--model``, as convert does, or ``planning.plan_source`` with ``--heads``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from ..fixed_base import max_window_for_phase
-from ..planning import checkpoint_plan, conversion_plan
-from ..sources import FAMILIES, from_heads
 from .. import plots
-from ._options import add_planning_options, add_verbose, plan_kwargs, plot_and_json
+from ..checkpoint.config import FAMILIES, from_heads
+from ..emulation.fixed_base import max_window_for_phase
+from ..planning import plan_checkpoint, plan_source
+from ._options import add_planning_options, add_verbose, plan_request, plot_and_json
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--model", metavar="PATH", help="a BLOOM, MPT or Falcon (alibi) checkpoint directory or config.json")
     src.add_argument("--heads", type=int, help="number of heads (with --head-dim)")
     p.add_argument("--head-dim", type=int, help="head dim (with --heads)")
-    p.add_argument("--family", default="bloom", choices=FAMILIES, help="with --heads (default bloom)")
+    p.add_argument("--family", default="bloom", choices=tuple(FAMILIES), help="with --heads (default bloom)")
     add_planning_options(p)
     p.add_argument("--ladder", dest="emulation", action="store_const", const="ladder", help="same as --emulation ladder")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -31,24 +31,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.model is None and args.calibration_text is not None:
         raise ValueError("--calibration-text needs --model (a checkpoint with weights)")
-    flags = plan_kwargs(args)
-    flags["progress"] = not args.json
+    report_phase = args.max_phase
     if args.rope_base is not None and args.max_phase is not None:  # with a fixed base: the phase of the report only
-        flags["max_phase"] = None
+        args.max_phase = None
+    request = plan_request(args, progress=not args.json)
     if args.model is not None:
-        plan = checkpoint_plan(args.model, **flags)
+        plan, _ = plan_checkpoint(args.model, request)
     else:
         if args.head_dim is None:
             raise ValueError("--heads needs --head-dim")
-        dtype = flags.pop("dtype") or "float32"
-        floor = flags.pop("floor")
-        flags.pop("calibration_text")
-        plan = conversion_plan(from_heads(args.heads, args.head_dim, args.family), dtype=dtype, floors=floor, **flags)
+        plan = plan_source(from_heads(args.heads, args.head_dim, args.family), request)
+    args.max_phase = report_phase
     if plan.mode == "ladder":
         return _show_ladder(plan, args)
     phase_window = None
     if plan.mode == "fixed-base":
-        phase_window = max_window_for_phase(plan.base, plan.rope_dim, args.max_phase or 0.1)
+        phase_window = max_window_for_phase(plan.base, plan.rotary_dim, args.max_phase or 0.1)
     def data() -> dict:
         out = plan.to_dict()
         if phase_window is not None:
@@ -58,12 +56,12 @@ def run(args: argparse.Namespace) -> int:
     if plot_and_json(args, lambda: plots.emulation_figure(plan), data):
         return 0
     print(f"{plan.family}: {len(plan.heads)} heads, head_dim {plan.head_dim}, window {plan.window}, "
-          f"{plan.dtype}, mode {plan.mode}" + (f", base {plan.base:g}, rope_dim {plan.rope_dim}, "
+          f"{plan.dtype}, mode {plan.mode}" + (f", base {plan.base:g}, rotary_dim {plan.rotary_dim}, "
                                               f"{plan.pairs_per_head} pair(s)/head" if plan.base else ""))
-    print(f"{'head':>4} {'slope':>10} {'theta':>11} {'N':>11} {'phase':>8} {'sine_err':>10} {'round_err':>10} "
+    print(f"{'head':>4} {'slope':>10} {'theta':>11} {'N':>11} {'phase':>8} {'approx_err':>10} {'round_err':>10} "
           f"{'predicted':>10}")
     for h in plan.heads:
-        print(f"{h.head:>4} {h.slope:>10.4g} {h.theta:>11.4e} {h.N:>11.4e} {h.phase:>8.4g} {h.sine_error:>10.3e} "
+        print(f"{h.head:>4} {h.slope:>10.4g} {h.theta:>11.4e} {h.N:>11.4e} {h.phase(plan.window):>8.4g} {h.approximation_error:>10.3e} "
               f"{h.rounding_error:>10.3e} {h.predicted_error:>10.3e}")
         if len(h.pairs) > 1:
             print("     pairs: " + ", ".join(f"r={p.index} theta={p.theta:.4e} N={p.N:.4e}" for p in h.pairs))
@@ -82,13 +80,13 @@ def run(args: argparse.Namespace) -> int:
 def _show_ladder(plan, args: argparse.Namespace) -> int:
     if plot_and_json(args, lambda: plots.ladder_figure(plan), plan.to_dict):
         return 0
-    print(f"{plan.family}: {len(plan.heads)} heads, head_dim {plan.head_dim} -> {plan.head_dim + plan.rope_dim}, "
+    print(f"{plan.family}: {len(plan.heads)} heads, head_dim {plan.head_dim} -> {plan.head_dim + plan.rotary_dim}, "
           f"window {plan.window}, {plan.dtype}, ladder of {plan.pairs_per_head} pairs, base {plan.base:.6g}")
     print(f"{'head':>4} {'slope':>10} {'floor C':>8} {'W':>7} {'shift s':>8} {'sum|amp|':>9} {'fit_err':>10} {'round_err':>10} "
           f"{'predicted':>10}")
     for h in plan.heads:
         amp = sum(abs(p.N) + abs(p.M) for p in h.pairs) * plan.scale  # logits
-        print(f"{h.head:>4} {h.slope:>10.4g} {h.floor:>8.4g} {h.exact_distance:>7} {h.shift:>8.4g} {amp:>9.4g} {h.sine_error:>10.3e} "
+        print(f"{h.head:>4} {h.slope:>10.4g} {h.ladder.floor:>8.4g} {h.ladder.exact_distance:>7} {h.ladder.shift:>8.4g} {amp:>9.4g} {h.approximation_error:>10.3e} "
               f"{h.rounding_error:>10.3e} {h.predicted_error:>10.3e}")
     w = plan.worst_head
     verdict = "meets" if plan.meets_tolerance else "does NOT meet"

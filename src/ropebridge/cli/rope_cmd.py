@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from .. import plots
 from ..analysis import analyse
 from ..frequencies import ROPE_TYPES
-from .. import plots
 from ._options import add_verbose, plot_and_json
 
 # flag -> rope_parameters key, for the numeric keys passed straight through

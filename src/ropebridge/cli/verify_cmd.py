@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..convert.verify import verify
-from ..error_model import DTYPES
+from ..emulation.error_model import DTYPES
 from ._options import add_verbose
 
 

@@ -1,10 +1,6 @@
 """Conversion of ALiBi checkpoints into stock RoPE checkpoints, and its verification."""
 
-from ..planning import conversion_plan
 from .pipeline import ConversionResult, convert
+from .verify import VerifyReport, verify
 
-__all__ = ["ConversionResult", "convert", "conversion_plan"]
-
-from .verify import VerifyReport, verify  # noqa: E402
-
-__all__ += ["VerifyReport", "verify"]
+__all__ = ["ConversionResult", "convert", "VerifyReport", "verify"]

@@ -21,14 +21,11 @@ import torch
 
 from .. import __version__, _checks
 from .._progress import progress_bar
-from ..emulation import EmulationPlan
-from ..error_model import DTYPES
-from ..ladder import DEFAULT_HEAD_DIM_MULTIPLE, check_window
-from ..planning import DEFAULT_WINDOW, TARGETS, checkpoint_plan, what_would_fit
-from ..sources import load_config
-from . import compact, gpt_neox
-from .families import SourceModel
-from .tensor_io import ShardWriter
+from ..checkpoint.tensor_io import ShardWriter
+from ..emulation import EmulationPlan, PlanRequest
+from ..emulation.error_model import DTYPES
+from ..planning import plan_checkpoint, what_would_fit
+from ..targets import TARGETS
 
 log = logging.getLogger(__name__)
 
@@ -169,49 +166,22 @@ def _publish(tmp: Path, dst: Path, force: bool) -> None:
             old.unlink(missing_ok=True)
 
 
-def convert(
-    src: str | Path,
-    dst: str | Path,
-    *,
-    window: int = DEFAULT_WINDOW,
-    dtype: str | None = None,
-    target: str = "gpt-neox",
-    theta: float | None = None,
-    max_phase: float | None = None,
-    base: float | None = None,
-    rotary_dim: int | None = None,
-    pairs: int = 1,
-    emulation: str | None = None,
-    floor: float | None = None,
-    calibration_text: str | None = None,
-    head_dim_multiple: int = DEFAULT_HEAD_DIM_MULTIPLE,
-    split: float | str | None = None,
-    cutoff: float | None = None,
-    tolerance: float | None = None,
-    accept_error: bool = False,
-    force: bool = False,
-    max_shard_mb: float = 2000.0,
-    progress: bool = False,
-    jobs: int = 1,
-) -> ConversionResult:
-    """Convert SRC (directory or hub id) into a stock RoPE checkpoint at DST; see the module doc. The planning
-    arguments are ``planning.conversion_plan``'s (``planning.checkpoint_plan`` computes the plan); a plan whose
-    prediction exceeds ``tolerance`` is refused unless ``accept_error``."""
+def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None, *, accept_error: bool = False,
+            force: bool = False, max_shard_mb: float = 2000.0) -> ConversionResult:
+    """Convert SRC (directory or hub id) into a stock RoPE checkpoint at DST (module doc) with the plan
+    ``planning.plan_checkpoint`` computes for ``request`` (default ``PlanRequest()``); a plan whose prediction exceeds
+    its tolerance is refused unless ``accept_error``."""
     start = time.perf_counter()
-    _checks.choice("target", target, TARGETS)
-    window = check_window(window)
+    request = PlanRequest() if request is None else request
     max_shard_mb = _checks.positive("max_shard_mb", max_shard_mb)
     dst = Path(os.path.abspath(dst))  # "." and "sub/.." have a name once absolute
     if not Path(src).is_dir() and dst.exists() and not force:  # a hub id: refuse before any download
         raise FileExistsError(f"{dst} exists; pass --force to replace it")
     src_dir = resolve_source(src)
     _check_destination(src_dir, dst, force)  # (DST = SRC is named as such before "exists")
-    model = SourceModel(src_dir, load_config(src_dir))  # refuses unsupported variants before planning
-    plan = checkpoint_plan(src_dir, source_name=str(src), window=window, dtype=dtype, target=target,
-                           emulation=emulation, theta=theta, max_phase=max_phase, base=base, rotary_dim=rotary_dim,
-                           pairs=pairs, split=split, floor=floor, calibration_text=calibration_text,
-                           head_dim_multiple=head_dim_multiple, cutoff=cutoff, tolerance=tolerance, jobs=jobs,
-                           progress=progress)
+    plan, model = plan_checkpoint(src_dir, request, source_name=str(src))
+    if model is None:
+        raise FileNotFoundError(f"no weights (*.safetensors or *.bin) in {src_dir}")
     dtype = plan.dtype
     if not plan.meets_tolerance:
         miss = (f"the plan predicts a worst error of {plan.worst_head.predicted_error:.3g} logits (head "
@@ -219,41 +189,35 @@ def convert(
         if not accept_error:
             raise ValueError(miss + ", or pass --accept-error")
         log.warning("%s (accepted with --accept-error)", miss)
-    if target == "gpt-neox":
-        layout = gpt_neox.layout_for(model, plan)
-        geometry = {"rotary_dim": layout.rotary_dim, "head_dim": layout.head_dim, "hidden_size": layout.hidden_size,
-                    "pad_dims": layout.hidden_size - model.info.hidden_size, "rope_base": layout.base,
-                    "content_q_scale": layout.content_scale}
-        module = gpt_neox
-    else:
-        layout = compact.layout_for(model, plan, target)
-        geometry = {"head_dim": layout.head_dim, "pair_dims": [layout.pair_x, layout.pair_y], "theta": layout.theta,
-                    "rope_factor": 1.0 / layout.theta, "content_q_scale": layout.content_scale}
-        module = compact
+    target = TARGETS[request.target]
+    code = target.code()
+    layout = code.layout(model, plan)
+    geometry = code.geometry(model, layout)
     log.info("plan: %s heads, %s, worst predicted error %.3g", len(plan.heads), geometry,
              plan.worst_head.predicted_error)
 
     writer = ShardWriter(dst.parent, DTYPES[dtype], int(max_shard_mb * 2**20))  # directory: the temporary one below
-    module.add_tensors(model, layout, writer)  # describes the tensors; nothing is read yet
+    code.add_tensors(model, layout, writer)  # describes the tensors; nothing is read yet
     check_free_space(dst.parent, writer.total_bytes() + sum(
         (src_dir / name).stat().st_size for name in COPIED_FILES if (src_dir / name).is_file()))
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700; DST gets what a plain mkdir would give
     try:
         writer.directory = tmp
-        writer.progress = progress_bar(writer.total_bytes(), "convert", enabled=progress, unit="B", unit_scale=True)
+        writer.progress = progress_bar(writer.total_bytes(), "convert", enabled=request.progress, unit="B",
+                                       unit_scale=True)
         try:
             writer.write({"ropebridge": __version__})
         finally:
             writer.progress.close()  # clears its line: an error starts a line of its own
-        (tmp / "config.json").write_text(json.dumps(module.config_for(model, layout, plan, dtype), indent=1))
+        (tmp / "config.json").write_text(json.dumps(code.config(model, layout, plan, dtype), indent=1))
         copy_side_files(src_dir, tmp)
         record = {
             "ropebridge_version": __version__,
             "source": str(src),
             "source_family": model.info.family,
             "source_fingerprint": source_fingerprint(src_dir),
-            "target": target,
+            "target": target.name,
             "dtype": dtype,
             "torch_version": torch.__version__,
             "layout": geometry,
@@ -265,4 +229,4 @@ def convert(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return ConversionResult(dst, plan, target, dtype, time.perf_counter() - start, writer.total_bytes())
+    return ConversionResult(dst, plan, target.name, dtype, time.perf_counter() - start, writer.total_bytes())

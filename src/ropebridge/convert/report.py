@@ -52,8 +52,7 @@ def write_report(report, out: Path, native, converted, ids: torch.Tensor) -> Non
     """Write ``report.md``, ``report.json``, ``error_by_position.png`` and ``attention_by_layer.png`` into ``out``."""
     from transformers import AutoModelForCausalLM
 
-    from ..sources import load_config
-    from .families import SourceModel
+    from ..checkpoint.model import SourceModel
     from .reference import reference_logits
 
     out.mkdir(parents=True, exist_ok=True)
@@ -67,7 +66,7 @@ def write_report(report, out: Path, native, converted, ids: torch.Tensor) -> Non
             native_probs = list(native(ids, output_attentions=True).attentions)
         ref_probs: list = []
         if report.reference_converted_max_err is not None:
-            src = SourceModel(report.source, load_config(report.source))
+            src = SourceModel(report.source)
             reference_logits(src, ids, probs_out=ref_probs)
     _attention_figure(native_probs, conv_probs, ref_probs).savefig(out / "attention_by_layer.png", dpi=110)
     (out / "report.json").write_text(json.dumps(report.to_dict(), indent=1))

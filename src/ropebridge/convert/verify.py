@@ -28,16 +28,13 @@ import torch
 
 from .. import _checks, alibi
 from .._progress import progress_bar
-from ..error_model import DTYPES, TOLERANCE
-from ..sources import load_config
-from .families import SourceModel
+from ..checkpoint.config import load_config
+from ..checkpoint.model import SourceModel
+from ..emulation.error_model import DTYPES, TOLERANCE
 from .pipeline import resolve_source, source_fingerprint
 from .reference import reference_logits
 
 log = logging.getLogger(__name__)
-
-SOURCE_ATTENTION = {"bloom": "eager", "mpt": "eager", "falcon": "sdpa"}
-
 
 @contextmanager
 def falcon_exact_bias():
@@ -268,7 +265,7 @@ def verify(
     if window is not None and context > window:
         raise ValueError(f"--context {context} is beyond the window {window} that {dst} was converted for "
                          "(its bias is planned up to there only); convert again with a larger --window")
-    source = SourceModel(src, load_config(src))
+    source = SourceModel(src)
     _check_pair(source, src, dst, record)
     limit = source.info.max_positions
     if limit is not None and context > limit:
@@ -360,7 +357,7 @@ def _measure_and_judge(source: SourceModel, request: VerifyRequest, bar) -> Veri
     limit = max_logit_diff
     report = VerifyReport(
         source=str(src), converted=str(dst), family=source.info.family, dtype=dtype, context=n,
-        source_attention=SOURCE_ATTENTION[source.info.family],
+        source_attention=source.info.spec.attention,
         transformers_native_deviation=None if deviation is None else deviation.what,
         max_abs_logit_diff=float(diff.max()), mean_kl=float(_kl(a, b).mean()),
         top1_agreement=float((a.argmax(-1) == b.argmax(-1)).double().mean()),

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .rope import apply_rope, cos_sin
+from ..rope import apply_rope, cos_sin
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Per dtype, the one tolerance of a conversion, in logits. ``plan`` predicts the worst error of the emulated

@@ -22,12 +22,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from ..emulation import EmulationPlan
-from .families import SourceModel
-from .tensor_io import Producer, ShardWriter, row_blocks, rows_per_block, single
+from ..checkpoint.model import SourceModel
+from ..checkpoint.tensor_io import Producer, ShardWriter, row_blocks, rows_per_block, single
+
+if TYPE_CHECKING:
+    from ..emulation import EmulationPlan
 
 # Tensors that are only copied or zero-padded are cast once from the source into the output dtype; those
 # whose rows are also averaged (the residual writers' pad rows) are read in float32, which holds any
@@ -62,15 +65,15 @@ class NeoxLayout:
         return robust_fraction(self.rotary_dim, self.head_dim)
 
 
-def layout_for(src: SourceModel, plan: EmulationPlan) -> NeoxLayout:
+def layout(src: SourceModel, plan: EmulationPlan) -> NeoxLayout:
     """Place each head's planned pairs on the target's rotary dims."""
     info = src.info
-    if plan.base is None or plan.rope_dim is None:
-        raise ValueError("the GPT-NeoX target needs a plan on a fixed frequency set (base and rope_dim)")
+    if plan.base is None or plan.rotary_dim is None:
+        raise ValueError("the GPT-NeoX target needs a plan on a fixed frequency set (base and rotary_dim)")
     if plan.head_dim != info.head_dim or len(plan.heads) != info.n_heads:
         raise ValueError(f"the plan is for {len(plan.heads)} heads of dim {plan.head_dim}, "
                          f"the model has {info.n_heads} of dim {info.head_dim}")
-    r, h = plan.rope_dim, info.n_heads
+    r, h = plan.rotary_dim, info.n_heads
     hd_out = r + info.head_dim
     q_rot = torch.zeros(h, r, dtype=torch.float64)
     k_rot = torch.zeros(h, r, dtype=torch.float64)
@@ -192,7 +195,7 @@ def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter) -> None:
     writer.add("embed_out.weight", (v, dp), row_blocks(head_rows, v, 8 * dp))
 
 
-def config_for(src: SourceModel, lay: NeoxLayout, plan: EmulationPlan, dtype: str) -> dict:
+def config(src: SourceModel, lay: NeoxLayout, plan: EmulationPlan, dtype: str) -> dict:
     """config.json of the target. Carries the legacy ``rotary_pct``/``rotary_emb_base`` keys too, so
     transformers 4.x (which ignores ``rope_parameters``) reads the same rotary setting."""
     info, c = src.info, src.config
@@ -225,3 +228,10 @@ def config_for(src: SourceModel, lay: NeoxLayout, plan: EmulationPlan, dtype: st
         "torch_dtype": dtype,
         "dtype": dtype,
     }
+
+
+def geometry(src: SourceModel, lay: NeoxLayout) -> dict:
+    """The layout's numbers, as ``ropebridge.json`` records them."""
+    return {"rotary_dim": lay.rotary_dim, "head_dim": lay.head_dim, "hidden_size": lay.hidden_size,
+            "pad_dims": lay.hidden_size - src.info.hidden_size, "rope_base": lay.base,
+            "content_q_scale": lay.content_scale}

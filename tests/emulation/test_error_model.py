@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from ropebridge import error_model
-from ropebridge.error_model import PairSpec, half_ulp, measure, predict, sine_error
-from ropebridge.fixed_base import frequency_set, multi_pair_amplitudes
+from ropebridge.emulation import error_model
+from ropebridge.emulation.error_model import PairSpec, half_ulp, measure, predict, sine_error
+from ropebridge.emulation.fixed_base import frequency_set, multi_pair_amplitudes
 
 SCALE = 1 / 8  # head_dim 64
 
@@ -138,12 +138,12 @@ EXACT_GRID = [(heads, hd, window) for heads in (4, 12, 32, 71, 112) for hd in (3
 
 @pytest.mark.parametrize("heads, head_dim, window", EXACT_GRID)
 def test_exact_rotation_prediction_within_4x_of_measurement(heads, head_dim, window):
-    # the float32 default: one pair at theta = 2^-k with theta L <= 2^-12 (planning.exact_rotation_theta), its
+    # the float32 default: one pair at theta = 2^-k with theta L <= 2^-12 (emulation.single.exact_rotation_theta), its
     # own derivation (_exact_rotation_rounding): measured <= predicted <= 4 x measured for the largest and the
     # smallest slope of every head count. Where every product is exact (N a power of two: a power-of-two
     # slope and scale) nothing rounds: both are 0.
     from ropebridge.alibi import slopes
-    from ropebridge.planning import exact_rotation_theta
+    from ropebridge.emulation.single import exact_rotation_theta
 
     theta, scale = exact_rotation_theta(window), 1 / math.sqrt(head_dim)
     ms = slopes(heads).tolist()
@@ -162,11 +162,12 @@ SINGLE_GRID = [(heads, hd, window, dtype) for heads in (4, 112) for hd in (32, 6
 def test_single_pair_as_planned_within_4x_of_measurement(heads, head_dim, window, dtype):
     # the single pair in half precision as the planner makes it (the error-optimal theta, N split where the
     # dtype needs it), the first and the last head: measured <= predicted <= 4 x measured (1.0-2.5x)
-    from ropebridge.planning import conversion_plan
-    from ropebridge.sources import from_heads
+    from ropebridge.checkpoint.config import from_heads
+    from ropebridge.emulation import PlanRequest
+    from ropebridge.emulation import plan as make_plan
 
-    plan = conversion_plan(from_heads(heads, head_dim, "bloom"), window=window, dtype=dtype, emulation="single",
-                           target="starcoder2")
+    plan = make_plan(from_heads(heads, head_dim, "bloom"), PlanRequest(window=window, dtype=dtype,
+                                                                       emulation="single", target="starcoder2"))
     for h in (plan.heads[0], plan.heads[-1]):
         pairs = [PairSpec(h.theta, h.N)]
         predicted = predict(h.slope, pairs, plan.scale, window, dtype, split=h.split).total
@@ -184,11 +185,13 @@ def test_fixed_base_as_planned_within_4x_of_measurement(heads, head_dim, window,
     # longest-window search left out), the first and the last head: measured <= predicted <= 4 x measured
     # (1.0-2.4x)
     from ropebridge.alibi import slopes
-    from ropebridge.emulation import plan_emulation
+    from ropebridge.emulation.fixed_base import fixed_base_heads
+    from ropebridge.emulation.single import CUTOFF, Numerics
 
-    plan = plan_emulation(slopes(heads).tolist(), head_dim, window, dtype=dtype, base=10000.0, rope_dim=64,
-                          max_window=False)
-    for h in (plan.heads[0], plan.heads[-1]):
-        predicted = predict(h.slope, h.specs(), plan.scale, window, dtype, split=h.split).total
-        measured = measure(h.slope, h.specs(), plan.scale, window, dtype, split=h.split, queries=64)
+    m = slopes(heads).tolist()
+    scale = 1 / math.sqrt(head_dim)
+    planned = fixed_base_heads([m[0], m[-1]], 10000.0, 64, 1, Numerics(scale, window, dtype, CUTOFF))
+    for h in planned:
+        predicted = predict(h.slope, h.specs(), scale, window, dtype, split=h.split).total
+        measured = measure(h.slope, h.specs(), scale, window, dtype, split=h.split, queries=64)
         assert measured <= predicted <= 4 * measured, (h.head, predicted, measured)

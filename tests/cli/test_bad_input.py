@@ -10,8 +10,7 @@ import sys
 
 import pytest
 import torch
-from pico import build
-from test_cli_convert import tree_hash
+from pico import build, tree_hash
 
 from ropebridge.cli import build_parser, main
 
@@ -207,12 +206,12 @@ def test_plan_json_is_what_convert_records(models, tmp_path, capsys):
 
 
 def test_ctrl_c_is_one_line_and_130(models, tmp_path, capsys, monkeypatch):
-    import ropebridge.convert.pipeline as pipeline
+    import ropebridge.targets.gpt_neox as gpt_neox
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(pipeline.gpt_neox, "add_tensors", interrupted)
+    monkeypatch.setattr(gpt_neox, "add_tensors", interrupted)
     assert main(["convert", str(models / "bloom"), str(tmp_path / "x"), "--window", "256"]) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["ropebridge convert: interrupted; nothing written"]

@@ -8,6 +8,7 @@ from pico import build
 from ropebridge.cli import main
 from ropebridge.convert import convert, verify
 from ropebridge.convert.verify import native_deviation
+from ropebridge.emulation import PlanRequest
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,7 @@ def test_native_deviations_are_named_per_config(mpt16):
 
 
 def test_mpt_alibi_bias_max_is_judged_as_defined_and_transformers_deviation_reported(mpt16, tmp_path, capsys):
-    dst = convert(mpt16, tmp_path / "rope", window=256, dtype="float32").destination
+    dst = convert(mpt16, tmp_path / "rope", PlanRequest(window=256, dtype="float32")).destination
     report = verify(mpt16, dst, context=128, greedy_tokens=8)
     assert report.passed, report.failures
     assert report.transformers_native_deviation == "alibi_bias_max ignored (always 8)"
@@ -40,7 +41,7 @@ def test_mpt_alibi_bias_max_is_judged_as_defined_and_transformers_deviation_repo
 
 def test_a_skipped_reference_says_why(tmp_path, capsys):
     src = build(tmp_path / "bloom", "bloom-4heads")
-    dst = convert(src, tmp_path / "rope", window=256).destination
+    dst = convert(src, tmp_path / "rope", PlanRequest(window=256)).destination
     argv = ["verify", str(src), str(dst), "--context", "64", "--greedy-tokens", "4", "--reference-max-params", "1000"]
     assert main(argv) == 0
     out = capsys.readouterr().out
@@ -56,7 +57,7 @@ def test_a_converted_model_that_ignores_left_padding_fails(tmp_path, monkeypatch
 
     module = importlib.import_module("ropebridge.convert.verify")
     src = build(tmp_path / "bloom", "bloom-4heads")
-    dst = convert(src, tmp_path / "rope", window=256).destination
+    dst = convert(src, tmp_path / "rope", PlanRequest(window=256)).destination
     assert verify(src, dst, context=64, greedy_tokens=4).passed
     real = module._load
 
@@ -79,10 +80,16 @@ def test_what_convert_accepts_verify_passes_on_real_text(tmp_path):
     from ropebridge.demo import data_dir
 
     src = data_dir("demo-mpt")
-    res = convert(src, tmp_path / "rope", window=32768, dtype="bfloat16")
+    res = convert(src, tmp_path / "rope", PlanRequest(window=32768, dtype="bfloat16"))
     assert res.plan.meets_tolerance and res.plan.tolerance == 2.0
     report = verify(src, res.destination, context=2048, text=(src / "heldout.txt").read_text()[:30_000],
                     greedy_tokens=8)
     assert report.thresholds["max_abs_logit_diff"] == res.plan.tolerance
     assert report.passed, report.failures
     assert report.reference_converted_max_err < res.plan.tolerance
+
+
+def test_verify_follows_the_destination_dtype(bloom, tmp_path):
+    res = convert(bloom, tmp_path / "dst", PlanRequest(window=256, dtype="float16"))
+    report = verify(bloom, res.destination, context=128, greedy_tokens=4)
+    assert report.dtype == "float16" and report.thresholds["max_abs_logit_diff"] == 0.25

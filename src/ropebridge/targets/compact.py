@@ -20,16 +20,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from ..emulation import EmulationPlan
-from .families import SourceModel
+from ..checkpoint.model import SourceModel
+from ..checkpoint.tensor_io import ShardWriter, row_blocks, single
 from .gpt_neox import WORK, robust_fraction
-from .tensor_io import ShardWriter, row_blocks, single
 
-COMPACT_TARGETS = ("starcoder2", "nemotron")
-
+if TYPE_CHECKING:
+    from ..emulation import EmulationPlan
 
 @dataclass(frozen=True)
 class CompactLayout:
@@ -44,7 +44,7 @@ class CompactLayout:
     content_scale: float
 
 
-def layout_for(src: SourceModel, plan: EmulationPlan, target: str) -> CompactLayout:
+def layout(src: SourceModel, plan: EmulationPlan, target: str) -> CompactLayout:
     info = src.info
     if info.parallel:
         raise ValueError(f"--target {target} has a sequential residual only; this {info.family} model is parallel "
@@ -129,7 +129,7 @@ def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> No
     writer.add("lm_head.weight", (v, d), row_blocks(lambda a, b: src.head_rows(a, b, writer.dtype), v, 8 * d))
 
 
-def config_for(src: SourceModel, lay: CompactLayout, plan: EmulationPlan, dtype: str) -> dict:
+def config(src: SourceModel, lay: CompactLayout, plan: EmulationPlan, dtype: str) -> dict:
     info, c = src.info, src.config
     prf = robust_fraction(2, lay.head_dim)
     common = {
@@ -150,3 +150,9 @@ def config_for(src: SourceModel, lay: CompactLayout, plan: EmulationPlan, dtype:
             "attention_bias": True, "mlp_bias": True, "partial_rotary_factor": prf,
             "rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 1.0 / lay.theta,
                                 "partial_rotary_factor": prf}}
+
+
+def geometry(src: SourceModel, lay: CompactLayout) -> dict:
+    """The layout's numbers, as ``ropebridge.json`` records them."""
+    return {"head_dim": lay.head_dim, "pair_dims": [lay.pair_x, lay.pair_y], "theta": lay.theta,
+            "rope_factor": 1.0 / lay.theta, "content_q_scale": lay.content_scale}

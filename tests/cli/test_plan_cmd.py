@@ -1,4 +1,4 @@
-"""``ropebridge plan`` through ``main(argv)``: table, JSON, plot, model directories and bad input."""
+"""``ropebridge plan``: the table, JSON, plots, and its refusals."""
 
 import json
 
@@ -6,6 +6,19 @@ import pytest
 from transformers import BloomConfig, GPT2Config, LlamaConfig
 
 from ropebridge.cli import main
+from ropebridge.emulation import ladder_fit
+
+
+def test_a_fit_the_solver_cannot_finish_is_one_line_and_exit_2(monkeypatch, tmp_path, capsys):
+    from ropebridge.cli import main
+
+    monkeypatch.setattr(ladder_fit, "_ATTEMPTS", ({"max_iter": 1},))
+    argv = ["plan", "--heads", "2", "--head-dim", "32", "--window", "256", "--dtype", "bfloat16",
+            "--plot", str(tmp_path / "p.png")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the ladder fit failed: the conic solver ended MaxIterations" in err[0], err
+    assert list(tmp_path.iterdir()) == []  # nothing written
 
 
 def test_table(capsys):

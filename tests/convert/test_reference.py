@@ -4,14 +4,13 @@ import torch
 import transformers as T
 from pico import build
 
-from ropebridge.convert.families import SourceModel
+from ropebridge.checkpoint.model import SourceModel
 from ropebridge.convert.reference import reference_hidden
-from ropebridge.sources import load_config
 
 
 def test_floor_rounds_every_op_but_keeps_attention_exact(tmp_path):
     src_dir = build(tmp_path / "bloom", "bloom-4heads")
-    src = SourceModel(src_dir, load_config(src_dir))
+    src = SourceModel(src_dir)
     ids = torch.randint(0, 320, (384,), generator=torch.Generator().manual_seed(0))
     head = src.head_rows(0, src.info.vocab_size)
     exact = reference_hidden(src, ids) @ head.T

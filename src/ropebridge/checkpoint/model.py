@@ -20,14 +20,13 @@ Per-family facts (transformers 5.x, read from its modelling code):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ..sources import from_config
+from .config import SourceInfo, from_config, load_config
 from .tensor_io import CheckpointReader
 
 
@@ -52,90 +51,32 @@ class Layer:
     down_b: torch.Tensor
 
 
-@dataclass(frozen=True)
-class SourceInfo:
-    family: str
-    vocab_size: int
-    hidden_size: int
-    n_heads: int
-    head_dim: int
-    intermediate_size: int
-    n_layers: int
-    eps: float
-    activation: str  # transformers ACT2FN name in the target
-    parallel: bool
-    qk_scale: float  # scale applied to q.k in the source logits
-    slopes: tuple[float, ...]  # per-logit ALiBi slopes
-    config: Mapping[str, Any]
-
-    @property
-    def max_positions(self) -> int | None:
-        """The longest input the source accepts (MPT: ``max_seq_len``, its ALiBi table); None for no limit."""
-        return int(self.config["max_seq_len"]) if self.family == "mpt" and self.config.get("max_seq_len") else None
-
-
 def _zeros_if_missing(reader: CheckpointReader, name: str, shape: tuple[int, ...]) -> torch.Tensor:
     return reader.read(name) if name in reader else torch.zeros(shape, dtype=torch.float64)
-
-
 
 
 class SourceModel:
     """A checkpoint directory read tensor by tensor as the canonical transformer (see the module doc)."""
 
-    def __init__(self, directory, config: Mapping[str, Any]):
-        self.source = from_config(config)  # family, heads, slopes; refuses non-ALiBi models
-        self.config = config
+    def __init__(self, directory, config: Mapping[str, Any] | None = None):
+        """``directory``'s tensors as the canonical transformer of its config (read here unless given: a command
+        that has read it passes it on); every tensor's shape is checked before any byte is read."""
+        self.config = load_config(directory) if config is None else config
+        self.info = from_config(self.config)  # family, geometry, slopes; refuses non-ALiBi models and variants
+        if not self.info.n_layers or not self.info.vocab_size:
+            raise ValueError(f"the {self.info.family} config lacks the layer count or vocab_size")
         self.reader = CheckpointReader(directory)
-        self.info = self._info()
         self._check_shapes()
 
-    # -- family specifics ------------------------------------------------------------------------------------
-    def _info(self) -> SourceInfo:
-        c, s = self.config, self.source
-        if s.family == "bloom":
-            if c.get("apply_residual_connection_post_layernorm"):
-                raise ValueError("BLOOM with apply_residual_connection_post_layernorm=true has no stock RoPE equivalent")
-            d, layers, eps, act, par = c.get("hidden_size", c.get("n_embed")), c.get("n_layer"), c.get(
-                "layer_norm_epsilon", 1e-5), "gelu_pytorch_tanh", False
-            ffn, scale = 4 * d, 1 / math.sqrt(s.head_dim)
-        elif s.family == "mpt":
-            attn = c.get("attn_config") or {}
-            for key in ("clip_qkv", "qk_ln", "prefix_lm"):
-                if attn.get(key):
-                    raise ValueError(f"MPT with attn_config.{key}={attn[key]!r} has no stock RoPE equivalent")
-            d, layers, eps, act, par = c["d_model"], c.get("n_layers"), c.get("layer_norm_epsilon", 1e-5), "gelu", False
-            ffn = int(c.get("expansion_ratio", 4) * d)
-            scale = attn.get("softmax_scale") or 1 / math.sqrt(s.head_dim)
-        else:
-            if c.get("new_decoder_architecture"):
-                raise ValueError("Falcon with new_decoder_architecture=true (grouped KV, two LayerNorms) is not supported")
-            d, layers, eps = c["hidden_size"], c.get("num_hidden_layers", c.get("n_layer")), c.get("layer_norm_epsilon", 1e-5)
-            act = c.get("activation", "gelu")
-            if act != "gelu":
-                raise ValueError(f"Falcon activation {act!r} is not supported (only gelu)")
-            par, ffn, scale = bool(c.get("parallel_attn", True)), c.get("ffn_hidden_size") or 4 * d, 1 / math.sqrt(s.head_dim)
-        vocab = c.get("vocab_size")
-        if not layers or not vocab:
-            raise ValueError(f"the {s.family} config lacks the layer count or vocab_size")
-        return SourceInfo(s.family, int(vocab), int(d), s.n_heads, s.head_dim, int(ffn), int(layers), float(eps),
-                          act, par, float(scale), s.slopes, self.config)
+    @property
+    def source(self) -> SourceInfo:
+        return self.info
 
     def _names(self, i: int) -> dict[str, str]:
-        f = self.info.family
-        if f == "mpt":
-            p = f"transformer.blocks.{i}."
-            return {"ln1": p + "norm_1", "ln2": p + "norm_2", "qkv": p + "attn.Wqkv", "o": p + "attn.out_proj",
-                    "up": p + "ffn.up_proj", "down": p + "ffn.down_proj"}
-        p = f"transformer.h.{i}."
-        attn = p + "self_attention."
-        return {"ln1": p + "input_layernorm", "ln2": p + "post_attention_layernorm", "qkv": attn + "query_key_value",
-                "o": attn + "dense", "up": p + "mlp.dense_h_to_4h", "down": p + "mlp.dense_4h_to_h"}
+        return self.info.spec.block(i)
 
-    def _global_names(self) -> dict[str, str]:
-        if self.info.family == "mpt":
-            return {"emb": "transformer.wte.weight", "ln_f": "transformer.norm_f", "head": "lm_head.weight"}
-        return {"emb": "transformer.word_embeddings.weight", "ln_f": "transformer.ln_f", "head": "lm_head.weight"}
+    def _global_names(self) -> Mapping[str, str]:
+        return self.info.spec.globals
 
     def expected_shapes(self) -> dict[str, tuple[tuple[int, ...], bool]]:
         """Every tensor the converter reads: name -> (shape the config implies, required). Biases and the untied
@@ -145,9 +86,9 @@ class SourceModel:
         g = self._global_names()
         out: dict[str, tuple[tuple[int, ...], bool]] = {g["emb"]: ((v, d), True), g["head"]: ((v, d), False),
                                                          g["ln_f"] + ".weight": ((d,), True), g["ln_f"] + ".bias": ((d,), False)}
-        if info.family == "bloom":
-            out["transformer.word_embeddings_layernorm.weight"] = ((d,), True)
-            out["transformer.word_embeddings_layernorm.bias"] = ((d,), False)
+        if info.spec.embedding_norm:
+            out[info.spec.embedding_norm + ".weight"] = ((d,), True)
+            out[info.spec.embedding_norm + ".bias"] = ((d,), False)
         for i in range(info.n_layers):
             n = self._names(i)
             norms = ("ln1",) if info.parallel else ("ln1", "ln2")
@@ -192,8 +133,8 @@ class SourceModel:
     def embedding_rows(self, start: int, stop: int) -> torch.Tensor:
         """Input embedding rows ``(rows, D)``, BLOOM's embedding LayerNorm folded in (float64)."""
         rows = self.reader.read(self._global_names()["emb"], (start, stop))
-        if self.info.family == "bloom":
-            w, b = self._ln("transformer.word_embeddings_layernorm")
+        if self.info.spec.embedding_norm:
+            w, b = self._ln(self.info.spec.embedding_norm)
             rows = torch.nn.functional.layer_norm(rows, (rows.shape[-1],), w, b, self.info.eps)  # float64
         return rows
 
@@ -224,7 +165,7 @@ class SourceModel:
                 return self.reader.read(name + suffix, (start, stop), dtype)
             return torch.zeros(stop - start, *rest, dtype=dtype)
 
-        if total == 3 * h * hd and info.family == "mpt":  # [Q | K | V]
+        if total == 3 * h * hd and info.spec.qkv_layout == "blocks":  # [Q | K | V]
             return rows((part * h + a) * hd, (part * h + b) * hd).view(b - a, hd, *rest)
         if total == 3 * h * hd:  # per head (h, 3, hd): one read per head
             return torch.stack([rows((3 * j + part) * hd, (3 * j + part + 1) * hd) for j in range(a, b)])
@@ -234,7 +175,7 @@ class SourceModel:
             one = h + part - 1
             return rows(one * hd, (one + 1) * hd).view(1, hd, *rest).expand(b - a, hd, *rest)  # replicated (exact)
         raise ValueError(f"{name}.weight has {total} rows; expected {3 * h * hd}"
-                         + ("" if info.family == "mpt" else f" or {(h + 2) * hd}"))
+                         + ("" if info.spec.qkv_layout == "blocks" else f" or {(h + 2) * hd}"))
 
     def qkv(self, i: int) -> tuple[torch.Tensor, ...]:
         """Block i's (q_w, k_w, v_w) ``(h, hd, D)`` and (q_b, k_b, v_b) ``(h, hd)``, float64."""

@@ -4,10 +4,11 @@ import pytest
 import torch
 from pico import build
 
-from ropebridge.convert import compact, convert, gpt_neox, tensor_io
-from ropebridge.convert.families import SourceModel
-from ropebridge.planning import checkpoint_plan
-from ropebridge.sources import load_config
+from ropebridge.checkpoint import tensor_io
+from ropebridge.convert import convert
+from ropebridge.emulation import PlanRequest
+from ropebridge.planning import plan_checkpoint
+from ropebridge.targets import TARGETS
 
 WHOLE = 1 << 62  # one block per tensor
 TINY = 1  # one row (one head for the fused QKV) per block
@@ -32,7 +33,7 @@ def test_blockwise_and_whole_tensor_conversion_write_the_same_bytes(tmp_path, mo
     out = {}
     for name, block in (("whole", WHOLE), ("tiny", TINY)):
         monkeypatch.setattr(tensor_io, "BLOCK_BYTES", block)
-        convert(src, tmp_path / name, window=128, dtype=dtype, target=target, max_shard_mb=0.05)
+        convert(src, tmp_path / name, PlanRequest(window=128, dtype=dtype, target=target), max_shard_mb=0.05)
         out[name] = files(tmp_path / name)
     assert len([n for n in out["whole"] if n.endswith(".safetensors")]) > 1  # several shards, tensors across them
     assert out["tiny"].keys() == out["whole"].keys()
@@ -43,13 +44,12 @@ def test_blockwise_and_whole_tensor_conversion_write_the_same_bytes(tmp_path, mo
 def largest_block(src, target, block_bytes, monkeypatch, tmp_path):
     """Bytes of the largest block any producer yields when the converter writes ``src`` with ``block_bytes``."""
     monkeypatch.setattr(tensor_io, "BLOCK_BYTES", block_bytes)
-    model = SourceModel(src, load_config(src))
-    plan = checkpoint_plan(src, window=128, dtype="float32", target=target)
-    module = gpt_neox if target == "gpt-neox" else compact
-    layout = module.layout_for(model, plan) if target == "gpt-neox" else module.layout_for(model, plan, target)
+    plan, model = plan_checkpoint(src, PlanRequest(window=128, dtype="float32", target=target))
+    code = TARGETS[target].code()
+    layout = code.layout(model, plan)
     tmp_path.mkdir()
     writer = tensor_io.ShardWriter(tmp_path, torch.float32, 1 << 30)
-    module.add_tensors(model, layout, writer)
+    code.add_tensors(model, layout, writer)
     writer.write()
     return writer.largest_block, layout
 

@@ -1,0 +1,199 @@
+"""ALiBi source configs: which family, its geometry, and the per-logit slope each head applies.
+
+Read once from a Hugging Face ``config.json`` (a checkpoint directory, the file, or a dict) without importing the
+model, through one table of family entries (``FAMILIES``): the config keys each family names its sizes with, what
+it refuses, and the tensor names of its checkpoint. Each family applies its bias differently, so the *per-logit*
+slope (what the emulation must reproduce in the softmax input) differs (transformers 5.x modelling code):
+
+- BLOOM: scores = q.k/sqrt(hd) + m*j, slope m (Press et al. rule, max_bias 8); an embedding LayerNorm;
+- MPT (``attn_config.alibi``): the bias is added after the softmax scale, slope m (``alibi_bias_max``, default 8);
+- Falcon with ``alibi=True`` (Falcon-RW): (q.k + m*j)/sqrt(hd), slope m/sqrt(hd), and transformers rounds m to
+  bfloat16 first, even in float32 models: we take those rounded values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import _checks, alibi
+
+
+@dataclass(frozen=True)
+class AlibiSource:
+    """An ALiBi model's attention: family, heads, head dim, and per-logit slopes ``(h,)`` (all a plan needs)."""
+
+    family: str
+    n_heads: int
+    head_dim: int
+    max_bias: float
+    slopes: tuple[float, ...]
+    path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SourceInfo(AlibiSource):
+    """A whole source checkpoint's geometry as its config gives it (read once, by ``from_config``)."""
+
+    vocab_size: int = 0
+    hidden_size: int = 0
+    intermediate_size: int = 0
+    n_layers: int = 0
+    eps: float = 1e-5
+    activation: str = "gelu"  # transformers ACT2FN name in the target
+    parallel: bool = False  # attention and MLP read one LayerNorm and add to the residual together
+    qk_scale: float = 1.0  # scale applied to q.k in the source logits
+    config: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def spec(self) -> Family:
+        return FAMILIES[self.family]
+
+    @property
+    def max_positions(self) -> int | None:
+        """The longest input the source accepts (MPT: ``max_seq_len``, its ALiBi table); None for no limit."""
+        return int(self.config["max_seq_len"]) if self.family == "mpt" and self.config.get("max_seq_len") else None
+
+
+@dataclass(frozen=True)
+class Family:
+    """One ALiBi family: its model types, the config keys of its sizes (first present wins), ``details`` (the
+    family's own keys: refusals, max_bias, eps, activation, parallel, MLP width, q.k scale), its tensor names
+    (``block``: block i's, ``globals``), its fused-QKV row layout, and the attention verify runs it with."""
+
+    name: str
+    model_types: tuple[str, ...]
+    heads: tuple[str, ...]
+    hidden: tuple[str, ...]
+    layers: tuple[str, ...]
+    details: Callable[[Mapping[str, Any], int, int], dict[str, Any]]  # (config, hidden, head_dim) -> fields
+    block: Callable[[int], dict[str, str]]
+    globals: Mapping[str, str]
+    qkv_layout: str  # "per-head" (h, 3, hd) or "blocks" [Q | K | V]
+    attention: str  # transformers attention implementation of the source (verify)
+    embedding_norm: str | None = None  # an embedding LayerNorm folded into the embedding rows
+
+
+def _bloom(c, d, hd) -> dict[str, Any]:
+    if c.get("apply_residual_connection_post_layernorm"):
+        raise ValueError("BLOOM with apply_residual_connection_post_layernorm=true has no stock RoPE equivalent")
+    return dict(max_bias=8.0, eps=c.get("layer_norm_epsilon", 1e-5), activation="gelu_pytorch_tanh", parallel=False,
+                intermediate_size=4 * d, qk_scale=1 / math.sqrt(hd))
+
+
+def _mpt(c, d, hd) -> dict[str, Any]:
+    attn = c.get("attn_config") or {}
+    if not attn.get("alibi", False):
+        raise ValueError("this MPT config has attn_config.alibi = false: not an ALiBi model")
+    for key in ("clip_qkv", "qk_ln", "prefix_lm"):
+        if attn.get(key):
+            raise ValueError(f"MPT with attn_config.{key}={attn[key]!r} has no stock RoPE equivalent")
+    return dict(max_bias=float(attn.get("alibi_bias_max", 8)), eps=c.get("layer_norm_epsilon", 1e-5),
+                activation="gelu", parallel=False, intermediate_size=int(c.get("expansion_ratio", 4) * d),
+                qk_scale=attn.get("softmax_scale") or 1 / math.sqrt(hd))
+
+
+def _falcon(c, d, hd) -> dict[str, Any]:
+    if not c.get("alibi", False):
+        raise ValueError(f"this Falcon config (model_type {c.get('model_type')!r}) has alibi = false: it uses RoPE "
+                         "already")
+    if c.get("new_decoder_architecture"):
+        raise ValueError("Falcon with new_decoder_architecture=true (grouped KV, two LayerNorms) is not supported")
+    act = c.get("activation", "gelu")
+    if act != "gelu":
+        raise ValueError(f"Falcon activation {act!r} is not supported (only gelu)")
+    return dict(max_bias=8.0, eps=c.get("layer_norm_epsilon", 1e-5), activation=act,
+                parallel=bool(c.get("parallel_attn", True)), intermediate_size=c.get("ffn_hidden_size") or 4 * d,
+                qk_scale=1 / math.sqrt(hd))
+
+
+def _h_names(i: int) -> dict[str, str]:
+    p = f"transformer.h.{i}."
+    return {"ln1": p + "input_layernorm", "ln2": p + "post_attention_layernorm",
+            "qkv": p + "self_attention.query_key_value", "o": p + "self_attention.dense",
+            "up": p + "mlp.dense_h_to_4h", "down": p + "mlp.dense_4h_to_h"}
+
+
+def _mpt_names(i: int) -> dict[str, str]:
+    p = f"transformer.blocks.{i}."
+    return {"ln1": p + "norm_1", "ln2": p + "norm_2", "qkv": p + "attn.Wqkv", "o": p + "attn.out_proj",
+            "up": p + "ffn.up_proj", "down": p + "ffn.down_proj"}
+
+
+_H_GLOBALS = {"emb": "transformer.word_embeddings.weight", "ln_f": "transformer.ln_f", "head": "lm_head.weight"}
+FAMILIES = {f.name: f for f in (
+    Family("bloom", ("bloom",), ("n_head", "num_attention_heads"), ("hidden_size", "n_embed"), ("n_layer",),
+           _bloom, _h_names, _H_GLOBALS, "per-head", "eager", "transformer.word_embeddings_layernorm"),
+    Family("mpt", ("mpt",), ("n_heads",), ("d_model",), ("n_layers",), _mpt, _mpt_names,
+           {"emb": "transformer.wte.weight", "ln_f": "transformer.norm_f", "head": "lm_head.weight"}, "blocks", "eager"),
+    Family("falcon", ("falcon", "RefinedWeb", "RefinedWebModel"), ("num_attention_heads", "n_head"), ("hidden_size",),
+           ("num_hidden_layers", "n_layer"), _falcon, _h_names, _H_GLOBALS, "per-head", "sdpa"),
+)}
+
+
+def family_slopes(family: str, n_heads: int, head_dim: int, max_bias: float = 8.0) -> tuple[float, ...]:
+    """Per-logit slopes of ``family`` (see the module doc), float64 values as a tuple ``(h,)``."""
+    _checks.choice("family", family, tuple(FAMILIES))
+    m = alibi.slopes(n_heads, max_bias)
+    if family == "falcon":
+        m = m.to(torch.bfloat16).to(torch.float64) / math.sqrt(head_dim)
+    return tuple(m.tolist())
+
+
+def from_heads(n_heads: int, head_dim: int, family: str = "bloom", max_bias: float = 8.0) -> AlibiSource:
+    """An ``AlibiSource`` from a head count (no checkpoint)."""
+    n_heads = _checks.positive_int("heads", n_heads)
+    head_dim = _checks.positive_int("head_dim", head_dim)
+    return AlibiSource(family, n_heads, head_dim, max_bias, family_slopes(family, n_heads, head_dim, max_bias))
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """``config.json`` of a checkpoint directory (or the file itself) as a dict; clear errors otherwise."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.is_file():
+        raise FileNotFoundError(f"no config.json at {path}")
+    try:
+        return json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{p} is not valid JSON: {exc}") from None
+
+
+def _first(config: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
+    return next((config[k] for k in keys if config.get(k) is not None), None)
+
+
+def from_config(config: Mapping[str, Any] | str | Path) -> SourceInfo:
+    """The ``SourceInfo`` of a BLOOM, MPT or Falcon (``alibi=True``) config; ``ValueError`` for anything else or a
+    variant without a stock RoPE equivalent."""
+    path = None
+    if not isinstance(config, Mapping):
+        path = str(config)
+        config = load_config(config)
+    model_type = config.get("model_type")
+    spec = next((f for f in FAMILIES.values() if model_type in f.model_types), None)
+    if spec is None:
+        raise ValueError(
+            f"model_type {model_type!r} is not an ALiBi model ropebridge knows (bloom, mpt, falcon with alibi=true)")
+    heads = _checks.positive_int("number of heads", _first(config, spec.heads))
+    hidden = _checks.positive_int("hidden size", _first(config, spec.hidden))
+    if hidden % heads:
+        raise ValueError(f"hidden size {hidden} is not a multiple of the head count {heads}")
+    head_dim = hidden // heads
+    details = spec.details(config, hidden, head_dim)
+    layers, vocab = _first(config, spec.layers), config.get("vocab_size")
+    slopes = family_slopes(spec.name, heads, head_dim, details["max_bias"])
+    return SourceInfo(spec.name, heads, head_dim, details.pop("max_bias"), slopes, path,
+                      vocab_size=int(vocab or 0), hidden_size=hidden, n_layers=int(layers or 0),
+                      eps=float(details.pop("eps")), intermediate_size=int(details.pop("intermediate_size")),
+                      qk_scale=float(details.pop("qk_scale")), config=config, **details)

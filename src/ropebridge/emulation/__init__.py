@@ -1,0 +1,36 @@
+"""ALiBi emulated with RoPE: plan types, the error model, and one module per strategy behind one registry.
+
+``STRATEGIES[name](source, request) -> EmulationPlan``, ``source`` anything with ``slopes`` ``(h,)``, ``head_dim``
+and ``family`` (``checkpoint.AlibiSource``), ``request`` a ``PlanRequest`` with its dtype known:
+
+- ``single``: one slow pair per head at one theta (``single``);
+- ``fixed-base``: each head on its best consecutive pairs of a fixed ``base^(-2r/R)`` (``fixed_base``);
+- ``ladder``: every pair of a rotary block with fitted amplitudes (``ladder``, ``ladder_fit``).
+"""
+
+from __future__ import annotations
+
+from .fixed_base import plan_fixed_base
+from .ladder import plan_ladder
+from .plan import EmulationPlan, HeadPlan, LadderHead, PairTerm
+from .request import PlanRequest
+from .single import plan_single
+
+STRATEGIES = {"single": plan_single, "fixed-base": plan_fixed_base, "ladder": plan_ladder}
+
+
+def plan(source, request: PlanRequest) -> EmulationPlan:
+    """The plan of ``source`` for ``request`` (whose dtype must be known: ``PlanRequest.with_dtype``), by the
+    strategy it asks for; the tolerance defaults to ``error_model.plan_tolerance``."""
+    import dataclasses
+
+    from .error_model import plan_tolerance
+
+    if request.dtype is None:
+        raise ValueError("the request names no dtype: complete it with PlanRequest.with_dtype")
+    if request.tolerance is None:
+        request = dataclasses.replace(request, tolerance=plan_tolerance(request.dtype, source.slopes, request.window))
+    return STRATEGIES[request.strategy](source, request)
+
+
+__all__ = ["STRATEGIES", "EmulationPlan", "HeadPlan", "LadderHead", "PairTerm", "PlanRequest", "plan"]

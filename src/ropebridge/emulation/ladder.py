@@ -1,0 +1,183 @@
+"""The frequency ladder: ALiBi emulated on every pair of a rotary block, exact where it matters.
+
+A single slow pair's bias is the small difference of two products of size ~ m sqrt(hd) * position, so in a 16-bit
+dtype its rounding grows with the absolute position (and N overflows float16). The ladder uses all R/2 pairs of the
+target's rotary block, ``theta_r = base^(-2r/R)`` (the free base turns the slowest pair one radian over the window),
+each head with its own amplitudes fitted by ``ladder_fit.fit_head``: with q = (-N_r/s, M_r/s), k = (0, s) on pair r
+the head's bias is ``f(d) = sum_r a_r sin(theta_r d) + b_r cos(theta_r d)``, a function of the distance d alone.
+
+**The cutoff** (``default_cutoff``): a key more than ``cutoff`` logits below the best one has weight below
+e^-cutoff, the L keys of the window together at most ``L e^-cutoff``; the default makes that the dtype's unit
+roundoff u, ``cutoff = ln(L / u)`` (bfloat16 at 2K: 13.2 logits, float16 at 32K: 17.9). The floor of a head is the
+cutoff plus the content advantage a far key can have (``DEFAULT_ADVANTAGE``, or measured on text by
+``convert.calibration``). Source: A. Litzenberger, "Emulating ALiBi with RoPE",
+https://alexlitzenberger.com/blog/emulating_alibi_with_rope; the choices of R, the advantage and the objective are
+explained, with their measurements, in ``docs/decisions.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from .. import _checks
+from .error_model import _FORMATS, DTYPES
+from .fixed_base import engine_frequencies
+from .ladder_fit import HeadFit, fit_head
+from .plan import EmulationPlan, HeadPlan, LadderHead, PairTerm
+
+DEFAULT_ADVANTAGE = 45.0  # content advantage (logits) assumed without calibration (docs/decisions.md)
+MIN_ROTARY_DIM = 32  # the smallest ladder (docs/decisions.md: R = 16 measured 1.2-3.6x the error of 32)
+DEFAULT_HEAD_DIM_MULTIPLE = 16  # 80 / 96 for hd 64, 144 / 160 for hd 128: sizes fast kernels accept
+
+
+def rotary_dim_for(head_dim: int, multiple: int = DEFAULT_HEAD_DIM_MULTIPLE, minimum: int = MIN_ROTARY_DIM) -> int:
+    """The smallest even R >= ``minimum`` with ``head_dim + R`` a multiple of ``multiple`` (GPT-NeoX head
+    hd' = R + hd). hd 64 -> 32 (96), hd 32 -> 32 (64), hd 128 -> 32 (160), hd 80 -> 32 (112); multiple 64:
+    hd 64 -> 64 (128)."""
+    head_dim = _checks.positive_int("head_dim", head_dim)
+    multiple = _checks.positive_int("head_dim_multiple", multiple, even=True)
+    r = _checks.positive_int("rotary_dim", minimum, even=True)
+    while (head_dim + r) % multiple:
+        r += 2
+    return r
+
+
+def default_cutoff(window: int, dtype: str) -> float:
+    """``ln(L / u)``: the L keys of the window below -cutoff carry at most u of the softmax weight together,
+    u = 2^-p the dtype's unit roundoff (module doc). bfloat16: 13.2 at 2K, 16.0 at 32K; float16: 15.2, 17.9."""
+    p, _ = _FORMATS[_checks.choice("dtype", dtype, tuple(DTYPES))]
+    return math.log(_checks.positive_int("window", window)) + p * math.log(2)
+
+
+def free_base(window: int, rotary_dim: int) -> float:
+    """The base whose slowest pair turns one radian over the window: ``base^(-(R-2)/R) * L = 1`` (a window
+    of one token is planned as two: any base turns a pair less than a radian there)."""
+    return float(max(window, 2)) ** (rotary_dim / (rotary_dim - 2))
+
+
+def per_head(name: str, value, heads: int) -> list:
+    """One value for every head, or one per head (``ValueError`` on another count)."""
+    values = [value] * heads if np.ndim(value) == 0 else list(value)
+    if len(values) != heads:
+        raise ValueError(f"{len(values)} {name} for {heads} heads")
+    return values
+
+
+def head_floors(heads: int, cutoff: float, floor=None, advantage=None) -> list[float]:
+    """The floor C of every head: ``floor`` (one or per head, each >= the cutoff), else cutoff + ``advantage``
+    (default ``DEFAULT_ADVANTAGE``)."""
+    if floor is None:
+        advantages = per_head("advantages", DEFAULT_ADVANTAGE if advantage is None else advantage, heads)
+        floor = [cutoff + _checks.at_least(f"advantage[{i}]", a, 0.0) for i, a in enumerate(advantages)]
+    return [_checks.at_least(f"floor[{i}]", c, cutoff) for i, c in enumerate(per_head("floors", floor, heads))]
+
+
+# A pool pays off once the fits outweigh its start (each worker imports torch, ~2 s): distinct heads times window.
+PARALLEL_WORK = 2**16
+
+
+def fit_heads(
+    keys: Sequence[tuple[float, float]], thetas: np.ndarray, window: int, dtype: str, stored_scale: float, *,
+    jobs: int = 1, progress: bool = False,
+) -> dict[tuple[float, float], HeadFit]:
+    """``fit_head`` for every distinct (slope, floor) in ``keys``, in ``jobs`` processes where the work is worth
+    a pool (``PARALLEL_WORK``); each fit is a pure function of its arguments, so the result is the same whatever
+    ``jobs``. ``progress`` shows a bar on stderr once the fits have run two seconds."""
+    from .._progress import progress_bar
+
+    distinct = list(dict.fromkeys((float(m), float(c)) for m, c in keys))
+    args = [(m, tuple(np.asarray(thetas, np.float64).tolist()), window, c, dtype, stored_scale) for m, c in distinct]
+    jobs = min(jobs, len(distinct)) if len(distinct) * window >= PARALLEL_WORK else 1
+    bar = progress_bar(len(distinct), "plan", enabled=progress, unit="head", delay=2.0)
+    fits: dict[tuple[float, float], HeadFit] = {}
+    try:
+        if jobs == 1:
+            for key, arg in zip(distinct, args):
+                fits[key] = _fit((key, arg))[1]
+                bar.update()
+        else:
+            # spawn, not fork: a forked child of a process whose torch threads have run can hang. The workers
+            # ignore Ctrl-C (the terminal sends it to them too): this process answers it and ends them.
+            pool = _pool(jobs)
+            try:
+                for key, fit in pool.imap_unordered(_fit, list(zip(distinct, args))):
+                    fits[key] = fit
+                    bar.update()
+            finally:
+                pool.terminate()
+                pool.join()
+    finally:
+        bar.close()
+    return fits
+
+
+def _pool(jobs: int):
+    """A spawn pool whose workers ignore SIGINT from their first instant: an ignored signal stays ignored
+    through exec, and Python then installs no handler of its own, so SIGINT is ignored here while they start
+    (from the main thread; elsewhere their initializer ignores it once their imports are done)."""
+    import multiprocessing
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        return multiprocessing.get_context("spawn").Pool(jobs, initializer=_ignore_interrupt)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _ignore_interrupt() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _fit(item: tuple) -> tuple[tuple[float, float], HeadFit]:
+    key, (slope, thetas, window, floor, dtype, stored_scale) = item
+    return key, fit_head(slope, thetas, window, floor, dtype, stored_scale=stored_scale)
+
+
+def ladder_on(source, request, rotary_dim: int, floors: Sequence[float], cutoff: float) -> EmulationPlan:
+    """The ladder of every head of ``source`` (``slopes`` ``(h,)``, ``head_dim``, ``family``) on ``rotary_dim`` dims
+    at the request's base (``free_base`` when it gives none)."""
+    window, dtype, base = request.window, request.dtype, request.rope_base
+    b = free_base(window, rotary_dim) if base is None else base
+    try:
+        thetas = engine_frequencies(b, rotary_dim)
+    except ValueError as exc:
+        raise ValueError(f"--rope-base {b:g}: {exc}" if base is not None else str(exc)) from None
+    scale, stored = 1 / math.sqrt(source.head_dim), 1 / math.sqrt(source.head_dim + rotary_dim)
+    fits = fit_heads(list(zip(source.slopes, floors)), thetas, window, dtype, stored, jobs=request.jobs,
+                     progress=request.progress)
+    heads = []
+    for h, (m, c) in enumerate(zip(source.slopes, floors)):
+        f = fits[m, c]
+        pairs = tuple(PairTerm(float(t), -a / scale, i, bb / scale) for i, (t, a, bb) in enumerate(zip(thetas, f.a, f.b)))
+        heads.append(HeadPlan(h, m, pairs, 1.0, f.fit_error, f.rounding_error, f.predicted_error,
+                              LadderHead(f.floor, f.exact_distance, f.shift)))
+    return EmulationPlan(source.head_dim, window, dtype, "ladder", tuple(heads), cutoff, request.tolerance,
+                         base=float(b), rotary_dim=rotary_dim, pairs_per_head=rotary_dim // 2, family=source.family)
+
+
+def plan_ladder(source, request) -> EmulationPlan:
+    """The ladder plan of ``source`` for a ``PlanRequest``: R = ``rotary_dim``, or ``rotary_dim_for(hd, multiple)``
+    and, where that plan misses the tolerance, the next size that keeps the rule if it does better; floors from
+    ``floor`` or ``advantage`` (``head_floors``); the cutoff ``default_cutoff`` unless given."""
+    cutoff = default_cutoff(request.window, request.dtype) if request.cutoff is None else request.cutoff
+    floors = head_floors(len(source.slopes), cutoff, request.floor, request.advantage)
+    if request.rotary_dim is not None:
+        sizes = [request.rotary_dim]
+    else:
+        first = rotary_dim_for(source.head_dim, request.head_dim_multiple)
+        sizes = [first, first + request.head_dim_multiple]
+    plans = []
+    for r in sizes:
+        plans.append(ladder_on(source, request, r, floors, cutoff))
+        if plans[-1].meets_tolerance:
+            break
+    return min(plans, key=lambda p: (not p.meets_tolerance, p.worst_head.predicted_error if not p.meets_tolerance else 0))

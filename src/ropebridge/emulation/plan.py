@@ -1,0 +1,178 @@
+"""The emulation plan: the rotary pairs that reproduce each ALiBi head's bias, and their predicted error.
+
+Every strategy (``STRATEGIES`` in this package) returns one ``EmulationPlan``: per head, the pairs it rotates
+(frequency theta, amplitudes N and M stated for the source's logit scale 1/sqrt(hd)), the split s of N between q
+and k, and the error model's prediction. A pair carries q = (-N/s, M/s), k = (0, s) and adds
+``sigma (M cos(theta d) - N sin(theta d))`` to the logit, sigma = 1/sqrt(hd) (A. Litzenberger, "Emulating ALiBi
+with RoPE", https://alexlitzenberger.com/blog/emulating_alibi_with_rope). The ladder's heads also carry a
+``LadderHead`` (floor C, the distance W = C/m up to which the bias is exact, the shift s of the bias).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from .. import __version__, _checks
+from .error_model import DTYPES, PairSpec
+
+MODES = ("error-optimal", "max-phase", "theta", "exact-rotation", "fixed-base", "ladder")
+HALF_PI = math.pi / 2
+
+
+@dataclass(frozen=True)
+class PairTerm:
+    """One rotating pair of a head: frequency theta (rad/token), amplitudes N and M (for the scale 1/sqrt(hd)),
+    its index in the target's rotary block (None for a free theta). M is 0 except in the ladder."""
+
+    theta: float
+    N: float
+    index: int | None = None
+    M: float = 0.0
+
+    def __post_init__(self) -> None:
+        _checks.positive("theta", self.theta)
+        _checks.number("N", self.N)
+        _checks.number("M", self.M)
+
+
+@dataclass(frozen=True)
+class LadderHead:
+    """The ladder's part of a head: floor C (logits), W = min(L, floor(C/m)), and the shift s: the bias equals
+    s - m d on d <= W and stays below s - C beyond (a constant shift no softmax sees)."""
+
+    floor: float
+    exact_distance: int
+    shift: float = 0.0
+
+
+@dataclass(frozen=True)
+class HeadPlan:
+    """The emulation of one head. ``approximation_error``: the error in exact arithmetic (the sine's for a single
+    pair or a fixed base, the fit's for the ladder); ``rounding_error``: the dtype's; ``predicted_error``: the
+    error model's worst logit error over the window (logits)."""
+
+    head: int
+    slope: float
+    pairs: tuple[PairTerm, ...]
+    split: float
+    approximation_error: float
+    rounding_error: float
+    predicted_error: float
+    ladder: LadderHead | None = None
+
+    def __post_init__(self) -> None:
+        _checks.positive("slope", self.slope)
+        _checks.positive("split", self.split)
+        if not self.pairs:
+            raise ValueError(f"head {self.head} has no pairs")
+
+    @property
+    def theta(self) -> float:
+        """Frequency of the slowest pair (the only one of a single pair)."""
+        return min(p.theta for p in self.pairs)
+
+    @property
+    def N(self) -> float:  # noqa: N802 (the source's name)
+        return next(p.N for p in self.pairs if p.theta == self.theta)
+
+    def phase(self, window: int) -> float:
+        """``max theta * L``: the largest angle of the head's fastest pair over the window."""
+        return max(p.theta for p in self.pairs) * window
+
+    def specs(self) -> list[PairSpec]:
+        return [PairSpec(p.theta, p.N) for p in self.pairs]
+
+
+@dataclass(frozen=True)
+class EmulationPlan:
+    """Per-head emulation of an ALiBi model, frozen and JSON-serialisable (``to_dict`` / ``from_dict``). ``mode``:
+    how the frequencies were chosen (``MODES``); ``base`` and ``rotary_dim``: the target's rotary block, None for a
+    free theta; ``max_window``: with a fixed base, the longest window within ``tolerance``."""
+
+    head_dim: int
+    window: int
+    dtype: str
+    mode: str
+    heads: tuple[HeadPlan, ...]
+    cutoff: float = 40.0
+    tolerance: float = 1e-3
+    base: float | None = None
+    rotary_dim: int | None = None
+    pairs_per_head: int = 1
+    max_window: int | None = None
+    family: str | None = None
+    source: str | None = None
+    version: str = field(default=__version__)
+
+    def __post_init__(self) -> None:
+        _checks.positive_int("head_dim", self.head_dim)
+        _checks.positive_int("window", self.window)
+        _checks.choice("dtype", self.dtype, tuple(DTYPES))
+        _checks.choice("mode", self.mode, MODES)
+        _checks.positive("cutoff", self.cutoff)
+        _checks.positive("tolerance", self.tolerance)
+        if not self.heads:
+            raise ValueError("a plan needs at least one head")
+        limit = torch.finfo(DTYPES[self.dtype]).max
+        for h in self.heads:
+            if self.mode != "ladder" and len(h.pairs) == 1 and not h.phase(self.window) < HALF_PI:
+                raise ValueError(f"head {h.head}: phase theta*L = {h.phase(self.window)!r} must be < pi/2 "
+                                 "(monotone bias)")
+            q = max(max(abs(p.N), abs(p.M)) for p in h.pairs) / h.split
+            if q > limit or h.split > limit:
+                raise ValueError(
+                    f"head {h.head}: q = N/s = {q:.4g} and k = s = {h.split:.4g} must fit {self.dtype} (max {limit:.6g}); "
+                    "choose another split, a larger theta or a wider dtype"
+                )
+
+    @property
+    def strategy(self) -> str:
+        """The strategy that made the plan: ``ladder``, ``fixed-base`` or ``single``."""
+        return self.mode if self.mode in ("ladder", "fixed-base") else "single"
+
+    @property
+    def scale(self) -> float:
+        """The source's logit scale 1/sqrt(head_dim), in which N is stated."""
+        return 1.0 / math.sqrt(self.head_dim)
+
+    @property
+    def worst_head(self) -> HeadPlan:
+        return max(self.heads, key=lambda h: h.predicted_error)
+
+    @property
+    def meets_tolerance(self) -> bool:
+        return self.worst_head.predicted_error <= self.tolerance
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for h, row in zip(self.heads, out["heads"]):
+            row["theta"], row["N"] = h.theta, h.N
+        out["worst_head"] = self.worst_head.head
+        out["worst_predicted_error"] = self.worst_head.predicted_error
+        out["meets_tolerance"] = self.meets_tolerance
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EmulationPlan:
+        """The plan of ``to_dict``; also reads the records of ropebridge 0.1 checkpoints (``docs/decisions.md``)."""
+        data = {("rotary_dim" if k == "rope_dim" else k): v for k, v in data.items()}
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        heads = []
+        for row in data["heads"]:
+            row = {("approximation_error" if k == "sine_error" else k): v for k, v in row.items()}
+            if row.get("floor") is not None:  # 0.1 kept the ladder's part on the head itself
+                row["ladder"] = {k: row[k] for k in ("floor", "exact_distance", "shift")}
+            pairs = tuple(PairTerm(**p) for p in row["pairs"])
+            keep = {k: v for k, v in row.items() if k in HeadPlan.__dataclass_fields__ and k not in ("pairs", "ladder")}
+            ladder = LadderHead(**row["ladder"]) if row.get("ladder") else None
+            heads.append(HeadPlan(pairs=pairs, ladder=ladder, **keep))
+        fields["heads"] = tuple(heads)
+        return cls(**fields)

@@ -1,0 +1,172 @@
+"""``PlanRequest``: everything a user asks of a plan, built once (from argparse or Python) and validated once.
+
+``ropebridge plan`` and ``ropebridge convert`` build the same request from the same options
+(``cli/_options.py``), and ``planning.plan_checkpoint`` turns it into the plan a converted checkpoint carries.
+Field names are the CLI's option names. ``dtype`` None means the checkpoint's own; the request is completed by
+``with_dtype`` once that is known, and every rule that depends on the strategy is checked then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .. import _checks
+from ..targets import TARGETS, Target
+from .error_model import DTYPES
+
+MAX_WINDOW = 2**24  # float32 holds every integer position up to 2^24 exactly (engines compute angles from them)
+DEFAULT_WINDOW = 8192
+EMULATIONS = ("ladder", "single", "fixed-base")
+DEFAULT_HEAD_DIM_MULTIPLE = 16  # (ladder.DEFAULT_HEAD_DIM_MULTIPLE: kept equal by a test)
+
+
+def check_window(window: Any) -> int:
+    """``window`` as a positive int no larger than ``MAX_WINDOW``, else ``ValueError`` naming ``--window``."""
+    window = _checks.positive_int("window", window)
+    if window > MAX_WINDOW:
+        raise ValueError(f"--window {window} is beyond {MAX_WINDOW} (2^24), the last position float32 holds exactly")
+    return window
+
+
+def _per_head(key: str, value: Any, low: float) -> float | tuple[float, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return tuple(_checks.at_least(f"{key}[{i}]", v, low) for i, v in enumerate(value))
+    return _checks.at_least(key, value, low)
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """A plan as the user asks for it (the CLI's planning options).
+
+    window: longest context served, extrapolation included. dtype: of the converted model (None: the checkpoint's).
+    target: an entry of ``targets.TARGETS``. emulation: ``ladder``, ``single`` or ``fixed-base`` (None: the
+    ``strategy`` rule). theta / max_phase: the single pair's theta (theta = max_phase / window). rope_base,
+    rotary_dim, pairs: a fixed RoPE base, the rotary dims per head, pairs per head (fixed base). split: the k value s
+    of the single pair (a number or "sqrt"). floor / advantage: the ladder's floor C, or the content advantage added
+    to the cutoff (one or per head); calibration_text: text to measure the advantages on. head_dim_multiple: the
+    ladder's hd + R is a multiple of it. cutoff, tolerance: logits (None: the strategy's, ``plan_tolerance``).
+    jobs, progress: how the ladder is fitted, not what (the plan is the same whatever they are).
+    """
+
+    window: int = DEFAULT_WINDOW
+    dtype: str | None = None
+    target: str = "gpt-neox"
+    emulation: str | None = None
+    theta: float | None = None
+    max_phase: float | None = None
+    rope_base: float | None = None
+    rotary_dim: int | None = None
+    pairs: int = 1
+    split: float | str | None = None
+    floor: float | tuple[float, ...] | None = None
+    advantage: float | tuple[float, ...] | None = None
+    calibration_text: str | None = None
+    head_dim_multiple: int = DEFAULT_HEAD_DIM_MULTIPLE
+    cutoff: float | None = None
+    tolerance: float | None = None
+    jobs: int = 1
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        fix = lambda key, value: object.__setattr__(self, key, value)  # noqa: E731 (normalise once, frozen after)
+        fix("window", check_window(self.window))
+        fix("jobs", _checks.positive_int("jobs", self.jobs))
+        fix("pairs", _checks.positive_int("pairs", self.pairs))
+        fix("head_dim_multiple", _checks.positive_int("head_dim_multiple", self.head_dim_multiple, even=True))
+        if self.dtype is not None:
+            _checks.choice("dtype", self.dtype, tuple(DTYPES))
+        _checks.choice("target", self.target, tuple(TARGETS))
+        if self.emulation is not None:
+            _checks.choice("emulation", self.emulation, EMULATIONS)
+        for key in ("cutoff", "tolerance", "theta"):
+            if getattr(self, key) is not None:
+                fix(key, _checks.positive(key, getattr(self, key)))
+        if self.theta is not None and self.max_phase is not None:
+            raise ValueError("give --theta or --max-phase, not both")
+        if self.max_phase is not None and not 0 < _checks.number("max_phase", self.max_phase) < math.pi / 2:
+            raise ValueError(f"max_phase must be in (0, pi/2), got {self.max_phase!r}")
+        if self.theta is not None and self.theta * self.window >= math.pi / 2:
+            raise ValueError(f"theta * window = {self.theta * self.window:.4g} must be < pi/2")
+        if self.rope_base is not None:
+            fix("rope_base", _checks.number("rope_base", self.rope_base))
+            if self.rope_base <= 1:
+                raise ValueError(f"--rope-base must be > 1, got {self.rope_base!r}")
+        if self.rotary_dim is not None:
+            fix("rotary_dim", _checks.positive_int("rotary_dim", self.rotary_dim, even=True))
+        if self.split is not None and self.split != "sqrt":
+            try:
+                fix("split", _checks.positive("split", float(self.split)))
+            except (TypeError, ValueError):
+                raise ValueError(f"split must be a number or 'sqrt', got {self.split!r}") from None
+        if self.floor is not None and (self.calibration_text is not None or self.advantage is not None):
+            raise ValueError("give --floor or --calibration-text, not both")
+        fix("floor", _per_head("floor", self.floor, 0.0))
+        fix("advantage", _per_head("advantage", self.advantage, 0.0))
+        if self.strategy is not None:
+            self._check_strategy(self.strategy)
+
+    @property
+    def target_spec(self) -> Target:
+        return TARGETS[self.target]
+
+    @property
+    def single_flags(self) -> bool:
+        """Whether a flag only the single pair takes was given (--theta, --max-phase, --pairs, --split)."""
+        return self.theta is not None or self.max_phase is not None or self.pairs != 1 or self.split is not None
+
+    @property
+    def strategy(self) -> str | None:
+        """The strategy of ``STRATEGIES`` this request asks for (None while the dtype decides and is not known):
+        ``emulation`` if given (``single`` with --rope-base is ``fixed-base``); else ``single`` when a single-pair flag
+        is given, else the target's default for the dtype (``Target.default_emulation``)."""
+        name = self.emulation
+        if name is None:
+            if self.single_flags:
+                name = "single"
+            elif self.dtype is None:
+                return None
+            else:
+                name = self.target_spec.default_emulation(self.dtype)
+        return "fixed-base" if name == "single" and self.rope_base is not None else name
+
+    def _check_strategy(self, strategy: str) -> None:
+        target = self.target_spec
+        if strategy not in target.emulations:
+            if strategy == "ladder":
+                raise ValueError(f"--target {self.target} rotates one pair at one theta; the ladder needs --target "
+                                 "gpt-neox (or --emulation single)")
+            raise ValueError(f"--target {self.target} rotates one pair at a free theta: --rope-base and --pairs are "
+                             "for gpt-neox")
+        if strategy == "ladder":
+            if self.single_flags:
+                raise ValueError("--theta, --max-phase, --pairs and --split are for --emulation single; the ladder "
+                                 "plans every pair")
+            if self.rotary_dim is not None and self.rotary_dim < 4:
+                raise ValueError(f"rotary_dim must be >= 4 for a ladder, got {self.rotary_dim}")
+            return
+        if self.floor is not None or self.advantage is not None or self.calibration_text is not None:
+            raise ValueError("--floor and --calibration-text are for --emulation ladder")
+        if strategy == "fixed-base":
+            if self.rope_base is None:
+                raise ValueError("--emulation fixed-base needs --rope-base")
+            if self.theta is not None or self.max_phase is not None:
+                raise ValueError("give either --rope-base (with --rotary-dim) or --theta/--max-phase, not both")
+            return
+        if self.rotary_dim is not None:
+            raise ValueError("--rotary-dim needs --rope-base with --emulation single (the free-theta pair uses 4 dims)")
+        if self.pairs != 1:
+            raise ValueError("--pairs > 1 needs a fixed base (--rope-base), whose frequency set provides the pairs")
+
+    def with_dtype(self, dtype: str) -> PlanRequest:
+        """The request completed with the checkpoint's dtype where it named none (validated again)."""
+        return self if self.dtype is not None else dataclasses.replace(self, dtype=dtype)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out.pop("calibration_text")  # the text itself is not recorded; the advantages it gave are
+        return out

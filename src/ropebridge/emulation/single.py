@@ -1,0 +1,137 @@
+"""The single pair: one slow rotary pair per head, q = (-N/s, 0), k = (0, s), N = m sqrt(hd)/theta.
+
+The pair adds ``-(N/sqrt(hd)) sin(theta d)`` to the logit, which matches ALiBi's ``-m d`` in the small-angle
+limit (A. Litzenberger, "Emulating ALiBi with RoPE"). Example from that text: BLOOM-560M (16 heads, hd 64),
+window 65536, phase 0.1: steepest head m ~ 0.7071, theta ~ 1.526e-6, N ~ 3.707e6. Every head shares one theta
+(a stock target's heads share their frequencies), chosen by one rule (``RULES``):
+
+- ``theta``: given; ``max-phase``: theta = phase / L (the source text's rule);
+- ``exact-rotation`` (float32 default): theta = 2^-k with theta L <= 2^-12, where float32's rotation is exact
+  (``exact_rotation_theta``);
+- ``error-optimal`` (half-precision default): the theta minimising the worst head's predicted error
+  (``shared_theta``), the largest within 1% of the minimum, which keeps N smallest.
+
+float16 cannot hold N > 65504: N is then split, q = (-N/s, 0), k = (0, s), s = sqrt(N) by default. A target that
+rotates a block of ``base^(-2r/R)`` pairs (gpt-neox) realises theta as pair 1 of rotary dim 4 at base theta^-2.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import _checks
+from .error_model import DTYPES, EXACT_TABLE_ANGLE, PairSpec, predict
+from .fixed_base import check_engine_frequencies, fixed_base_heads, is_non_increasing, multi_pair_amplitudes
+from .plan import HALF_PI, EmulationPlan, HeadPlan, PairTerm
+
+RULES = ("theta", "max-phase", "exact-rotation", "error-optimal")
+CUTOFF = 40.0  # logits below -40 carry no weight (the error model counts d <= 40/m)
+ROTARY_DIM = 4  # in a rotary block: pair 0 turns at 1 rad/token, pair 1 at base^(-1/2) = the planned theta
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """What a head's error depends on besides its pairs: the logit ``scale`` 1/sqrt(hd), the ``window`` L, the
+    ``dtype``, the ``cutoff`` (logits below -cutoff carry no weight) and the ``split`` rule of N."""
+
+    scale: float
+    window: int
+    dtype: str
+    cutoff: float
+    split: float | str | None = None
+
+
+def split_for(n_max: float, dtype: str, split: float | str | None) -> float:
+    """The k value s: None splits N only where the dtype cannot hold it (s = sqrt(N)), "sqrt" always, a number is s."""
+    if split is None:
+        return math.sqrt(n_max) if n_max > torch.finfo(DTYPES[dtype]).max else 1.0
+    if split == "sqrt":
+        return math.sqrt(n_max)
+    return _checks.positive("split", split)
+
+
+def evaluate(head: int, slope: float, thetas: Sequence[float], indices: Sequence[int | None],
+             num: Numerics) -> HeadPlan | None:
+    """The head's plan on the given pairs ``(K,)`` (amplitudes from ``multi_pair_amplitudes``), or None when their
+    bias would rise somewhere in the window."""
+    amplitudes = multi_pair_amplitudes(slope, thetas)  # (K,) logits
+    if len(thetas) > 1 and not is_non_increasing(amplitudes, thetas, num.window):
+        return None
+    ns = amplitudes / num.scale
+    s = split_for(float(np.abs(ns).max()), num.dtype, num.split)
+    specs = [PairSpec(float(t), float(n)) for t, n in zip(thetas, ns)]
+    err = predict(slope, specs, num.scale, num.window, num.dtype, cutoff=num.cutoff, split=s)
+    pairs = tuple(PairTerm(float(t), float(n), i) for t, n, i in zip(thetas, ns, indices))
+    return HeadPlan(head, slope, pairs, s, err.sine, err.rounding, err.total)
+
+
+def exact_rotation_theta(window: int) -> float:
+    """theta = 2^-k, the largest power of two with theta * window <= 2^-12: every float32 angle p * theta
+    (p <= window) is exact (a power of two only shifts the exponent), cos(p theta) rounds to exactly 1 and
+    sin(p theta) to p theta itself (their next terms fall below half an ulp), so the rotation is exact and
+    only the products with N round. The sine approximation costs m theta^2 d^3 / 6 <= m d 2^-24 / 6, below
+    float32's own rounding of m d."""
+    return math.ldexp(EXACT_TABLE_ANGLE, -(window - 1).bit_length())  # bit_length: ceil(log2(window))
+
+
+def shared_theta(slopes: Sequence[float], num: Numerics) -> float:
+    """One theta for every head: the theta in (0, pi/(2L)) minimising the worst head's predicted error, the
+    largest within 1% of that minimum. A log grid over 12 decades, refined around its best point; the search
+    runs on the heads that can be worst (rounding grows with m: the steepest head; the sine term with m D^3,
+    D = min(L, cutoff/m): the shallowest, and the steepest whose D is still L), and its five best candidates
+    are then scored on every head."""
+    top = HALF_PI * (1 - 1e-6) / num.window
+    ms = sorted(set(slopes))
+    critical = {ms[0], ms[-1], max((m for m in ms if m <= num.cutoff / num.window), default=ms[0])}
+
+    def worst(t: float, heads) -> float:
+        return max(evaluate(0, m, [t], [None], num).predicted_error for m in heads)
+
+    grid = list(top * 10.0 ** (-np.arange(49) / 4))
+    errors = [worst(t, critical) for t in grid]
+    best = int(np.argmin(errors))
+    fine = list(np.geomspace(grid[min(best + 1, 48)], grid[max(best - 1, 0)], 9))
+    grid, errors = grid + fine, errors + [worst(t, critical) for t in fine]
+    keep = sorted(range(len(grid)), key=lambda k: errors[k])[:5]
+    exact = {grid[k]: worst(grid[k], ms) for k in keep}
+    floor = min(exact.values())
+    return float(max(t for t, e in exact.items() if e <= 1.01 * floor))
+
+
+def choose_theta(request, slopes: Sequence[float], num: Numerics) -> tuple[str, float]:
+    """(rule, theta) of ``RULES`` for the request (``PlanRequest``: ``theta``, ``max_phase``, ``dtype``)."""
+    if request.theta is not None:
+        rule, theta = "theta", request.theta
+    elif request.max_phase is not None:
+        rule, theta = "max-phase", request.max_phase / num.window
+    elif num.dtype == "float32":
+        rule, theta = "exact-rotation", exact_rotation_theta(num.window)
+    else:
+        rule, theta = "error-optimal", shared_theta(slopes, num)
+    theta = _checks.positive("theta", theta)
+    if theta * num.window >= HALF_PI:
+        raise ValueError(f"theta * window = {theta * num.window:.4g} must be < pi/2")
+    return rule, theta
+
+
+def plan_single(source, request) -> EmulationPlan:
+    """The single-pair plan of ``source`` (``slopes`` ``(h,)``, ``head_dim``, ``family``) for a ``PlanRequest``;
+    on a target with a rotary block the pair is pair 1 of ``ROTARY_DIM`` dims at base theta^-2."""
+    num = Numerics(1.0 / math.sqrt(source.head_dim), request.window, request.dtype,
+                   request.cutoff or CUTOFF, request.split)
+    rule, theta = choose_theta(request, source.slopes, num)
+    extra = {}
+    if request.target_spec.rotary_block:
+        base = theta**-2.0
+        heads = fixed_base_heads(source.slopes, base, ROTARY_DIM, 1, num)
+        extra = {"base": float(base), "rotary_dim": ROTARY_DIM}
+    else:
+        heads = [evaluate(h, m, [theta], [None], num) for h, m in enumerate(source.slopes)]
+    plan = EmulationPlan(source.head_dim, num.window, num.dtype, rule, tuple(heads), num.cutoff, request.tolerance,
+                         family=source.family, **extra)
+    return check_engine_frequencies(plan, f"the base theta^-2 of theta {theta:.6g}")

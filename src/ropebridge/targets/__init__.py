@@ -1,0 +1,41 @@
+"""Targets: the stock architectures a converted checkpoint takes, as one table of entries with one interface.
+
+Each ``Target`` names its transformers class, the emulations it can carry, whether it rotates a block of
+``base^(-2r/R)`` pairs, and the engines that run it; its code (``Target.code()``, imported when a conversion needs
+it) provides ``layout(src, plan)``, ``add_tensors(src, layout, writer)``, ``config(src, layout, plan, dtype)`` and
+``geometry(src, layout)`` (the numbers recorded in ``ropebridge.json``). ``docs/targets.md`` compares them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    architecture: str  # the transformers class a converted checkpoint names
+    emulations: tuple[str, ...]  # strategies of ``emulation.STRATEGIES`` it can carry
+    rotary_block: bool  # rotates a block of base^(-2r/R) pairs (else one pair at a free theta)
+    module: str  # its code, in this package
+    engines: str  # where it runs (one line, for ``convert``'s last line and the docs)
+
+    def default_emulation(self, dtype: str) -> str:
+        """The ladder in half precision where the target carries it (its rounding does not grow with the context);
+        the exact single pair in float32 and on targets that rotate one pair."""
+        return "ladder" if dtype != "float32" and "ladder" in self.emulations else "single"
+
+    def code(self) -> ModuleType:
+        return importlib.import_module(f"{__name__}.{self.module}")
+
+
+TARGETS = {t.name: t for t in (
+    Target("gpt-neox", "GPTNeoXForCausalLM", ("ladder", "single", "fixed-base"), True, "gpt_neox",
+           "transformers 4.x/5.x, vLLM, SGLang, TensorRT-LLM, llama.cpp, CTranslate2"),
+    Target("starcoder2", "Starcoder2ForCausalLM", ("single",), False, "starcoder2",
+           "transformers 5.x"),
+    Target("nemotron", "NemotronForCausalLM", ("single",), False, "nemotron",
+           "transformers 5.x, vLLM"),
+)}

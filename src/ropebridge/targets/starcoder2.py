@@ -1,0 +1,10 @@
+"""Target ``starcoder2``: ``Starcoder2ForCausalLM`` with one emulation pair per head (``compact``)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from . import compact
+
+layout = partial(compact.layout, target="starcoder2")
+add_tensors, config, geometry = compact.add_tensors, compact.config, compact.geometry

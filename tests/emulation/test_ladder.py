@@ -1,0 +1,77 @@
+"""The ladder's plan: the head-dim rule, the cutoff and floors, the base, one plan whatever --jobs."""
+
+import json
+import math
+
+import pytest
+
+from ropebridge.alibi import slopes as alibi_slopes
+from ropebridge.checkpoint.config import AlibiSource
+from ropebridge.emulation import EmulationPlan, PlanRequest, ladder, plan
+from ropebridge.emulation.fixed_base import engine_frequencies
+
+
+def plan_ladder(slopes, head_dim, window, **kw):
+    """The ladder plan of heads with these slopes (bfloat16 unless ``dtype`` says otherwise)."""
+    source = AlibiSource("bloom", len(slopes), head_dim, 8.0, tuple(slopes))
+    return plan(source, PlanRequest(window=window, emulation="ladder", **{"dtype": "bfloat16", **kw}))
+
+
+@pytest.mark.parametrize("head_dim, multiple, expected", [
+    (64, 16, 32), (32, 16, 32), (128, 16, 32), (64, 64, 64), (128, 32, 32), (80, 16, 32), (100, 16, 44),
+])
+def test_rotary_dim_rule_gives_kernel_friendly_heads(head_dim, multiple, expected):
+    r = ladder.rotary_dim_for(head_dim, multiple)
+    assert r == expected and (head_dim + r) % multiple == 0 and r >= ladder.MIN_ROTARY_DIM
+
+
+def test_the_plan_is_the_same_whatever_jobs():
+    # 4 distinct heads over 16K tokens: enough work for the process pool (ladder.PARALLEL_WORK)
+    slopes, window = alibi_slopes(4).tolist(), 16384
+    assert len(slopes) * window >= ladder.PARALLEL_WORK
+    one = plan_ladder(slopes, 64, window, tolerance=2.0, jobs=1)
+    two = plan_ladder(slopes, 64, window, tolerance=2.0, jobs=2)
+    assert one == two
+
+
+@pytest.mark.parametrize("window, dtype, expected", [(2048, "bfloat16", 13.17), (32768, "bfloat16", 15.94),
+                                                     (2048, "float16", 15.25), (32768, "float16", 18.02)])
+def test_default_cutoff_leaves_the_far_keys_one_unit_roundoff(window, dtype, expected):
+    cutoff = ladder.default_cutoff(window, dtype)
+    assert cutoff == pytest.approx(expected, abs=0.01)
+    u = {"bfloat16": 2.0**-8, "float16": 2.0**-11}[dtype]
+    assert window * math.exp(-cutoff) == pytest.approx(u, rel=1e-12)  # the L far keys' total weight
+
+
+def test_floors_are_the_cutoff_plus_the_advantage():
+    slopes = alibi_slopes(4).tolist()
+    planned = plan_ladder(slopes, 32, 256, dtype="bfloat16", advantage=[1.0, 2.0, 3.0, 4.0], cutoff=15.0,
+                       tolerance=2.0)
+    assert [h.ladder.floor for h in planned.heads] == [16.0, 17.0, 18.0, 19.0] and planned.cutoff == 15.0
+    default = plan_ladder(slopes, 32, 256, dtype="bfloat16", tolerance=2.0)
+    assert default.cutoff == ladder.default_cutoff(256, "bfloat16")
+    assert {h.ladder.floor for h in default.heads} == {default.cutoff + ladder.DEFAULT_ADVANTAGE}
+    with pytest.raises(ValueError, match="not both"):
+        plan_ladder(slopes, 32, 256, floor=60.0, advantage=1.0)
+    with pytest.raises(ValueError, match="advantage"):
+        plan_ladder(slopes, 32, 256, advantage=-1.0)
+
+
+def test_plan_serialises_and_respects_a_fixed_base():
+    p = plan_ladder(alibi_slopes(4).tolist(), 32, 1024, dtype="float16", rope_base=10000.0, rotary_dim=32,
+                       tolerance=0.25)
+    assert p.mode == "ladder" and p.base == 10000.0 and p.rotary_dim == 32 and p.pairs_per_head == 16
+    h = p.heads[0]
+    assert len(h.pairs) == 16 and h.ladder.floor == ladder.default_cutoff(1024, "float16") + ladder.DEFAULT_ADVANTAGE
+    assert [p.theta for p in h.pairs] == engine_frequencies(10000.0, 32).tolist()
+    again = EmulationPlan.from_dict(json.loads(p.to_json()))
+    assert again == p
+
+
+def test_plan_refuses_bad_values():
+    with pytest.raises(ValueError, match="floor"):
+        plan_ladder([0.5], 32, 256, floor=[10.0])
+    with pytest.raises(ValueError, match="floors for"):
+        plan_ladder([0.5, 0.25], 32, 256, floor=[50.0])
+    with pytest.raises(ValueError, match="rotary_dim"):
+        plan_ladder([0.5], 32, 256, rotary_dim=7)

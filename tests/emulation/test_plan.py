@@ -1,0 +1,54 @@
+"""Plan types: frozen, JSON round trips (today's records and ropebridge 0.1's), and refusals on construction."""
+
+import dataclasses
+import json
+
+import pytest
+
+from ropebridge.checkpoint.config import from_heads
+from ropebridge.emulation import STRATEGIES, EmulationPlan, PlanRequest, plan
+from ropebridge.emulation.plan import HeadPlan, PairTerm
+
+REQUESTS = {
+    "single": PlanRequest(window=1024, dtype="float16", target="nemotron"),
+    "fixed-base": PlanRequest(window=1024, dtype="float32", rope_base=10000.0, rotary_dim=16, pairs=2),
+    "ladder": PlanRequest(window=512, dtype="bfloat16", rotary_dim=16),
+}
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_is_frozen_and_round_trips_through_json(strategy):
+    p = plan(from_heads(4, 64), REQUESTS[strategy])
+    assert p.strategy == strategy
+    data = json.loads(p.to_json())
+    assert {"heads", "window", "dtype", "rotary_dim", "max_window"} <= set(data)
+    assert {"head", "slope", "theta", "N", "approximation_error", "predicted_error"} <= set(data["heads"][0])
+    assert EmulationPlan.from_dict(data) == p
+    assert (p.heads[0].ladder is not None) == (strategy == "ladder")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.window = 3
+
+
+def test_records_of_ropebridge_0_1_are_read():
+    p = plan(from_heads(2, 64), REQUESTS["ladder"])
+    old = p.to_dict()
+    old["rope_dim"] = old.pop("rotary_dim")
+    for row in old["heads"]:
+        row["sine_error"] = row.pop("approximation_error")
+        row.update(row.pop("ladder"), phase=0.0)
+    assert EmulationPlan.from_dict(old) == p
+
+
+def test_construction_refuses_what_cannot_be_served():
+    pair = PairTerm(1e-3, 100.0)
+    head = HeadPlan(0, 0.5, (pair,), 1.0, 0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="pi/2"):  # a single pair must stay monotone over the window
+        EmulationPlan(64, 2000, "float32", "theta", (head,))
+    big = HeadPlan(0, 0.5, (PairTerm(1e-6, 1e6),), 1.0, 0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="float16"):
+        EmulationPlan(64, 1000, "float16", "theta", (big,))
+    for bad, match in [({"theta": 0.0}, "theta"), ({"N": float("nan")}, "N")]:
+        with pytest.raises(ValueError, match=match):
+            PairTerm(**{"theta": 1e-3, "N": 1.0, **bad})
+    with pytest.raises(ValueError, match="mode"):
+        EmulationPlan(64, 1000, "float32", "guess", (head,))
