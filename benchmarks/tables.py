@@ -73,7 +73,115 @@ def default_shapes() -> str:
     return "\n".join(out) + "\n"
 
 
-TABLES = {"window-guide": window_guide, "verdicts": verdicts, "default-shapes": default_shapes}
+def _load(name: str) -> dict:
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def _g(v, fmt: str = "{:.3g}") -> str:
+    return fmt.format(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else ("—" if v is None else str(v))
+
+
+def _side_by_side(names: dict[str, str], unit: str, rss_key: str) -> str:
+    """Rows of several results files of one script, joined by their ``what``: seconds and peak RSS per file."""
+    runs = {label: {r["what"]: r for r in _load(name)["rows"]} for label, name in names.items()}
+    whats = list(dict.fromkeys(w for rows in runs.values() for w in rows))
+    out = ["| | " + " | ".join(runs) + " |", "|---|" + "---|" * len(runs)]
+    for w in whats:
+        cells = [f"{rows[w]['seconds']:.3g} s, {_g(rows[w][rss_key])} {unit}" if w in rows else "" for rows in runs.values()]
+        out.append(f"| {w} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def convert_560m() -> str:
+    """``convert_560m.py``, warm and cold page cache: seconds and peak RSS of each step."""
+    return _side_by_side({"warm": "convert_560m", "cold (--cold)": "convert_560m_cold"}, "MB", "peak_rss_mb")
+
+
+def convert_width() -> str:
+    """``convert_width.py`` at windows 2048 and 8192: seconds and peak RSS of each step."""
+    return _side_by_side({"window 2048": "convert_width", "window 8192": "convert_width_w8192"}, "GiB",
+                         "peak_rss_gib")
+
+
+def speed_memory() -> str:
+    """``speed_memory.py``: prefill tokens/s and peak RSS of native, converted and the limit per prompt length."""
+    out = ["| prompt | native tok/s | converted tok/s | limit tok/s | native peak RSS MB | converted peak RSS MB | "
+           "speed-up | native / converted memory | converted / limit time |", "|---:|" + "---:|" * 8]
+    for r in _load("speed_memory")["summary"]:
+        out.append(f"| {r['length']:,} | {_g(r.get('native_tok_s'))} | {_g(r['converted_tok_s'])} | "
+                   f"{_g(r['limit_tok_s'])} | {_g(r.get('native_rss_mb'), '{:.0f}')} | {_g(r['converted_rss_mb'], '{:.0f}')} | "
+                   f"{_g(r.get('speedup_vs_native'))} | {_g(r.get('memory_native_over_converted'))} | "
+                   f"{_g(r['converted_over_limit_time'])} |")
+    return "\n".join(out) + "\n"
+
+
+def speed_ladder() -> str:
+    """``speed_memory.py --ladder``: prefill of native, the r = 4 form and the ladder, and decode after 2K."""
+    data = _load("speed_memory_2048_8192")
+    out = ["| prompt | native tok/s | r = 4 tok/s | ladder tok/s | ladder / r = 4 time | peak RSS MB native / r = 4 / ladder |",
+           "|---:|---:|---:|---:|---:|---|"]
+    for r in data["summary"]:
+        out.append(f"| {r['length']:,} | {_g(r['native_tok_s'])} | {_g(r['converted_tok_s'])} | {_g(r['ladder_tok_s'])} | "
+                   f"{_g(r['ladder_over_converted_time'])} | {r['native_rss_mb']:.0f} / {r['converted_rss_mb']:.0f} / "
+                   f"{r['ladder_rss_mb']:.0f} |")
+    decode = data["decode"]
+    out.append(f"| decode after {data['decode_context']:,} | " + " | ".join(
+        _g(decode.get(k, {}).get("decode_tokens_per_s")) for k in ("native", "converted", "ladder")) + " | | |")
+    return "\n".join(out) + "\n"
+
+
+def fidelity() -> str:
+    """``fidelity.py``: every model, dtype and context against the exact float64 reference."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import importlib
+
+    return importlib.import_module("fidelity").markdown(_rows("fidelity")) + "\n"
+
+
+NAMES = {"demo": "demo (BLOOM)", "demo-mpt": "MPT, real text", "demo-falcon": "Falcon-RW, real text"}
+
+
+def arch_floor() -> str:
+    """``arch_floor.py``: the source floor, the architecture floor and the converted model against exact."""
+    out = ["| model | dtype | context | floor max err | architecture floor | converted | arch / floor | "
+           "converted / floor | KL floor / arch / converted |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in _rows("arch_floor"):
+        out.append(f"| {NAMES.get(r['model'], r['model'])} | {r['dtype']} | {r['context']} | "
+                   f"{_g(r['floor_max_abs_logit_err'], '{:.2g}')} | {_g(r['arch_max_abs_logit_err'], '{:.2g}')} | "
+                   f"{_g(r['converted_max_abs_logit_err'], '{:.2g}')} | {_g(r['arch_over_floor'])} | "
+                   f"{_g(r['converted_over_floor'])} | {r['floor_mean_kl']:.2g} / {r['arch_mean_kl']:.2g} / "
+                   f"{r['converted_mean_kl']:.2g} |")
+    return "\n".join(out) + "\n"
+
+
+def rounding_budget() -> str:
+    """``rounding_budget.py``: the converted model's error over the floor with the q/k storage rounding scaled."""
+    steps = ("step 1", "step 0.5", "step 0.25", "step 0")
+    out = ["| model | dtype | floor max err | arch / floor | converted / floor | λ = 1 | λ = 0.5 | λ = 0.25 | "
+           "λ = 0 (fit only) | KL converted / λ = 1 / λ = 0 |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in _rows("rounding_budget"):
+        out.append(f"| {NAMES.get(r['model'], r['model'])} | {r['dtype']} | {_g(r['floor_max_abs_logit_err'])} | "
+                   f"{_g(r['arch_over_floor'])} | {_g(r['converted_over_floor'])} | "
+                   + " | ".join(_g(r[f"{s}_over_floor"]) for s in steps)
+                   + f" | {r['converted_mean_kl']:.2g} / {r['step 1_mean_kl']:.2g} / {r['step 0_mean_kl']:.2g} |")
+    return "\n".join(out) + "\n"
+
+
+def rounding_widths() -> str:
+    """``rounding_budget.py``: the worst head's root sum of squares of the amplitudes per rotary width."""
+    widths = _load("rounding_budget")["amplitudes_by_rotary_dim"]
+    rs = sorted({int(r) for v in widths.values() for r in v})
+    out = ["| model, dtype | " + " | ".join(f"R = {r}" for r in rs) + " |", "|---|" + "---:|" * len(rs)]
+    for key, v in widths.items():
+        out.append(f"| {key} | " + " | ".join(
+            f"{v[str(r)]['rss_worst_head']:.3g} ({v[str(r)]['rss_over_r32']:.2f}×)" for r in rs) + " |")
+    return "\n".join(out) + "\n"
+
+
+TABLES = {"window-guide": window_guide, "verdicts": verdicts, "default-shapes": default_shapes,
+          "convert-560m": convert_560m, "convert-width": convert_width, "speed-memory": speed_memory,
+          "speed-ladder": speed_ladder, "fidelity": fidelity, "arch-floor": arch_floor,
+          "rounding-budget": rounding_budget, "rounding-widths": rounding_widths}
 
 
 def render(text: str) -> str:

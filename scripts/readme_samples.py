@@ -1,11 +1,12 @@
-"""README sample outputs: regenerate them, or check them (``tests/test_readme_samples.py``).
+"""Sample outputs in README.md and docs/: regenerate them, or check them (``tests/test_readme_samples.py``).
 
-    python scripts/readme_samples.py          # rewrite every sample block of README.md from a fresh run
+    python scripts/readme_samples.py          # rewrite every sample block from a fresh run
     python scripts/readme_samples.py --check  # exit 1 where a sample no longer matches
 
 A sample is a fenced block whose first line is ``$ ropebridge …`` and that is preceded by the line
-``<!-- sample -->``. The command runs in a temporary directory (its ``--out``/``--plot`` files land
-there); long outputs keep their first ``HEAD`` and last ``TAIL`` lines around a `` ...`` line. Matching
+``<!-- sample -->``. Each file's commands run in order in one temporary directory, as a reader would type
+them (``ropebridge demo --out demo-out`` leaves the models the next samples convert and verify; ``--plot``
+files land there too); long outputs keep their first ``HEAD`` and last ``TAIL`` lines around a `` ...`` line. Matching
 is line by line: the same words, and numbers within ``REL`` relative (times, which vary from run to run,
 only in form).
 """
@@ -21,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARK = "<!-- sample -->"
 HEAD, TAIL, LONG = 3, 3, 18
 REL = 1e-3
@@ -40,20 +42,23 @@ def blocks(text: str) -> list[tuple[int, int, str]]:
     return out
 
 
-def run(command: str) -> list[str]:
-    """The command's stdout lines, run through ``ropebridge.cli.main`` in a temporary directory."""
+def run(command: str, work: str | Path | None = None) -> list[str]:
+    """The command's stdout lines, run through ``ropebridge.cli.main`` in ``work`` (default: a temporary
+    directory of its own)."""
     from ropebridge.cli import main
 
+    if work is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            return run(command, tmp)
     argv = command.split()[1:]
     buffer = io.StringIO()
     here = os.getcwd()
-    with tempfile.TemporaryDirectory() as work:
-        os.chdir(work)
-        try:
-            with contextlib.redirect_stdout(buffer):
-                status = main(argv)
-        finally:
-            os.chdir(here)
+    os.chdir(work)
+    try:
+        with contextlib.redirect_stdout(buffer):
+            status = main(argv)
+    finally:
+        os.chdir(here)
     if status != 0:
         raise RuntimeError(f"{command!r} exited {status}")
     return buffer.getvalue().rstrip("\n").splitlines()
@@ -101,23 +106,24 @@ def mismatches(expected: list[str], actual: list[str]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    readme = ROOT / "README.md"
-    outputs = {command: run(command) for _, _, command in blocks(readme.read_text())}
-    text = readme.read_text()  # read again: the README may have been edited while the commands ran
-    lines = text.splitlines()
     failed = 0
-    for first, end, command in reversed(blocks(text)):
-        actual = outputs[command]
-        if "--check" in argv:
-            problems = mismatches(lines[first:end], actual)
-            for p in problems:
-                print(f"{command}: {p}")
-            failed += bool(problems)
-        else:
-            lines[first:end] = elide(actual)
-            print(f"updated: {command}", file=sys.stderr)
-    if "--check" not in argv:
-        readme.write_text("\n".join(lines) + "\n")
+    for path in FILES:
+        with tempfile.TemporaryDirectory() as work:
+            outputs = {command: run(command, work) for _, _, command in blocks(path.read_text())}
+        text = path.read_text()  # read again: the file may have been edited while the commands ran
+        lines = text.splitlines()
+        for first, end, command in reversed(blocks(text)):
+            actual = outputs[command]
+            if "--check" in argv:
+                problems = mismatches(lines[first:end], actual)
+                for p in problems:
+                    print(f"{path.name}: {command}: {p}")
+                failed += bool(problems)
+            else:
+                lines[first:end] = elide(actual)
+                print(f"updated: {path.name}: {command}", file=sys.stderr)
+        if "--check" not in argv and blocks(text):
+            path.write_text("\n".join(lines) + "\n")
     return 1 if failed else 0
 
 

@@ -1,9 +1,9 @@
-"""The README's serving table: BLOOM-176B native against its converted checkpoints, from shapes alone.
+"""The serving table of docs/targets.md: BLOOM-176B native against its converted checkpoints, from shapes alone.
 
     python scripts/serving_table.py          # print the markdown table
     python scripts/serving_table.py --json   # the same numbers as JSON
 
-``tests/test_serving.py`` checks that README.md holds exactly this table.
+``tests/test_serving.py`` checks that docs/targets.md holds exactly this table.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The README's Python snippets (blocks after ``<!-- api -->``) run as written."""
+"""The Python snippets of README.md and docs/ (blocks after ``<!-- api -->``) run as written."""
 
 import os
 import re
@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-SNIPPETS = re.findall(r"<!-- api -->\n```python\n(.*?)```", README, flags=re.S)
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = "".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+SNIPPETS = re.findall(r"<!-- api -->\n```python\n(.*?)```", TEXT, flags=re.S)
 
 
 def test_snippets_are_found():

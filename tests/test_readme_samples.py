@@ -1,4 +1,5 @@
-"""README sample outputs match what the commands print now (scripts/readme_samples.py regenerates them)."""
+"""Every sample in README.md and docs/ matches what its command prints now (scripts/readme_samples.py
+regenerates them): the demo's from the session's demo run, the samples that use its output in its directory."""
 
 import sys
 from pathlib import Path
@@ -10,20 +11,25 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import readme_samples as samples  # noqa: E402
 
-README = (ROOT / "README.md").read_text()
-BLOCKS = samples.blocks(README)
-FAST = [b for b in BLOCKS if not b[2].startswith("ropebridge demo")]
+BLOCKS = [(path, first, end, command) for path in samples.FILES
+          for first, end, command in samples.blocks(path.read_text())]
+DEMO = [b for b in BLOCKS if b[3].startswith("ropebridge demo")]
+AFTER_DEMO = [b for b in BLOCKS if "demo-out" in b[3] and b not in DEMO]
+FAST = [b for b in BLOCKS if b not in DEMO and b not in AFTER_DEMO]
 
 
-def test_every_sample_block_is_found():
-    commands = [c for _, _, c in BLOCKS]
-    assert any(c.startswith("ropebridge demo") for c in commands) and len(FAST) >= 3, commands
+def _expected(path: Path, first: int, end: int) -> list[str]:
+    return path.read_text().splitlines()[first:end]
 
 
-@pytest.mark.parametrize("first, end, command", FAST, ids=[c for _, _, c in FAST])
-def test_fast_samples_match(first, end, command):
-    expected = README.splitlines()[first:end]
-    assert samples.mismatches(expected, samples.run(command)) == []
+def test_every_subcommand_has_a_sample_in_the_readme():
+    readme = {c.split()[1] for p, _, _, c in BLOCKS if p.name == "README.md"}
+    assert readme >= {"demo", "rope", "plan", "convert", "verify"}, readme
+
+
+@pytest.mark.parametrize("path, first, end, command", FAST, ids=[f"{b[0].name}: {b[3]}" for b in FAST])
+def test_fast_samples_match(path, first, end, command):
+    assert samples.mismatches(_expected(path, first, end), samples.run(command)) == []
 
 
 def test_the_checker_can_fail():
@@ -35,5 +41,12 @@ def test_the_checker_can_fail():
 
 
 def test_demo_sample_matches_the_demo(demo_report_lines):
-    first, end, _ = next(b for b in BLOCKS if b[2].startswith("ropebridge demo"))
-    assert samples.mismatches(README.splitlines()[first:end], demo_report_lines) == []
+    (path, first, end, _), = DEMO
+    assert samples.mismatches(_expected(path, first, end), demo_report_lines) == []
+
+
+def test_the_samples_after_the_demo_run_on_its_output_in_order(demo_run):
+    work = demo_run[1].parent  # where `ropebridge demo --out demo-out` ran
+    assert AFTER_DEMO, "README converts and verifies the demo's model"
+    for path, first, end, command in AFTER_DEMO:
+        assert samples.mismatches(_expected(path, first, end), samples.run(command, work)) == [], command

@@ -40,3 +40,11 @@ def test_the_table_check_can_fail(tmp_path):
     spec.loader.exec_module(tables)
     stale = "<!-- table: window-guide -->\n| an old table |\n<!-- /table -->\n"
     assert tables.render(stale) != stale and "| an old table |" not in tables.render(stale)
+
+
+def test_the_readme_is_short_and_links_only_to_what_exists():
+    text = (ROOT / "README.md").read_text()
+    assert len(text) <= 12_000, len(text)
+    for doc in [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "benchmarks").glob("**/README.md")]:
+        for link in re.findall(r"\]\(((?!https?:)[^)#]+)", doc.read_text()):
+            assert (doc.parent / link).exists(), (doc.name, link)

@@ -200,6 +200,7 @@ def _run(model_dir, out, record, train_context, eval_context, greedy_tokens, ste
     if out is not None:
         from .demo_report import write_demo_report
 
+        shutil.copytree(model_dir, out / "native", dirs_exist_ok=True)  # the source, for convert and verify
         write_demo_report(report, result.plan, out)
     step("report")
     return report

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from ..convert.pipeline import convert
+from ..targets import TARGETS
 from ._options import add_planning_options, add_verbose, plan_request
 
 
@@ -37,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         rope = (f"RoPE base {res.plan.base:.6g}, rotary dim {res.plan.rotary_dim}" if res.plan.base is not None
                 else f"theta {worst.theta:.6g} on one pair")  # the compact targets scale one pair instead
-        print(f"wrote {res.destination} ({res.target}, {res.dtype}, {res.bytes_written / 2**20:.1f} MiB) in "
+        print(f"wrote {args.dst} ({res.target}, {res.dtype}, {res.bytes_written / 2**20:.1f} MiB) in "
               f"{res.seconds:.1f} s; window {res.plan.window}, {res.plan.mode} emulation, {rope}; worst head "
               f"{worst.head}: predicted max |error| {worst.predicted_error:.3e} logits")
+        print(f"{res.target} runs in {TARGETS[res.target].engines}")
     return 0

@@ -51,5 +51,5 @@ def format_report(r) -> list[str]:
     lines.append(f"  converted: {r.continuation_converted!r}")
     lines.append("greedy continuations " + ("identical" if r.greedy_identical else "DIFFER"))
     if r.out:
-        lines.append(f"report, plots and the converted model in {r.out}")
+        lines.append(f"report, plots, the ALiBi model (native/) and the converted one (converted/) in {r.out}")
     return lines

@@ -1,7 +1,7 @@
 """The ladder's floor C per head, measured on calibration text through the source model.
 
 Beyond ``W = C/m`` the ladder only keeps its bias below -C (``ladder`` module doc). A key there must
-carry no softmax weight, so C must exceed the cutoff (``ladder.default_cutoff``) plus the largest
+carry no softmax weight, so C must exceed the cutoff (``emulation.ladder.default_cutoff``) plus the largest
 advantage a far key's content logit has over the best exact logit near the query. Per head and query i,
 with content logits ``s_ij = qk_scale q_i.k_j``:
 

@@ -1,6 +1,6 @@
 """An exact float64 ALiBi forward pass of a source checkpoint, independent of transformers' code.
 
-The canonical block of ``families`` with ALiBi applied exactly: logit = qk_scale * q.k - m (i - j),
+The canonical block of ``checkpoint.model`` with ALiBi applied exactly: logit = qk_scale * q.k - m (i - j),
 positions from the cumulative attention mask (so left padding does not shift distances), slopes as
 the family applies them (Falcon's bfloat16-rounded slopes included, but not its bfloat16 rounding of
 m*j). Meant for small models: it holds the weights in float64.

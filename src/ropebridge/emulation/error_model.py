@@ -66,8 +66,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # above it; ``verify`` measures the converted model's output logits against exact ALiBi and fails above the
 # tolerance the plan recorded (or above native's own error, where that is larger). Two quantities, one bar:
 # a conversion whose scores are within it is accepted, and its logits must then be within it too
-# (``tests/test_verify.py`` converts the real-text MPT at 32K, where two bars disagreed before;
-# ``benchmarks/verdicts.py`` the three real-text models at windows up to 131072).
+# (``docs/verify.md``; ``benchmarks/verdicts.py`` checks the three real-text models up to 131072 tokens).
 # float32 1e-3 (and ``plan_tolerance``'s bias resolution); half precision the same 2^9 units of roundoff in
 # both dtypes (float16 u = 2^-11: 0.25; bfloat16 u = 2^-8: 2.0), about eight half-ulps of a 60-logit score.
 TOLERANCE = {"float32": 1e-3, "bfloat16": 2.0, "float16": 0.25}

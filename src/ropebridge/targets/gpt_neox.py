@@ -141,7 +141,7 @@ def _qkv_bias(src: SourceModel, i: int, lay: NeoxLayout) -> torch.Tensor:
 
 def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter) -> None:
     """Describe every target tensor to ``writer``; each is computed from the source when written, in row (or head)
-    blocks of at most ``tensor_io.BLOCK_BYTES`` of float64, so memory is bounded by a block, not a tensor."""
+    blocks of at most ``checkpoint.tensor_io.BLOCK_BYTES`` of float64, so memory is bounded by a block, not a tensor."""
     info = src.info
     d, pads, dp, v, h = info.hidden_size, lay.hidden_size - info.hidden_size, lay.hidden_size, info.vocab_size, info.n_heads
     r, hd, f = lay.rotary_dim, info.head_dim, info.intermediate_size
