@@ -178,10 +178,49 @@ def rounding_widths() -> str:
     return "\n".join(out) + "\n"
 
 
+def _greedy(r: dict) -> str:
+    if r.get("greedy_identical"):
+        return "identical"
+    parts, hard = r.get("greedy_partings") or [], r.get("greedy_partings_not_near_tie") or []
+    return f"differs ({len(parts)} of {r.get('greedy_prompts')}, {len(hard)} not at a near-tie)"
+
+
+def _engine_rows(ladder: bool) -> list[dict]:
+    rows = json.loads((RESULTS / "engines.json").read_text())
+    return [r for r in rows if r["label"].startswith("ladder") == ladder]
+
+
+def engines() -> str:
+    """``engines/run.py``, the float32 conversions: every engine, model and setting against exact ALiBi."""
+    out = ["| engine | model | settings | vs exact: native / converted | ratio vs exact | argmax agree | greedy | passes |",
+           "|---|---|---|---|---:|---:|---|---|"]
+    for r in _engine_rows(False):
+        out.append(f"| {r['engine']} | {r['model']} | {r['label']} | {_g(r['native_max_abs_logit_diff_vs_exact'], '{:.2g}')}"
+                   f" / {_g(r['converted_max_abs_logit_diff_vs_exact'], '{:.2g}')} | {_g(r['ratio_vs_exact'], '{:.2g}')} | "
+                   f"{_g(r['argmax_agreement'], '{:.4f}')} | {_greedy(r)} | {'yes' if r['passes'] else 'no'} |")
+    return "\n".join(out) + "\n"
+
+
+def engines_ladder() -> str:
+    """``engines/run.py``, the ladder in llama.cpp: per GGUF type, plan and settings, against exact ALiBi."""
+    out = ["| settings | vs exact: native / converted | ratio vs exact | mean KL native / converted | argmax agree | "
+           "greedy | passes |", "|---|---|---:|---|---:|---|---|"]
+    for r in _engine_rows(True):
+        plan = r["settings"]["plan"]
+        settings = r["label"].split("), ", 1)[-1].replace("engine converter as is, ", "")
+        out.append(f"| {plan['dtype']} plan, R = {plan['rotary_dim']}; {settings} | "
+                   f"{_g(r['native_max_abs_logit_diff_vs_exact'], '{:.2g}')} / "
+                   f"{_g(r['converted_max_abs_logit_diff_vs_exact'], '{:.2g}')} | {_g(r['ratio_vs_exact'], '{:.2g}')} | "
+                   f"{r['native_mean_kl']:.2g} / {r['converted_mean_kl']:.2g} | {_g(r['argmax_agreement'], '{:.4f}')} | "
+                   f"{_greedy(r)} | {'yes' if r['passes'] else 'no'} |")
+    return "\n".join(out) + "\n"
+
+
 TABLES = {"window-guide": window_guide, "verdicts": verdicts, "default-shapes": default_shapes,
           "convert-560m": convert_560m, "convert-width": convert_width, "speed-memory": speed_memory,
           "speed-ladder": speed_ladder, "fidelity": fidelity, "arch-floor": arch_floor,
-          "rounding-budget": rounding_budget, "rounding-widths": rounding_widths}
+          "rounding-budget": rounding_budget, "rounding-widths": rounding_widths,
+          "engines": engines, "engines-ladder": engines_ladder}
 
 
 def render(text: str) -> str:
