@@ -86,7 +86,7 @@ def floor_cases(cache: Path, names: list[str], dtypes: list[str], contexts: list
     Each model is converted per dtype as ``fidelity.py`` converts (planned for WINDOW, calibrated on the
     model's calibration text), to ``arch-floor-{name}-{dtype}-{window}`` in CACHE."""
     from ropebridge.checkpoint.model import SourceModel
-    from ropebridge.convert.reference import reference_hidden
+    from ropebridge.checkpoint.reference import reference_hidden
 
     if any(n not in TEXT_MODELS for n in names):
         raise SystemExit(f"real-text models only: {', '.join(TEXT_MODELS)}")

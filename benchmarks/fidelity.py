@@ -1,5 +1,5 @@
 """Fidelity across dtypes and contexts: native ALiBi and converted RoPE, each against an exact float64 ALiBi
-reference (``ropebridge.convert.reference``, blockwise attention).
+reference (``ropebridge.checkpoint.reference``, blockwise attention).
 
     python benchmarks/fidelity.py [--quick] [--models demo,demo-mpt,demo-falcon,mpt,falcon,bloom560m]
                                   [--contexts 512,2048,8192] [--merge]
@@ -196,7 +196,7 @@ def main() -> int:
         print(markdown([r for r in rows if r["context"] in contexts and (models is None or r["model"] in models)]))
         return 0
     from ropebridge.checkpoint.model import SourceModel
-    from ropebridge.convert.reference import reference_hidden
+    from ropebridge.checkpoint.reference import reference_hidden
 
     names = (args.models or ("demo,mpt,falcon" if args.quick else
                              "demo,demo-mpt,demo-falcon,mpt,falcon,bloom560m")).split(",")

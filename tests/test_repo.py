@@ -46,5 +46,5 @@ def test_the_readme_is_short_and_links_only_to_what_exists():
     text = (ROOT / "README.md").read_text()
     assert len(text) <= 12_000, len(text)
     for doc in [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "benchmarks").glob("**/README.md")]:
-        for link in re.findall(r"\]\(((?!https?:)[^)#]+)", doc.read_text()):
+        for link in re.findall(r"\]\(((?!https?:)[^)#\s]+)\)", doc.read_text()):
             assert (doc.parent / link).exists(), (doc.name, link)

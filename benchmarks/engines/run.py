@@ -194,7 +194,7 @@ def reference(native: Path, seq: list[int], prompts: list[list[int]], greedy_tok
 def exact_reference(native: Path, seq: list[int], path: Path, block: int = 256) -> None:
     """Logits of ropebridge's exact float64 ALiBi forward pass (blockwise attention), (s, V) float64 .npy."""
     from ropebridge.checkpoint.model import SourceModel
-    from ropebridge.convert.reference import reference_hidden
+    from ropebridge.checkpoint.reference import reference_hidden
 
     model = SourceModel(native)
     hidden = reference_hidden(model, torch.tensor(seq))  # (s, D) float64

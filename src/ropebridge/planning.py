@@ -36,7 +36,7 @@ def plan_checkpoint(src_dir, request: PlanRequest, source_name: str | None = Non
     """The plan of a checkpoint directory (or its config.json), and the checkpoint read as a ``SourceModel`` (None
     for a config without weights), its config read once. The dtype defaults to the checkpoint's; the tensors'
     shapes are checked against the config (headers only); ``calibration_text`` measures the ladder's advantages
-    through the weights (``convert.calibration``)."""
+    through the weights (``checkpoint.calibration``)."""
     config = load_config(src_dir)
     request = request.with_dtype(default_dtype(config))
     directory = Path(src_dir)
@@ -47,7 +47,7 @@ def plan_checkpoint(src_dir, request: PlanRequest, source_name: str | None = Non
     if request.calibration_text is not None:
         if model is None:
             raise ValueError("--calibration-text needs a checkpoint directory with weights, not a config file")
-        from .convert.calibration import calibrated_advantages
+        from .checkpoint.calibration import calibrated_advantages
 
         advantages = calibrated_advantages(model, directory, request.calibration_text)
         request = dataclasses.replace(request, calibration_text=None, advantage=tuple(advantages))

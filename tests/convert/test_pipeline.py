@@ -12,8 +12,8 @@ from pico import FAMILIES, build
 
 from ropebridge.checkpoint.config import load_config
 from ropebridge.checkpoint.model import SourceModel
+from ropebridge.checkpoint.reference import reference_logits
 from ropebridge.convert import convert, verify
-from ropebridge.convert.reference import reference_logits
 from ropebridge.emulation import PlanRequest
 from ropebridge.emulation.error_model import TOLERANCE
 from ropebridge.emulation.single import exact_rotation_theta
@@ -221,7 +221,7 @@ def test_fixed_base_multi_pair_conversion(tmp_path):
 
 
 def test_blockwise_reference_equals_full_reference(tmp_path):
-    from ropebridge.convert.reference import reference_hidden
+    from ropebridge.checkpoint.reference import reference_hidden
 
     src = build(tmp_path / "src", "falcon-rw")
     model = SourceModel(src)

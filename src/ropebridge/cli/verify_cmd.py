@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..convert.verify import verify
+from ..convert.verify import VerifyRequest, verify
 from ..emulation.error_model import DTYPES
 from ._options import add_verbose
 
@@ -40,9 +40,10 @@ def run(args: argparse.Namespace) -> int:
             text = Path(args.text).read_text()
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"cannot read --text {args.text}: {exc}") from None
-    r = verify(args.src, args.dst, context=args.context, dtype=args.dtype, text=text, greedy_tokens=args.greedy_tokens,
-               max_logit_diff=args.max_logit_diff, reference_max_params=int(args.reference_max_params),
-               report_dir=args.report, progress=not args.json)
+    request = VerifyRequest(context=args.context, dtype=args.dtype, text=text, greedy_tokens=args.greedy_tokens,
+                            max_logit_diff=args.max_logit_diff, reference_max_params=int(args.reference_max_params),
+                            report_dir=args.report)
+    r = verify(args.src, args.dst, request, progress=not args.json)
     if args.json:
         print(json.dumps(r.to_dict(), indent=1))
     else:

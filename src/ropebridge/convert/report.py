@@ -53,7 +53,7 @@ def write_report(report, out: Path, native, converted, ids: torch.Tensor) -> Non
     from transformers import AutoModelForCausalLM
 
     from ..checkpoint.model import SourceModel
-    from .reference import reference_logits
+    from ..checkpoint.reference import reference_logits
 
     out.mkdir(parents=True, exist_ok=True)
     _position_figure(report).savefig(out / "error_by_position.png", dpi=110)

@@ -16,6 +16,7 @@ on the demo model at 8K). Without the reference the threshold applies to the dif
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -30,9 +31,9 @@ from .. import _checks, alibi
 from .._progress import progress_bar
 from ..checkpoint.config import load_config
 from ..checkpoint.model import SourceModel
+from ..checkpoint.reference import reference_logits
 from ..emulation.error_model import DTYPES, TOLERANCE
 from .pipeline import resolve_source, source_fingerprint
-from .reference import reference_logits
 
 log = logging.getLogger(__name__)
 
@@ -235,23 +236,39 @@ def _check_pair(source: SourceModel, src: Path, dst: Path, record: dict[str, Any
         raise ValueError(f"{dst} was not converted from {src}: " + "; ".join(problems))
 
 
-def verify(
-    src: str | Path,
-    dst: str | Path,
-    *,
-    context: int = 256,
-    dtype: str | None = None,
-    text: str | None = None,
-    greedy_tokens: int = 32,
-    max_logit_diff: float | None = None,
-    reference_max_params: int = 50_000_000,
-    seed: int = 0,
-    report_dir: str | Path | None = None,
-    progress: bool = False,
-) -> VerifyReport:
-    """Run SRC (native ALiBi) and DST (converted) on the same tokens and check the thresholds (module doc).
-    ``progress``: a bar on stderr naming each stage and its tokens."""
-    context = _checks.positive_int("context", context)
+@dataclass(frozen=True)
+class VerifyRequest:
+    """What ``verify`` is asked besides the two checkpoints, validated on construction: ``context`` tokens
+    (random ids, or ``text`` through SRC's tokenizer), the ``dtype`` to run in (None: DST's), ``greedy_tokens``
+    generated with the KV cache, ``max_logit_diff`` (None: the tolerance DST's plan recorded), the exact reference
+    up to ``reference_max_params`` parameters, the ``seed`` of the ids, and ``report_dir`` for report.md/json."""
+
+    context: int = 256
+    dtype: str | None = None
+    text: str | None = None
+    greedy_tokens: int = 32
+    max_logit_diff: float | None = None
+    reference_max_params: int = 50_000_000
+    seed: int = 0
+    report_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        _checks.positive_int("context", self.context)
+        _checks.non_negative_int("greedy_tokens", self.greedy_tokens)
+        if self.dtype is not None:
+            _checks.choice("dtype", self.dtype, tuple(DTYPES))
+        if self.max_logit_diff is not None:
+            object.__setattr__(self, "max_logit_diff", _checks.positive("max_logit_diff", self.max_logit_diff))
+        if self.report_dir is not None:
+            object.__setattr__(self, "report_dir", Path(self.report_dir))
+
+
+def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = None, *, progress: bool = False,
+           **options: Any) -> VerifyReport:
+    """Run SRC (native ALiBi) and DST (converted) on the same tokens (``measure``) and check the thresholds
+    (``judge``); module doc. ``request`` or its fields as keyword ``options``; ``progress``: a bar on stderr
+    naming each stage and its tokens."""
+    request = VerifyRequest(**options) if request is None else request
     src, dst = resolve_source(src), resolve_source(dst)  # directories, or hub ids as in convert
     for p in (src, dst):
         if not (p / "config.json").is_file():
@@ -259,59 +276,49 @@ def verify(
     if src.resolve() == dst.resolve():
         raise ValueError(f"{dst} is the source itself: verify compares a converted checkpoint with its source")
     record = _conversion_record(dst)
-    dtype = record.get("dtype", "float32") if dtype is None else dtype
-    _checks.choice("dtype", dtype, tuple(DTYPES))
+    dtype = record.get("dtype", "float32") if request.dtype is None else request.dtype
     window = record.get("plan", {}).get("window")
-    if window is not None and context > window:
-        raise ValueError(f"--context {context} is beyond the window {window} that {dst} was converted for "
+    if window is not None and request.context > window:
+        raise ValueError(f"--context {request.context} is beyond the window {window} that {dst} was converted for "
                          "(its bias is planned up to there only); convert again with a larger --window")
     source = SourceModel(src)
     _check_pair(source, src, dst, record)
-    limit = source.info.max_positions
-    if limit is not None and context > limit:
-        raise ValueError(f"--context {context} is beyond the source's own limit of {limit} positions")
-    if max_logit_diff is None:  # the tolerance DST was planned with (one bar for plan and verify), in its dtype
+    positions = source.info.max_positions
+    if positions is not None and request.context > positions:
+        raise ValueError(f"--context {request.context} is beyond the source's own limit of {positions} positions")
+    threshold = request.max_logit_diff
+    if threshold is None:  # the tolerance DST was planned with (one bar for plan and verify), in its dtype
         planned = record["plan"].get("tolerance")
-        max_logit_diff = planned if planned is not None and record.get("dtype") == dtype else TOLERANCE[dtype]
-    request = VerifyRequest(src, dst, context, dtype, text, greedy_tokens,
-                            _checks.positive("max_logit_diff", max_logit_diff), reference_max_params, seed,
-                            None if report_dir is None else Path(report_dir))
+        threshold = planned if planned is not None and record.get("dtype") == dtype else TOLERANCE[dtype]
+    request = dataclasses.replace(request, dtype=dtype, max_logit_diff=threshold)
     bar = progress_bar(6, "verify", enabled=progress, unit="stage")  # load, 2 forwards, padded, reference, greedy
     try:
-        return _measure_and_judge(source, request, bar)
+        report, native, converted, ids = measure(source, src, dst, request, bar)
     finally:
         bar.close()
+    report.failures.extend(judge(report))
+    if request.report_dir is not None:
+        from .report import write_report
+
+        try:
+            write_report(report, request.report_dir, native, converted, ids)
+        except OSError as exc:  # keep the computed result: the caller prints it and says why the report is missing
+            report.report_error = str(exc.strerror or exc)
+            log.info("cannot write the report into %s: %s", request.report_dir, report.report_error)
+    return report
 
 
-@dataclass(frozen=True)
-class VerifyRequest:
-    """What ``verify`` was asked, once its inputs are checked: the two directories and the comparison's settings."""
-
-    src: Path
-    dst: Path
-    context: int
-    dtype: str
-    text: str | None
-    greedy_tokens: int
-    max_logit_diff: float | None
-    reference_max_params: int
-    seed: int
-    report_dir: Path | None
-
-
-def _measure_and_judge(source: SourceModel, request: VerifyRequest, bar) -> VerifyReport:
+def measure(source: SourceModel, src: Path, dst: Path, request: VerifyRequest, bar) -> tuple:
+    """Every number ``verify`` reports, measured in ``request.dtype`` (its thresholds recorded, no verdict yet):
+    (report, native model, converted model, input ids ``(1, s)``). ``bar`` counts the six stages."""
     def stage(name: str) -> None:
         bar.set_postfix_str(name)
         bar.update()
 
-    src, dst, dtype, text, greedy_tokens = request.src, request.dst, request.dtype, request.text, request.greedy_tokens
-    context, seed, report_dir, max_logit_diff = request.context, request.seed, request.report_dir, request.max_logit_diff
-    reference_max_params = request.reference_max_params
-    torch_dtype = DTYPES[dtype]
+    dtype, text, greedy_tokens = request.dtype, request.text, request.greedy_tokens
     stage("load")
-    native, converted = _load(src, torch_dtype), _load(dst, torch_dtype)
-    vocab = source.info.vocab_size
-    ids = _tokens(src, text, context, vocab, seed)
+    native, converted = _load(src, DTYPES[dtype]), _load(dst, DTYPES[dtype])
+    ids = _tokens(src, text, request.context, source.info.vocab_size, request.seed)  # (1, s)
     pad_id = int(native.config.pad_token_id or 0)
     n = ids.shape[1]
 
@@ -325,7 +332,7 @@ def _measure_and_judge(source: SourceModel, request: VerifyRequest, bar) -> Veri
         if deviation is not None:
             hf_native_diff = float((native(ids).logits.double() - b).abs().max())
         with exact():
-            a = native(ids).logits.double()
+            a = native(ids).logits.double()  # (1, s, V)
         diff = (a - b).abs()
         stage(f"left-padded batch, 2 x {n} tokens")
         short = max(2, n // 2)
@@ -334,27 +341,25 @@ def _measure_and_judge(source: SourceModel, request: VerifyRequest, bar) -> Veri
         mask = torch.ones_like(batch)
         mask[1, : n - short] = 0
         with exact():
-            pa = native(batch, attention_mask=mask).logits.double()
+            pa = native(batch, attention_mask=mask).logits.double()  # (2, s, V)
         pb = converted(batch, attention_mask=mask).logits.double()
         padded = max(float((pa[0] - pb[0]).abs().max()), float((pa[1, n - short:] - pb[1, n - short:]).abs().max()))
         ref_native = ref_conv = skipped = None
         params = sum(p.numel() for p in native.parameters())
-        if params <= reference_max_params:
+        if params <= request.reference_max_params:
             stage(f"exact float64 reference, {n} tokens")
             ref = reference_logits(source, ids)
             ref_native, ref_conv = float((a - ref).abs().max()), float((b - ref).abs().max())
         else:
             stage("exact reference skipped")
-            skipped = (f"{params / 1e6:.4g}M parameters, above --reference-max-params {reference_max_params / 1e6:g}M "
-                       "(float64 on the CPU)")
+            skipped = (f"{params / 1e6:.4g}M parameters, above --reference-max-params "
+                       f"{request.reference_max_params / 1e6:g}M (float64 on the CPU)")
     stage(f"greedy, {greedy_tokens} tokens")
     prompt = ids[:, : min(16, n)]
     with exact():
         g_native = _greedy(native, prompt, greedy_tokens, pad_id)
     g_conv = _greedy(converted, prompt, greedy_tokens, pad_id)
     divergence = next((i for i, (x, y) in enumerate(zip(g_native, g_conv)) if x != y), None)
-
-    limit = max_logit_diff
     report = VerifyReport(
         source=str(src), converted=str(dst), family=source.info.family, dtype=dtype, context=n,
         source_attention=source.info.spec.attention,
@@ -367,34 +372,33 @@ def _measure_and_judge(source: SourceModel, request: VerifyRequest, bar) -> Veri
         transformers_native_max_abs_logit_diff=hf_native_diff,
         reference_native_max_err=ref_native, reference_converted_max_err=ref_conv, reference_skipped=skipped,
         error_by_position=diff[0].amax(-1).tolist(),
-        thresholds={"max_abs_logit_diff": limit, "greedy_identical": dtype == "float32",
+        thresholds={"max_abs_logit_diff": request.max_logit_diff, "greedy_identical": dtype == "float32",
                     "against": "native" if ref_conv is None else "exact float64 reference"},
     )
-    report.failures.extend(non_finite(report))
-    if report.thresholds["against"] == "native":
-        if report.max_abs_logit_diff > limit:
-            report.failures.append(f"max |logit diff| {report.max_abs_logit_diff:.3g} > {limit:g}")
-        if padded > limit:
-            report.failures.append(f"left-padded batch: max |logit diff| {padded:.3g} > {limit:g}")
-    else:
-        # native's own rounding (its bias m*j rounded in the dtype, float32 included: 1.5e-3 on the demo model at
-        # 8K) can exceed the threshold, so the converted model must be within the threshold of exact ALiBi or
-        # no farther from it than native
-        if ref_conv > max(limit, ref_native):
-            report.failures.append(f"converted vs exact ALiBi: max |logit error| {ref_conv:.3g} > "
-                                   f"max(threshold {limit:g}, native's {ref_native:.3g})")
-        # left padding must change neither model: their padded logits differ by at most their errors from exact
-        if padded > limit + ref_native + ref_conv:
-            report.failures.append(f"left-padded batch: max |logit diff| {padded:.3g} > threshold {limit:g} + both "
-                                   f"models' error from exact ({ref_native:.3g} + {ref_conv:.3g})")
-    if dtype == "float32" and not report.greedy_identical:
-        report.failures.append(f"greedy generations differ from token {divergence}")
-    if report_dir is not None:
-        from .report import write_report
+    return report, native, converted, ids
 
-        try:
-            write_report(report, Path(report_dir), native, converted, ids)
-        except OSError as exc:  # keep the computed result: the caller prints it and says why the report is missing
-            report.report_error = str(exc.strerror or exc)
-            log.info("cannot write the report into %s: %s", report_dir, report.report_error)
-    return report
+
+def judge(report: VerifyReport) -> list[str]:
+    """The failures of a measured report against its thresholds: any non-finite number; against native, the max
+    |logit diff| and the padded batch's above the threshold; against the exact reference, the converted model
+    farther than max(threshold, native's own error) (native rounds its bias m*j in its dtype, float32 included:
+    1.5e-3 on the demo model at 8K) and a padded batch that differs by more than the threshold plus both
+    models' errors; in float32, greedy generations that differ."""
+    failures = non_finite(report)
+    threshold, padded = report.thresholds["max_abs_logit_diff"], report.padded_max_abs_logit_diff
+    ref_native, ref_conv = report.reference_native_max_err, report.reference_converted_max_err
+    if report.thresholds["against"] == "native":
+        if report.max_abs_logit_diff > threshold:
+            failures.append(f"max |logit diff| {report.max_abs_logit_diff:.3g} > {threshold:g}")
+        if padded > threshold:
+            failures.append(f"left-padded batch: max |logit diff| {padded:.3g} > {threshold:g}")
+    else:
+        if ref_conv > max(threshold, ref_native):
+            failures.append(f"converted vs exact ALiBi: max |logit error| {ref_conv:.3g} > "
+                            f"max(threshold {threshold:g}, native's {ref_native:.3g})")
+        if padded > threshold + ref_native + ref_conv:
+            failures.append(f"left-padded batch: max |logit diff| {padded:.3g} > threshold {threshold:g} + both "
+                            f"models' error from exact ({ref_native:.3g} + {ref_conv:.3g})")
+    if report.thresholds["greedy_identical"] and not report.greedy_identical:
+        failures.append(f"greedy generations differ from token {report.greedy_first_divergence}")
+    return failures

@@ -10,7 +10,7 @@ the head's bias is ``f(d) = sum_r a_r sin(theta_r d) + b_r cos(theta_r d)``, a f
 e^-cutoff, the L keys of the window together at most ``L e^-cutoff``; the default makes that the dtype's unit
 roundoff u, ``cutoff = ln(L / u)`` (bfloat16 at 2K: 13.2 logits, float16 at 32K: 17.9). The floor of a head is the
 cutoff plus the content advantage a far key can have (``DEFAULT_ADVANTAGE``, or measured on text by
-``convert.calibration``). Source: A. Litzenberger, "Emulating ALiBi with RoPE",
+``checkpoint.calibration``). Source: A. Litzenberger, "Emulating ALiBi with RoPE",
 https://alexlitzenberger.com/blog/emulating_alibi_with_rope; the choices of R, the advantage and the objective are
 explained, with their measurements, in ``docs/decisions.md``.
 """

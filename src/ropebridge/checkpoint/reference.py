@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..checkpoint.model import SourceModel
+from .model import SourceModel
 
 
 def _ln(x: torch.Tensor, wb: tuple[torch.Tensor, torch.Tensor], eps: float) -> torch.Tensor:

@@ -19,7 +19,7 @@ import logging
 
 import torch
 
-from ..checkpoint.model import SourceModel
+from .model import SourceModel
 from .reference import reference_hidden
 
 log = logging.getLogger(__name__)

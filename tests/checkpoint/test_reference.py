@@ -5,7 +5,7 @@ import transformers as T
 from pico import build
 
 from ropebridge.checkpoint.model import SourceModel
-from ropebridge.convert.reference import reference_hidden
+from ropebridge.checkpoint.reference import reference_hidden
 
 
 def test_floor_rounds_every_op_but_keeps_attention_exact(tmp_path):

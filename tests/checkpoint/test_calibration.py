@@ -9,14 +9,14 @@ from ropebridge.emulation import PlanRequest, ladder
 
 
 def test_calibrated_floors_cover_the_content_advantage(bloom):
-    from ropebridge.convert.calibration import content_advantage
+    from ropebridge.checkpoint.calibration import content_advantage
 
     src = SourceModel(bloom)
     ids = torch.randint(0, 320, (256,), generator=torch.Generator().manual_seed(4))
     adv = content_advantage(src, ids)
     assert adv.shape == (4,) and (adv >= 0).all()
     # direct check on the exact attention of layer 0: A(i) from its definition, on a few queries
-    from ropebridge.convert.reference import _ln
+    from ropebridge.checkpoint.reference import _ln
 
     layer = src.layer(0)
     h1 = _ln(src.embedding_rows(0, src.info.vocab_size)[ids], layer.ln1, src.info.eps)
@@ -32,7 +32,7 @@ def test_calibrated_floors_cover_the_content_advantage(bloom):
 
 def test_calibrated_floors_are_the_cutoff_plus_the_measured_advantage():
     # convert/plan --calibration-text: C = cutoff + 1.25 A per head, with the cutoff given (or the default)
-    from ropebridge.convert.calibration import DEFAULT_MARGIN, content_advantage
+    from ropebridge.checkpoint.calibration import DEFAULT_MARGIN, content_advantage
     from ropebridge.demo import data_dir
     from ropebridge.planning import plan_checkpoint
 
