@@ -21,6 +21,7 @@ def test_embedded_model_ships_with_its_record():
     assert sum(f.stat().st_size for f in data_dir().iterdir()) < 8 * 2**20  # a few MB
 
 
+@pytest.mark.slow
 def test_demo_converted_model_agrees(report):
     r, _ = report
     assert r.ppl_relative_diff <= 1e-4
@@ -42,6 +43,7 @@ def test_demo_writes_report_and_plots(report):
     assert "perplexity" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_demo_json(capsys, tmp_path):
     assert main(["demo", "--json", "--context", "300", "--out", str(tmp_path / "o")]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -231,6 +231,7 @@ def test_blockwise_reference_equals_full_reference(tmp_path):
     torch.testing.assert_close(blocked, full, rtol=1e-12, atol=1e-12)  # same float64 math, other summation order
 
 
+@pytest.mark.slow
 def test_112_heads_end_to_end_in_float32_and_the_half_precision_default(tmp_path):
     # BLOOM-176B's head count (non-power-of-two slopes), with small heads so the model stays a pico
     src = build(tmp_path / "src", "bloom-4heads", n_head=112, hidden_size=112 * 8, n_layer=1)
@@ -241,6 +242,7 @@ def test_112_heads_end_to_end_in_float32_and_the_half_precision_default(tmp_path
         assert report.passed, (dtype, report.failures)  # bfloat16: within 1.0 of exact ALiBi (or of native's error)
 
 
+@pytest.mark.slow
 def test_128_dim_heads_end_to_end_in_float32_and_the_half_precision_default(tmp_path):
     # BLOOM-176B's head dim, 12 heads: not a power of two, so slopes follow the same interleaving rule as 112
     # (2^-8/8 ... for the closest power of two, the rest from the next one); one layer keeps it a pico

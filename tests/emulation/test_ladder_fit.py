@@ -109,6 +109,7 @@ def test_the_shift_spares_the_ladder_a_level(slope):
 SWEEP = [(L, R) for L in (256, 4096, 131072) for R in (16, 32, 64)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window, rotary_dim", SWEEP)
 def test_the_fit_succeeds_everywhere_with_a_small_residual(window, rotary_dim):
     # the conic fit over a grid of slopes, floors and dtypes, including the case where HiGHS's simplex and its
