@@ -51,240 +51,26 @@ import logging
 import shutil
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from _common import machine, table
+
 import envs
-from _common import bloom_560m_shaped, calibration_text, machine, table
+from artefacts import ct2_dirs, gguf_files, hf4_models
+from models import convert_rope, ladder_floors, prepare_native, reference, token_ids
+from settings import LADDERS, Row, select
 
 log = logging.getLogger("engines")
 
-DEMO_VOCAB = 50257  # GPT-2's vocabulary size: the demo model's 4096 rows padded with zeros
-RECOMMENDED_LLAMA = {"flash_attn": False, "type_k": "f32", "type_v": "f16"}
-LLAMA_SETTINGS = {  # name: (settings, rope base set in the GGUF metadata)
-    "-fa off -ctk f32 (recommended)": (RECOMMENDED_LLAMA, True),
-    "-fa off -ctk f32 -ctv f32": ({"flash_attn": False, "type_k": "f32", "type_v": "f32"}, True),
-    "binding defaults (-fa off, f16 K/V cache)": ({"flash_attn": False, "type_k": "f16", "type_v": "f16"}, True),
-    "-fa on (f16 K/V cache)": ({"flash_attn": True, "type_k": "f16", "type_v": "f16"}, True),
-    "-fa off -ctk f32, base not set (converter's 10000)": (RECOMMENDED_LLAMA, False),
-}
-FIXED_BASE = {"rope_base": 10000.0, "rotary_dim": 32, "pairs": 3}
-FIXED_BASE_LABEL = "converted with --rope-base 10000 --rotary-dim 32 --pairs 3, engine converter as is"
-# Half precision: the frequency ladder on the base engines' converters assume (nothing set in the GGUF), the
-# engine's default settings, native BLOOM in the same GGUF type and settings beside it.
-LADDER = {"dtype": "float16", "emulation": "ladder", "rope_base": 10000.0, "rotary_dim": 32}
-CALIBRATED = ("demo",)  # models whose ladder floors are measured (ladder_floors); the rest are uncalibrated
-LADDER_LABEL = "ladder (--dtype float16 --rope-base 10000 --rotary-dim 32), engine converter as is"
-LADDER32 = {**LADDER, "dtype": "float32"}  # for an f32 K cache: q and k never rounded to 16 bits
-LADDER32_LABEL = "ladder (--dtype float32 --rope-base 10000 --rotary-dim 32), engine converter as is"
-LADDER32_GGUF_TYPES = ("f32", "f16")
-LADDER32_LLAMA = {"-fa off -ctk f32 (f16 V cache)": {"flash_attn": False, "type_k": "f32", "type_v": "f16"}}
-# R = 64 (head 32 -> 96 on the demo, a size fast kernels take): half the amplitudes' root sum of squares
-LADDER64 = {**LADDER, "rotary_dim": 64}
-LADDER64_LABEL = "ladder (--dtype float16 --rope-base 10000 --rotary-dim 64), engine converter as is"
-HALF_GGUF_TYPES = ("f32", "f16", "q8_0", "q4_k_m")  # f32: the float16 checkpoint widened
-QUANTIZED = {"q4_k_m": "f32"}  # made by llama.cpp's quantizer from that GGUF (its converter writes no K-quants)
-HALF_LLAMA = {  # llama.cpp's own defaults: f16 K/V cache, flash attention off, then on; then an f32 K cache
-    "binding defaults (-fa off, f16 K/V cache)": {"flash_attn": False, "type_k": "f16", "type_v": "f16"},
-    "-fa on (f16 K/V cache)": {"flash_attn": True, "type_k": "f16", "type_v": "f16"},
-    "-fa off -ctk f32 (f16 V cache)": {"flash_attn": False, "type_k": "f32", "type_v": "f16"},
-}
-LADDER_RUNS = (  # converted checkpoint and GGUF file prefix, plan, its label, GGUF types, settings by label
-    ("ladder", LADDER, LADDER_LABEL, HALF_GGUF_TYPES, HALF_LLAMA),
-    ("ladder32", LADDER32, LADDER32_LABEL, LADDER32_GGUF_TYPES, LADDER32_LLAMA),
-    ("ladder64", LADDER64, LADDER64_LABEL, ("f16",), {k: HALF_LLAMA[k] for k in list(HALF_LLAMA)[:2]}),
-)
-LADDERS = {prefix: plan for prefix, plan, *_ in LADDER_RUNS}
-RECOMMENDED_CT2 = "float32, base set, 1/sqrt(d) folded into the queries (recommended)"
-CT2_SETTINGS = {  # label: the key of the converted checkpoint's CTranslate2 directory (see ct2_dirs)
-    RECOMMENDED_CT2: "converted+base+fold",
-    "float32, base set in the spec, kernel applies 1/sqrt(d)": "converted+base",
-    "float32, converter as is (base 10000)": "converted",
-}
-
-
-# ----------------------------------------------------------------------------- models and reference
-
-
-def prepare_native(name: str, work: Path, env: envs.Env) -> Path:
-    """The native float32 BLOOM checkpoint with GPT-2's tokenizer (see the module docstring)."""
-    import transformers as T
-
-    out = work / "native"
-    if (out / "config.json").exists():
-        return out
-    tok = work / "gpt2-tokenizer"
-    if not (tok / "tokenizer.json").exists():
-        env.run([HERE / "worker_llamacpp.py", "tokenizer", env.llama_src / "models" / "ggml-vocab-gpt-2.gguf", tok],
-                gguf=True)
-    tmp = work / "native.tmp"
-    if name == "demo":
-        from ropebridge.demo import data_dir
-
-        model = T.AutoModelForCausalLM.from_pretrained(data_dir(), dtype=torch.float32)
-        rows = model.get_input_embeddings().weight.shape[0]
-        model.resize_token_embeddings(DEMO_VOCAB, mean_resizing=False)
-        with torch.no_grad():
-            model.get_input_embeddings().weight[rows:].zero_()
-        model.save_pretrained(tmp)
-    else:
-        bloom_560m_shaped(tmp)
-    for f in tok.iterdir():
-        (tmp / f.name).write_bytes(f.read_bytes())
-    tmp.rename(out)
-    return out
-
-
-def token_ids(name: str, native: Path, context: int, prompts: int, prompt_len: int):
-    """The demo model's held-out text, through the demo model's own tokenizer (demo) or the checkpoint's
-    GPT-2 tokenizer (the random model): a sequence of CONTEXT ids and PROMPTS prompts from later text."""
-    import transformers as T
-
-    from ropebridge.demo import data_dir
-
-    tok = T.AutoTokenizer.from_pretrained(data_dir() if name == "demo" else native)
-    ids = tok((data_dir() / "heldout.txt").read_text())["input_ids"]
-    if len(ids) < context + prompts * prompt_len:
-        raise SystemExit(f"--context {context}: the held-out text has {len(ids)} tokens")
-    step = (len(ids) - context - prompt_len) // max(prompts, 1)
-    return ids[:context], [ids[context + i * step: context + i * step + prompt_len] for i in range(prompts)]
-
-
-@torch.no_grad()
-def reference(native: Path, seq: list[int], prompts: list[list[int]], greedy_tokens: int, out: Path) -> dict:
-    """transformers float32 BLOOM (eager, its only path): logits of SEQ saved as (s, V) .npy, and the
-    greedy continuation of every prompt through its KV cache with the top-1/top-2 margin at each step."""
-    import transformers as T
-
-    cached = out / "reference.json"
-    if cached.exists() and (out / "reference.npy").exists():
-        ref = json.loads(cached.read_text())
-        if ref["sequence"] == seq and ref["prompts"] == prompts and len(ref["greedy"][0]) == greedy_tokens:
-            return ref
-    model = T.AutoModelForCausalLM.from_pretrained(native, dtype=torch.float32).eval()
-    logits = model(torch.tensor([seq])).logits[0]  # (s, V)
-    np.save(out / "reference.npy", logits.numpy())
-    argmax = logits.argmax(-1).tolist()
-    del logits
-    greedy, margins = [], []
-    for prompt in prompts:
-        res = model(torch.tensor([prompt]), use_cache=True)
-        new, gaps = [], []
-        for _ in range(greedy_tokens):
-            top = res.logits[0, -1].topk(2)
-            nxt = int(top.indices[0])
-            new.append(nxt)
-            gaps.append(float(top.values[0] - top.values[1]))
-            res = model(torch.tensor([[nxt]]), past_key_values=res.past_key_values, use_cache=True)
-        greedy.append(new)
-        margins.append(gaps)
-    del model
-    exact_reference(native, seq, out / "exact.npy")
-    ref = {"sequence": seq, "prompts": prompts, "argmax": argmax, "greedy": greedy, "margins": margins}
-    cached.write_text(json.dumps(ref))
-    return ref
-
-
-@torch.no_grad()
-def exact_reference(native: Path, seq: list[int], path: Path, block: int = 256) -> None:
-    """Logits of ropebridge's exact float64 ALiBi forward pass (blockwise attention), (s, V) float64 .npy."""
-    from ropebridge.checkpoint.model import SourceModel
-    from ropebridge.checkpoint.reference import reference_hidden
-
-    model = SourceModel(native)
-    hidden = reference_hidden(model, torch.tensor(seq))  # (s, D) float64
-    head = model.head_rows(0, model.info.vocab_size)  # (V, D) float64
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64, shape=(len(seq), head.shape[0]))
-    for lo in range(0, len(seq), block):
-        out[lo:lo + block] = (hidden[lo:lo + block] @ head.T).numpy()  # (block, V)
-    out.flush()
-
-
-def ladder_floors(name: str, window: int, ladder: dict) -> list[float] | None:
-    """The demo's calibrated floors per head for the ladder plan LADDER (module doc; the cutoff is the
-    dtype's); None (uncalibrated) for the random model."""
-    if name not in CALIBRATED:
-        return None
-    from ropebridge.demo import data_dir
-    from ropebridge.emulation import PlanRequest
-    from ropebridge.planning import plan_checkpoint
-
-    request = PlanRequest(window=window, calibration_text=calibration_text(data_dir()), **ladder)
-    plan, _ = plan_checkpoint(data_dir(), request)
-    return [h.ladder.floor for h in plan.heads]
-
-
-def convert_rope(native: Path, work: Path, window: int, floors: dict[str, list[float] | None]) -> dict[str, Path]:
-    """``ropebridge convert`` of each plan: the default plan (free base), the fixed base 10000 plan that engines
-    dropping the base run as they are (FIXED_BASE: rotary dims and pairs per head), and the ladders named in
-    FLOORS (keys of LADDERS, each with its floors per head, or uncalibrated where None)."""
-    from ropebridge.convert import convert
-    from ropebridge.emulation import PlanRequest
-
-    plans = {"converted": {"dtype": "float32"}, "converted-base10000": {"dtype": "float32", **FIXED_BASE},
-             **{key: {**LADDERS[key], "floor": f} for key, f in floors.items()}}
-    out = {key: work / key for key in plans}
-    for key, extra in plans.items():  # afresh every run: the plan changes with the code (engine files follow)
-        convert(native, out[key], PlanRequest(window=window, **extra), force=True)
-    return out
-
-
-def stale(file: Path, src: Path) -> bool:
-    """FILE is missing or older than the checkpoint SRC it is made from."""
-    return not file.exists() or file.stat().st_mtime < (src / "config.json").stat().st_mtime
-
 
 # ----------------------------------------------------------------------------- engines
-
-
-def gguf_files(env: envs.Env, native: Path, converted: dict[str, Path], work: Path) -> dict[str, Path]:
-    files = {"native": work / "native-f32.gguf", "converted": work / "converted-f32.gguf",
-             "converted+base": work / "converted-f32-base.gguf",
-             "converted-base10000": work / "converted-base10000-f32.gguf"}
-    for key, src in (("native", native), ("converted", converted["converted"]),
-                     ("converted-base10000", converted["converted-base10000"])):
-        if stale(files[key], src):
-            log.info("convert_hf_to_gguf.py %s --outtype f32", src.name)
-            env.run([env.convert_hf_to_gguf, src, "--outtype", "f32", "--outfile", files[key]], gguf=True,
-                    log_file=work / f"convert_hf_to_gguf-{key}.log")
-    ladders = [run for run in LADDER_RUNS if run[0] in converted]  # none with --quick (main)
-    made = [(t, "native", native) for t in HALF_GGUF_TYPES] if ladders else []
-    made += [(t, prefix, converted[prefix]) for prefix, _, _, types, _ in ladders for t in types]
-    for t, role, src in made:
-        key = f"{role}-{t}"
-        files[key] = work / f"{key}.gguf"
-        if not stale(files[key], src):
-            continue
-        if t in QUANTIZED:  # from a GGUF made earlier in this loop
-            log.info("llama_model_quantize %s-%s -> %s", role, QUANTIZED[t], t)
-            env.run([HERE / "worker_llamacpp.py", "quantize", files[f"{role}-{QUANTIZED[t]}"], files[key], t],
-                    log_file=work / f"quantize-{key}.log")
-        else:
-            log.info("convert_hf_to_gguf.py %s --outtype %s", src.name, t)
-            env.run([env.convert_hf_to_gguf, src, "--outtype", t, "--outfile", files[key]], gguf=True,
-                    log_file=work / f"convert_hf_to_gguf-{key}.log")
-    if stale(files["converted+base"], converted["converted"]):
-        base = json.loads((converted["converted"] / "config.json").read_text())["rotary_emb_base"]
-        env.run([HERE / "worker_llamacpp.py", "set-base", files["converted"], files["converted+base"], base], gguf=True)
-    return files
-
-
-def ct2_dirs(env: envs.Env, native: Path, converted: dict[str, Path], work: Path) -> dict[str, Path]:
-    jobs = {"native": (native, []), "converted": (converted["converted"], []),
-            "converted+base": (converted["converted"], ["--keep-base"]),
-            "converted+base+fold": (converted["converted"], ["--keep-base", "--fold-scale"]),
-            "converted-base10000": (converted["converted-base10000"], [])}
-    dirs = {key: work / f"ct2-{key.replace('+', '-')}" for key in jobs}
-    for key, (src, flags) in jobs.items():
-        if stale(dirs[key] / "model.bin", src):
-            log.info("CTranslate2 converter: %s %s", src.name, " ".join(flags))
-            env.run([HERE / "worker_ct2.py", "convert", src, dirs[key], *flags])
-    return dirs
 
 
 def cached_run(env: envs.Env, worker: str, job: dict, work: Path, *, fresh: bool) -> dict:
@@ -340,77 +126,41 @@ def near_tie(parting: dict, errors: list[float]) -> bool:
     return parting["reference_margin"] <= 2 * max(errors)
 
 
+@dataclass(frozen=True)
+class Engine:
+    """An engine: its worker script and the function that makes its artefacts (engine files by key) from the
+    native checkpoint and the converted ones."""
+
+    worker: str
+    artefacts: Callable[[envs.Env, Path, dict[str, Path], Path], dict[str, Path]]
+
+
+ENGINES = {
+    "llama.cpp": Engine("worker_llamacpp.py", gguf_files),
+    "ctranslate2": Engine("worker_ct2.py", ct2_dirs),
+    "transformers-4": Engine("worker_hf4.py", hf4_models),
+}
+
+
 def engine_runs(engine: str, env: envs.Env, name: str, native: Path, converted: dict[str, Path], work: Path, ref: dict,
-                args) -> list[dict]:
+                args, selected: list[Row]) -> list[dict]:
+    """The SELECTED rows of ENGINE, each model run once per settings."""
+    spec = ENGINES[engine]
     seq, prompts = ref["sequence"], ref["prompts"]
     references = {"transformers": str(work / "reference.npy"), "exact": str(work / "exact.npy")}
-    common = {"sequence": seq, "references": references, "prompts": prompts,
-              "greedy_tokens": args.greedy_tokens}
-    runs = []
+    common = {"sequence": seq, "references": references, "prompts": prompts, "greedy_tokens": args.greedy_tokens}
     cache: dict[str, dict] = {}
 
-    def once(worker, model, settings):  # a model runs once per settings, whatever rows share it
+    def once(model, settings):  # a model runs once per settings, whatever rows share it
         key = json.dumps([str(model), settings], sort_keys=True)
         if key not in cache:
             job = {**common, "model": str(model), "settings": settings, "n_ctx": len(seq) + args.greedy_tokens + 64}
-            cache[key] = cached_run(env, worker, job, work, fresh=args.fresh)
+            cache[key] = cached_run(env, spec.worker, job, work, fresh=args.fresh)
         return cache[key]
 
-    if engine == "llama.cpp":
-        files = gguf_files(env, native, converted, work)
-        plan = {k: v for k, v in LLAMA_SETTINGS.items() if not args.quick or v[0] == RECOMMENDED_LLAMA}
-        for label, (settings, with_base) in plan.items():
-            st = {**settings, "threads": args.threads}
-            nat = once("worker_llamacpp.py", files["native"], st)
-            conv_file = files["converted+base" if with_base else "converted"]
-            conv = once("worker_llamacpp.py", conv_file, st)
-            runs.append(record(engine, name, label, {**st, "rope_freq_base": "GGUF metadata" if with_base
-                                                     else "not set (10000)", "gguf": "F32"}, nat, conv, ref))
-        if args.quick:
-            return runs
-        st = {**RECOMMENDED_LLAMA, "threads": args.threads}
-        conv = once("worker_llamacpp.py", files["converted-base10000"], st)
-        runs.append(record(engine, name, FIXED_BASE_LABEL, {**st, "rope_freq_base": "not set (10000)",
-                                                            "gguf": "F32", "plan": FIXED_BASE},
-                           once("worker_llamacpp.py", files["native"], st), conv, ref))
-        floors = "calibrated" if name in CALIBRATED else "uncalibrated"
-        for prefix, plan, plan_label, types, settings_by_label in LADDER_RUNS:
-            for t in types:
-                for label, settings in settings_by_label.items():
-                    st = {**settings, "threads": args.threads}
-                    runs.append(record(engine, name, f"{plan_label}, {floors}, {t.upper()} GGUF, {label}",
-                                       {**st, "rope_freq_base": "not set (10000)", "gguf": t.upper(), "plan": plan,
-                                        "floors": floors},
-                                       once("worker_llamacpp.py", files[f"native-{t}"], st),
-                                       once("worker_llamacpp.py", files[f"{prefix}-{t}"], st), ref))
-    elif engine == "transformers-4":
-        st = {"threads": args.threads, "dtype": "float32"}
-        nat = once("worker_hf4.py", native, st)
-        for label, key in (("float32, config as written (legacy rotary_pct/rotary_emb_base keys)", "converted"),
-                           ("converted with --rope-base 10000 --rotary-dim 32 --pairs 3", "converted-base10000")):
-            if args.quick and key != "converted":
-                continue
-            conv = once("worker_hf4.py", converted[key], st)
-            runs.append(record(engine, name, label, {**st, **({"plan": FIXED_BASE} if key != "converted" else {})},
-                               nat, conv, ref))
-    else:
-        dirs = ct2_dirs(env, native, converted, work)
-        st = {"threads": args.threads, "compute_type": "float32", "device": "cpu"}
-        nat = once("worker_ct2.py", dirs["native"], st)
-        for label, key in CT2_SETTINGS.items():
-            if args.quick and label != RECOMMENDED_CT2:
-                continue
-            conv = once("worker_ct2.py", dirs[key], st)
-            runs.append(record(engine, name, label, {
-                **st, "rotary_base": "set in the spec" if "base" in key else "converter's (10000)",
-                "queries_scale": "1, 1/sqrt(d) folded into the query projection" if "fold" in key
-                else "kernel's 1/sqrt(d) (GEMM alpha)"}, nat, conv, ref))
-        if args.quick:
-            return runs
-        conv = once("worker_ct2.py", dirs["converted-base10000"], st)
-        runs.append(record(engine, name, FIXED_BASE_LABEL, {**st, "rotary_base": "converter's (10000)",
-                                                            "plan": FIXED_BASE}, nat, conv, ref))
-    return runs
+    files = spec.artefacts(env, native, converted, work)
+    return [record(engine, name, r.label, {**r.settings, **r.described}, once(files[r.native], r.settings),
+                   once(files[r.converted], r.settings), ref) for r in selected if r.engine == engine]
 
 
 def record(engine, name, label, settings, nat, conv, ref) -> dict:
@@ -516,13 +266,13 @@ def main(argv: list[str] | None = None) -> int:
         log.info("%s: transformers float32 reference at %d tokens", name, len(seq))
         ref = reference(native, seq, prompts, args.greedy_tokens, work)
         window = args.window or args.context
-        # the ladders run in llama.cpp's half-precision rows only, which --quick skips
-        ladders = LADDERS if "llama.cpp" in engines and not args.quick else {}
+        selected = select(name, engines, args.quick, args.threads)
+        ladders = {key: plan for key, plan in LADDERS.items() if key in {r.checkpoint for r in selected}}
         floors = {key: ladder_floors(name, window, ladder) for key, ladder in ladders.items()}
         converted = convert_rope(native, work, window, floors)
         for engine in engines:
             log.info("%s: %s", name, engine)
-            runs += engine_runs(engine, env[engine], name, native, converted, work, ref, args)
+            runs += engine_runs(engine, env[engine], name, native, converted, work, ref, args, selected)
     cols = ["engine", "model", "label", "native_max_abs_logit_diff", "converted_max_abs_logit_diff", "ratio",
             "ratio_vs_exact", "argmax_agreement", "greedy_identical", "passes"]
     print(table(runs, cols))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 import transformers
+
 from _compare import against_references
 
 

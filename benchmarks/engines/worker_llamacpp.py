@@ -77,6 +77,7 @@ def quantize(src: str, dst: str, kind: str) -> int:
 def run(job_path: str) -> int:
     import llama_cpp
     import numpy as np
+
     from _compare import against_references
 
     job = json.loads(Path(job_path).read_text())
