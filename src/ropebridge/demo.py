@@ -24,8 +24,10 @@ import torch
 
 from . import _checks
 from ._progress import progress_bar
+from .checkpoint.config import from_config
 
 log = logging.getLogger(__name__)
+FAMILY_NAMES = {"bloom": "BLOOM", "mpt": "MPT", "falcon": "Falcon-RW"}
 DATA_FILES = ("config.json", "model.safetensors", "tokenizer.json", "heldout.txt", "training.json")
 PROMPT = "The json module"
 EVAL_TOKENS = 16384  # held-out tokens scored at every context
@@ -39,6 +41,7 @@ def data_dir(name: str = "demo") -> Path:
 
 @dataclass
 class DemoReport:
+    source_model: str  # the embedded model's family and shape, from its config
     train_context: int
     eval_context: int
     vocab_size: int
@@ -186,8 +189,11 @@ def _run(model_dir, out, record, train_context, eval_context, greedy_tokens, ste
         step("time")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    info = from_config(model_dir)
+    shape = (f"{FAMILY_NAMES[info.family]}, {info.n_layers} layers, hidden {info.hidden_size}, "
+             f"{info.n_heads} heads")
     report = DemoReport(
-        train_context=train_context, eval_context=eval_context, vocab_size=len(tokenizer), heldout_tokens=len(ids),
+        source_model=shape, train_context=train_context, eval_context=eval_context, vocab_size=len(tokenizer), heldout_tokens=len(ids),
         ppl_native=ppl_n, ppl_converted=ppl_c, ppl_native_extrapolated=ppl_n4, ppl_converted_extrapolated=ppl_c4,
         ppl_random_model=ppl_random, ppl_relative_diff=max(abs(ppl_c / ppl_n - 1), abs(ppl_c4 / ppl_n4 - 1)),
         max_abs_logit_diff=max_diff, greedy_identical=bool(torch.equal(g_n, g_c)), prompt=PROMPT,

@@ -36,7 +36,7 @@ def perplexity_figure(by_context: dict, train_context: int):
 
     fig = _figure()
     ax = fig.add_subplot()
-    ax.plot(by_context["context"], by_context["native"], "o-", lw=3, alpha=0.5, label="native ALiBi (BLOOM)")
+    ax.plot(by_context["context"], by_context["native"], "o-", lw=3, alpha=0.5, label="native ALiBi")
     ax.plot(by_context["context"], by_context["converted"], "s--", label="converted RoPE (GPT-NeoX)")
     ax.axvline(train_context, color="k", ls=":", lw=1, label=f"training context {train_context}")
     ax.set_xscale("log", base=2)
@@ -60,7 +60,7 @@ def write_demo_report(report, plan: EmulationPlan, out: Path) -> None:
     rows = "\n".join(f"| {c} | {a:.4f} | {b:.4f} |" for c, a, b in zip(by["context"], by["native"], by["converted"]))
     text = f"""# ropebridge demo
 
-An ALiBi language model (transformers' BLOOM, 4 layers, 6 heads, vocabulary {r.vocab_size}, trained at
+An ALiBi language model ({r.source_model}, vocabulary {r.vocab_size}, trained at
 context {r.train_context} on the Python documentation; final validation loss {r.final_val_loss:.3f}) converted
 into a stock RoPE model (GPT-NeoX, float32) and evaluated on {r.heldout_tokens} held-out tokens.
 

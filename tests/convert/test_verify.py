@@ -7,7 +7,7 @@ from pico import build
 
 from ropebridge.cli import main
 from ropebridge.convert import convert, verify
-from ropebridge.convert.verify import native_deviation
+from ropebridge.convert.native import native_deviation
 from ropebridge.emulation import PlanRequest
 
 

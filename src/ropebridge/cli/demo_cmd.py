@@ -32,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
 def format_report(r) -> list[str]:
     """The demo's text report, one string a line (the README's sample is checked against it)."""
     lines: list[str] = []
-    lines.append(f"embedded ALiBi model: BLOOM, vocabulary {r.vocab_size}, trained at context {r.train_context}; "
+    lines.append(f"embedded ALiBi model: {r.source_model}, vocabulary {r.vocab_size}, trained at context "
+                 f"{r.train_context}; "
                  f"{r.heldout_tokens} held-out tokens")
     lines.append(f"converted to GPT-NeoX (RoPE base {r.rope_base:.4g}) in {r.convert_seconds:.2f} s; "
                  f"worst predicted emulation error {r.worst_predicted_error:.2e} logits")

@@ -5,8 +5,8 @@ MPT: eager, the only path they have; Falcon: its default SDPA path, which adds t
 eager path adds it twice), the converted one with its default (SDPA). transformers' Falcon rounds its
 ALiBi bias m*j to bfloat16 even in float32 models (0.1-1 logits at a few hundred tokens), so for Falcon
 the thresholds apply to the same SDPA path with that bias computed exactly (bfloat16-rounded slopes, as
-trained, times j in float32: ``falcon_exact_bias``), and transformers' own numbers are reported beside
-(likewise MPT's ``alibi_bias_max``: ``NATIVE_DEVIATIONS``). For models up to ``reference_max_params`` both
+trained, times j in float32: ``native.falcon_exact_bias``), and transformers' own numbers are reported beside
+(likewise MPT's ``alibi_bias_max``: ``native.NATIVE_DEVIATIONS``). For models up to ``reference_max_params`` both
 are also compared with ``reference.reference_logits``, an exact float64 ALiBi forward pass, which separates
 the conversion's error from the source's rounding; then, in every dtype, the threshold applies to the
 converted model's error from exact ALiBi (passing also when no larger than native's own): a native model
@@ -20,89 +20,23 @@ import dataclasses
 import json
 import logging
 import math
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .. import _checks, alibi
+from .. import _checks
 from .._progress import progress_bar
 from ..checkpoint.config import load_config
 from ..checkpoint.model import SourceModel
 from ..checkpoint.reference import reference_logits
 from ..emulation.error_model import DTYPES, TOLERANCE
+from .native import native_deviation
 from .pipeline import resolve_source, source_fingerprint
 
 log = logging.getLogger(__name__)
-
-@contextmanager
-def falcon_exact_bias():
-    """transformers' Falcon with its ALiBi bias computed exactly: ``bf16(m) * j`` in float32, cast once."""
-    from transformers.models.falcon import modeling_falcon as mf
-
-    original = mf.build_alibi_tensor
-
-    def exact(attention_mask: torch.Tensor, num_heads: int, dtype: torch.dtype) -> torch.Tensor:
-        b, s = attention_mask.shape
-        m = alibi.slopes(num_heads).to(torch.bfloat16).to(torch.float64)
-        pos = ((attention_mask.cumsum(-1) - 1) * attention_mask)[:, None, :].to(torch.float64)  # (b, 1, s)
-        return (m[None, :, None] * pos).reshape(b * num_heads, 1, s).to(dtype)
-
-    mf.build_alibi_tensor = exact
-    try:
-        yield
-    finally:
-        mf.build_alibi_tensor = original
-
-
-@contextmanager
-def mpt_configured_bias():
-    """transformers' MPT with its ALiBi slopes from the config's ``attn_config.alibi_bias_max``: its
-    ``build_mpt_alibi_tensor`` is always called with the default 8."""
-    from transformers.models.mpt import modeling_mpt as mm
-
-    original = mm.MptModel.build_mpt_alibi_tensor
-
-    def configured(self, num_heads, sequence_length, alibi_bias_max=8, device=None):
-        return mm.build_mpt_alibi_tensor(num_heads, sequence_length, _mpt_bias_max(self.config), device)
-
-    mm.MptModel.build_mpt_alibi_tensor = configured
-    try:
-        yield
-    finally:
-        mm.MptModel.build_mpt_alibi_tensor = original
-
-
-def _mpt_bias_max(config) -> float:
-    attn = config.get("attn_config") if isinstance(config, dict) else getattr(config, "attn_config", None)
-    value = attn.get("alibi_bias_max") if isinstance(attn, dict) else getattr(attn, "alibi_bias_max", None)
-    return 8.0 if value is None else float(value)
-
-
-@dataclass(frozen=True)
-class NativeDeviation:
-    """Where transformers' implementation of a family departs from the family's own definition: ``applies``
-    to a source config, ``patch`` (a context manager) makes transformers compute the definition, and
-    ``what`` names the departure in the report."""
-
-    applies: Any
-    patch: Any
-    what: str
-
-
-NATIVE_DEVIATIONS = {
-    "falcon": NativeDeviation(lambda config: True, falcon_exact_bias, "bias rounded to bfloat16"),
-    "mpt": NativeDeviation(lambda config: _mpt_bias_max(config) != 8.0, mpt_configured_bias,
-                           "alibi_bias_max ignored (always 8)"),
-}
-
-
-def native_deviation(family: str, config) -> NativeDeviation | None:
-    """The deviation of transformers' ``family`` for this source config, if any (``NATIVE_DEVIATIONS``)."""
-    deviation = NATIVE_DEVIATIONS.get(family)
-    return deviation if deviation is not None and deviation.applies(config) else None
 
 
 @dataclass
