@@ -3,14 +3,15 @@
 Converts the pico models of every family (``tests/pico.py``, built here with fixed seeds) and the three
 real-text demo models in float32, bfloat16 and float16, plus the other emulations and targets, through the
 CLI exactly as a user runs it, and records the sha256 of every file each conversion writes. In
-``ropebridge.json`` the paths that name this run's temporary directory are blanked first, and the plan record is
-read in the current schema (``_plan_record``: ropebridge 0.1 named some of its fields otherwise), so every number
-in it is compared.
+``ropebridge.json`` and the model card the paths that name this run's temporary directory are blanked first,
+and the plan record is read in the current schema (``_plan_record``: ropebridge 0.1 named some of its fields
+otherwise), so every number in it is compared.
 
     python scripts/checkpoint_digests.py --write benchmarks/results/checkpoint_digests.json   # before
     python scripts/checkpoint_digests.py --compare benchmarks/results/checkpoint_digests.json # after
 
-``--compare`` prints every case that differs and exits 1 if any does.
+``--compare`` prints every case that differs and exits 1 if any does (a case the file does not record is
+listed as new).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ VARIANTS = (
     ("theta-fp16", "pico:bloom-4heads", ["--dtype", "float16", "--emulation", "single"]),
     ("starcoder2", "pico:bloom-4heads", ["--dtype", "float32", "--target", "starcoder2"]),
     ("nemotron", "pico:mpt", ["--dtype", "float32", "--target", "nemotron"]),
-    ("nemotron-bf16", "pico:falcon-rw", ["--dtype", "bfloat16", "--target", "nemotron"]),
+    ("nemotron-bf16", "pico:falcon-rw", ["--dtype", "bfloat16", "--target", "nemotron", "--emulation", "single"]),
+    ("nemotron-ladder-bf16", "pico:falcon-rw", ["--dtype", "bfloat16", "--target", "nemotron"]),
     ("ladder-r64", "demo:demo", ["--dtype", "bfloat16", "--rotary-dim", "64", "--floor", "40"]),
 )
 
@@ -61,8 +63,11 @@ def _plan_record(plan: dict) -> dict:
 
 def _digest(directory: Path) -> dict[str, str]:
     out = {}
+    source = json.loads((directory / "ropebridge.json").read_text())["source"]
     for path in sorted(directory.iterdir()):
         data = path.read_bytes()
+        if path.name == "README.md":  # the model card names the source's path, this run's temporary directory
+            data = data.replace(source.encode(), b"<src>")
         if path.name == "ropebridge.json":
             record = json.loads(data)
             record["plan"] = _plan_record(record["plan"])
@@ -128,13 +133,16 @@ def main() -> int:
         Path(args.write).write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
         return 0
     before = json.loads(Path(args.compare).read_text())
-    differ = sorted(k for k in before.keys() | results.keys() if before.get(k) != results.get(k))
+    new = sorted(results.keys() - before.keys())
+    for k in new:
+        print(f"NEW {k}: no recorded digest to compare with")
+    differ = sorted(k for k in before.keys() | results.keys() if k not in new and before.get(k) != results.get(k))
     for k in differ:
         old, new = before.get(k), results.get(k)
         files = sorted(f for f in set(old) | set(new) if old.get(f) != new.get(f)) if isinstance(old, dict) and \
             isinstance(new, dict) else [f"{old} -> {new}"]
         print(f"DIFFERS {k}: {', '.join(files)}")
-    print(f"{len(results) - len(differ)} of {len(before.keys() | results.keys())} conversions byte-identical")
+    print(f"{len(before) - len(differ)} of {len(before)} recorded conversions byte-identical")
     return 1 if differ else 0
 
 

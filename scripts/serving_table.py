@@ -22,9 +22,11 @@ CONTEXTS = (2048, 8192, 32768)
 def columns() -> list[tuple[str, Geometry]]:
     native = Geometry.from_config(BLOOM_176B)
     out = [("native BLOOM-176B", native)]
-    # R = 16 (hd' 144, --rotary-dim 16) and the planner's default R = 32 (160)
+    # gpt-neox: R = 16 (hd' 144, --rotary-dim 16) and the planner's default R = 32 (160); nemotron: R = 32 and 64
     for r in (16, rotary_dim_for(native.head_dim)):
-        out.append((f"converted, head dim {native.head_dim + r} (R = {r})", native.converted(r)))
+        out.append((f"gpt-neox, head dim {native.head_dim + r} (R = {r})", native.converted(r)))
+    for r in (rotary_dim_for(native.head_dim), 64):
+        out.append((f"nemotron, head dim {native.head_dim + r} (R = {r})", native.converted(r, "nemotron")))
     return out
 
 

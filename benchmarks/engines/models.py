@@ -11,7 +11,7 @@ import torch
 from _common import bloom_560m_shaped, calibration_text
 
 import envs
-from settings import CALIBRATED, DEMO_VOCAB, FIXED_BASE, LADDERS
+from settings import CALIBRATED, DEMO_VOCAB, FIXED_BASE, LADDERS, NEMOTRON_LADDER
 
 HERE = Path(__file__).resolve().parent
 
@@ -123,15 +123,18 @@ def ladder_floors(name: str, window: int, ladder: dict) -> list[float] | None:
     return [h.ladder.floor for h in plan.heads]
 
 
-def convert_rope(native: Path, work: Path, window: int, floors: dict[str, list[float] | None]) -> dict[str, Path]:
+def convert_rope(native: Path, work: Path, window: int, floors: dict[str, list[float] | None],
+                 needed: set[str]) -> dict[str, Path]:
     """``ropebridge convert`` of each plan: the default plan (free base), the fixed base 10000 plan that engines
-    dropping the base run as they are (FIXED_BASE: rotary dims and pairs per head), and the ladders named in
-    FLOORS (keys of LADDERS, each with its floors per head, or uncalibrated where None)."""
+    dropping the base run as they are (FIXED_BASE: rotary dims and pairs per head), the ladders named in
+    FLOORS (keys of LADDERS, each with its floors per head, or uncalibrated where None), and the Nemotron ladder
+    where a row in NEEDED (the rows' checkpoints) runs it."""
     from ropebridge.convert import convert
     from ropebridge.emulation import PlanRequest
 
     plans = {"converted": {"dtype": "float32"}, "converted-base10000": {"dtype": "float32", **FIXED_BASE},
-             **{key: {**LADDERS[key], "floor": f} for key, f in floors.items()}}
+             **{key: {**LADDERS[key], "floor": f} for key, f in floors.items()},
+             **({"nemotron-ladder": NEMOTRON_LADDER} if "nemotron-ladder" in needed else {})}
     out = {key: work / key for key in plans}
     for key, extra in plans.items():  # afresh every run: the plan changes with the code (engine files follow)
         convert(native, out[key], PlanRequest(window=window, **extra), force=True)

@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         selected = select(name, engines, args.quick, args.threads)
         ladders = {key: plan for key, plan in LADDERS.items() if key in {r.checkpoint for r in selected}}
         floors = {key: ladder_floors(name, window, ladder) for key, ladder in ladders.items()}
-        converted = convert_rope(native, work, window, floors)
+        converted = convert_rope(native, work, window, floors, {r.checkpoint for r in selected})
         for engine in engines:
             log.info("%s: %s", name, engine)
             runs += engine_runs(engine, env[engine], name, native, converted, work, ref, args, selected)

@@ -65,6 +65,8 @@ LADDER_RUNS = (  # converted checkpoint and GGUF file prefix, plan, GGUF types, 
 
 
 LADDERS = {prefix: plan for prefix, plan, *_ in LADDER_RUNS}
+# the ladder on Nemotron (residual stream at its width), float32: what transformers 4.x reads of its config
+NEMOTRON_LADDER = {"dtype": "float32", "emulation": "ladder", "target": "nemotron"}
 
 
 def flags(plan: dict) -> str:
@@ -142,6 +144,8 @@ def rows(name: str, threads: int) -> list[Row]:
     out.append(Row("ctranslate2", FIXED_BASE_LABEL, "native", "converted-base10000", ct2,
                    {"rotary_base": "converter's (10000)", "plan": FIXED_BASE}, checkpoint="converted-base10000"))
     hf4 = {"threads": threads, "dtype": "float32"}
+    out.append(Row("transformers-4", f"nemotron, ladder ({flags(NEMOTRON_LADDER)}), config as written", "native",
+                   "nemotron-ladder", hf4, {"plan": NEMOTRON_LADDER}, checkpoint="nemotron-ladder"))
     out.append(Row("transformers-4", "float32, config as written (legacy rotary_pct/rotary_emb_base keys)", "native",
                    "converted", hf4, quick=True))
     out.append(Row("transformers-4", f"converted with {flags(FIXED_BASE)}", "native",

@@ -21,13 +21,14 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Geometry:
-    """Shapes that decide memory and splitting. ``family``: 'bloom' (ALiBi source) or 'gpt-neox' (converted)."""
+    """Shapes that decide memory and splitting. ``family``: 'bloom' (ALiBi source), 'gpt-neox' or 'nemotron'
+    (converted). ``hidden`` is the residual width: D for BLOOM and Nemotron, D' = h hd' for GPT-NeoX."""
 
     family: str
     layers: int
     heads: int
     head_dim: int
-    hidden: int  # residual width: D for BLOOM, D' = h hd' for the converted model
+    hidden: int
     intermediate: int
     vocab: int
 
@@ -35,8 +36,8 @@ class Geometry:
         for name in ("layers", "heads", "head_dim", "hidden", "intermediate", "vocab"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.family not in ("bloom", "gpt-neox"):
-            raise ValueError(f"family must be 'bloom' or 'gpt-neox', got {self.family!r}")
+        if self.family not in ("bloom", "gpt-neox", "nemotron"):
+            raise ValueError(f"family must be 'bloom', 'gpt-neox' or 'nemotron', got {self.family!r}")
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Geometry:
@@ -49,18 +50,26 @@ class Geometry:
             d, h = config["hidden_size"], config["num_attention_heads"]
             return cls("gpt-neox", config["num_hidden_layers"], h, d // h, d, config["intermediate_size"],
                        config["vocab_size"])
-        raise ValueError(f"serving arithmetic covers BLOOM sources and GPT-NeoX targets, not {kind!r}")
+        if kind == "nemotron":
+            return cls("nemotron", config["num_hidden_layers"], config["num_attention_heads"], config["head_dim"],
+                       config["hidden_size"], config["intermediate_size"], config["vocab_size"])
+        raise ValueError(f"serving arithmetic covers BLOOM sources and GPT-NeoX and Nemotron targets, not {kind!r}")
 
-    def converted(self, rotary_dim: int) -> Geometry:
-        """The GPT-NeoX checkpoint ropebridge writes from this BLOOM source with ``rotary_dim`` dims per head."""
+    def converted(self, rotary_dim: int, target: str = "gpt-neox") -> Geometry:
+        """The checkpoint ropebridge writes from this BLOOM source with ``rotary_dim`` dims per head: GPT-NeoX pads
+        the residual stream to h hd', Nemotron keeps it (only q, k, v and the attention output widen)."""
         if self.family != "bloom":
             raise ValueError("converted() applies to a BLOOM source geometry")
+        if target not in ("gpt-neox", "nemotron"):
+            raise ValueError(f"target must be 'gpt-neox' or 'nemotron', got {target!r}")
         hd = self.head_dim + rotary_dim
-        return Geometry("gpt-neox", self.layers, self.heads, hd, self.heads * hd, self.intermediate, self.vocab)
+        hidden = self.heads * hd if target == "gpt-neox" else self.hidden
+        return Geometry(target, self.layers, self.heads, hd, hidden, self.intermediate, self.vocab)
 
     @property
     def params(self) -> int:
-        """Parameter count. BLOOM: embedding (tied head) and its LayerNorm; GPT-NeoX: untied embedding and head."""
+        """Parameter count. BLOOM: embedding (tied head) and its LayerNorm; the targets: untied embedding and head.
+        Per layer: QKV ``3 q (D + 1)`` and the output ``D (q + 1)`` with q = h hd', the MLP, two LayerNorms."""
         d, f, q = self.hidden, self.intermediate, self.heads * self.head_dim
         per_layer = 3 * q * (d + 1) + d * (q + 1) + f * (d + 1) + d * (f + 1) + 4 * d  # QKV, out, MLP, 2 LN
         ends = self.vocab * d + 4 * d if self.family == "bloom" else 2 * self.vocab * d + 2 * d

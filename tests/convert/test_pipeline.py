@@ -180,30 +180,6 @@ def test_rotary_fraction_survives_truncation():
             assert int((hd + r) * f) == r and round((hd + r) * f) == r
 
 
-@pytest.mark.parametrize("target", ["starcoder2", "nemotron"])
-@pytest.mark.parametrize("family", ["bloom-12heads", "bloom-hd96", "mpt", "falcon-rw"])
-def test_compact_targets(tmp_path, family, target):
-    src = build(tmp_path / family, family)
-    res = convert(src, tmp_path / "dst", PlanRequest(window=1024, target=target))
-    model = T.AutoModelForCausalLM.from_pretrained(res.destination)
-    assert type(model).__name__ == {"starcoder2": "Starcoder2ForCausalLM", "nemotron": "NemotronForCausalLM"}[target]
-    assert model.config.hidden_size == T.AutoConfig.from_pretrained(src).hidden_size  # no padding
-    assert model.config.head_dim == res.plan.head_dim + 2
-    report = verify(src, res.destination, context=256, greedy_tokens=16)
-    assert report.passed, report.failures
-    assert report.reference_converted_max_err <= max(2 * report.reference_native_max_err, 1e-4)
-
-
-def test_compact_targets_refuse_what_they_cannot_express(tmp_path):
-    src = build(tmp_path / "par", "falcon-parallel-mq")
-    with pytest.raises(ValueError, match="parallel"):
-        convert(src, tmp_path / "dst", PlanRequest(target="starcoder2"))
-    src = build(tmp_path / "bloom", "bloom-4heads")
-    with pytest.raises(ValueError, match="gpt-neox"):
-        convert(src, tmp_path / "dst", PlanRequest(target="nemotron", rope_base=10000.0, rotary_dim=16))
-    assert not (tmp_path / "dst").exists()
-
-
 def test_fixed_base_multi_pair_conversion(tmp_path):
     # llama.cpp drops the base: base 10000, 16 rotary dims, the two slowest pairs per head
     src = build(tmp_path / "src", "bloom-4heads")

@@ -17,12 +17,26 @@ def plan_ladder(slopes, head_dim, window, **kw):
     return plan(source, PlanRequest(window=window, emulation="ladder", **{"dtype": "bfloat16", **kw}))
 
 
-@pytest.mark.parametrize("head_dim, multiple, expected", [
-    (64, 16, 32), (32, 16, 32), (128, 16, 32), (64, 64, 64), (128, 32, 32), (80, 16, 32), (100, 16, 44),
+@pytest.mark.parametrize("head_dim, kernel, expected", [
+    (64, "any", 32), (32, "any", 32), (128, "any", 32), (80, "any", 32), (100, "any", 44),
+    (128, "fa3", 64), (64, "fa3", 32), (64, "flashinfer", 64), (128, "flashinfer", 128), (128, "fa2", 32),
+    (64, "llama.cpp-cuda", 32), (128, "llama.cpp-cuda", 128), (112, "fa2", 32),
 ])
-def test_rotary_dim_rule_gives_kernel_friendly_heads(head_dim, multiple, expected):
-    r = ladder.rotary_dim_for(head_dim, multiple)
-    assert r == expected and (head_dim + r) % multiple == 0 and r >= ladder.MIN_ROTARY_DIM
+def test_rotary_dim_rule_gives_heads_the_kernel_runs(head_dim, kernel, expected):
+    from ropebridge.targets.kernels import KERNELS
+
+    r = ladder.rotary_dim_for(head_dim, kernel)
+    assert r == expected and KERNELS[kernel].native(head_dim + r) and r >= ladder.MIN_ROTARY_DIM
+    assert not any(KERNELS[kernel].native(head_dim + s) for s in range(ladder.MIN_ROTARY_DIM, r, 2))  # the smallest
+
+
+def test_a_kernel_is_planned_for_and_a_head_dim_it_does_not_run_refused():
+    p = plan_ladder(alibi_slopes(4).tolist(), 128, 512, kernel="fa3")
+    assert p.head_dim + p.rotary_dim == 192  # FA3 pads 160 to its 192 kernel anyway: R = 64 costs nothing more
+    with pytest.raises(ValueError, match="--rotary-dim 32 gives head dim 160, which --kernel flashinfer does not run"):
+        plan_ladder(alibi_slopes(4).tolist(), 128, 512, kernel="flashinfer", rotary_dim=32)
+    with pytest.raises(ValueError, match="kernel"):
+        PlanRequest(kernel="tpu")
 
 
 def test_the_plan_is_the_same_whatever_jobs():

@@ -23,12 +23,12 @@ BAD = [
     ({"split": "half"}, "split"),
     ({"floor": 30.0, "calibration_text": "text"}, "not both"),
     ({"floor": -1.0}, "floor"),
-    ({"dtype": "bfloat16", "target": "nemotron", "emulation": "ladder"}, "ladder needs --target gpt-neox"),
+    ({"dtype": "bfloat16", "target": "starcoder2", "emulation": "ladder"}, "ladder needs --target gpt-neox"),
     ({"dtype": "bfloat16", "emulation": "ladder", "theta": 1e-6}, "--emulation single"),
     ({"dtype": "float32", "floor": 30.0}, "--floor and --calibration-text are for --emulation ladder"),
     ({"dtype": "float32", "rotary_dim": 8}, "--rotary-dim needs --rope-base"),
     ({"dtype": "float32", "pairs": 2}, "--pairs > 1 needs a fixed base"),
-    ({"dtype": "float32", "target": "starcoder2", "rope_base": 1e4}, "--rope-base and --pairs are for gpt-neox"),
+    ({"dtype": "float32", "target": "starcoder2", "rope_base": 1e4}, "--rope-base and --pairs with the single pair are for gpt-neox"),
     ({"dtype": "float32", "rope_base": 1e4, "theta": 1e-6}, "not both"),
     ({"emulation": "fixed-base", "dtype": "float32"}, "needs --rope-base"),
 ]
@@ -50,7 +50,8 @@ def test_rules_that_need_the_dtype_are_checked_once_it_is_known():
 
 @pytest.mark.parametrize("kwargs, strategy", [
     ({"dtype": "float32"}, "single"), ({"dtype": "bfloat16"}, "ladder"), ({"dtype": "float16"}, "ladder"),
-    ({"dtype": "bfloat16", "target": "nemotron"}, "single"), ({"dtype": "bfloat16", "theta": 1e-6}, "single"),
+    ({"dtype": "bfloat16", "target": "nemotron"}, "ladder"), ({"dtype": "bfloat16", "target": "starcoder2"}, "single"),
+    ({"dtype": "bfloat16", "theta": 1e-6}, "single"),
     ({"dtype": "float32", "rope_base": 1e4}, "fixed-base"), ({"dtype": "bfloat16", "rope_base": 1e4}, "ladder"),
     ({"dtype": "float32", "emulation": "single", "rope_base": 1e4}, "fixed-base"),
 ])

@@ -9,7 +9,6 @@ m*j). Meant for small models: it holds the weights in float64.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 
 import torch
@@ -18,15 +17,13 @@ from .model import SourceModel
 
 
 def _ln(x: torch.Tensor, wb: tuple[torch.Tensor, torch.Tensor], eps: float) -> torch.Tensor:
-    mu = x.mean(-1, keepdim=True)
-    var = ((x - mu) ** 2).mean(-1, keepdim=True)
-    return (x - mu) / torch.sqrt(var + eps) * wb[0] + wb[1]
+    """LayerNorm over the last dim, ``(..., D)``, in the dtype of ``x`` (torch's, independent of transformers)."""
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), wb[0], wb[1], eps)
 
 
 def _gelu(x: torch.Tensor, kind: str) -> torch.Tensor:
-    if kind == "gelu_pytorch_tanh":
-        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
-    return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+    """GELU as the family applies it: the tanh approximation (``gelu_pytorch_tanh``, BLOOM) or exact (erf)."""
+    return torch.nn.functional.gelu(x, approximate="tanh" if kind == "gelu_pytorch_tanh" else "none")
 
 
 def _same(x: torch.Tensor) -> torch.Tensor:

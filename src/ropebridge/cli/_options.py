@@ -14,9 +14,10 @@ from typing import Any
 from ..emulation.error_model import DTYPES, FLOAT32_BIAS_HALF_ULPS, TOLERANCE
 from ..emulation.fixed_base import ROTARY_DIM as FIXED_BASE_ROTARY_DIM
 from ..emulation.ladder import DEFAULT_ADVANTAGE
-from ..emulation.request import DEFAULT_HEAD_DIM_MULTIPLE, DEFAULT_WINDOW, EMULATIONS, PlanRequest
+from ..emulation.request import DEFAULT_WINDOW, EMULATIONS, PlanRequest
 from ..emulation.single import CUTOFF as SINGLE_CUTOFF
 from ..targets import TARGETS
+from ..targets.kernels import KERNELS
 
 
 def plot_and_json(args: argparse.Namespace, figure: Callable[[], Any], data: Callable[[], dict]) -> bool:
@@ -54,11 +55,12 @@ def add_planning_options(p: argparse.ArgumentParser) -> None:
                    help="fixed RoPE base (an engine that ignores the stored one, e.g. 10000); ladder: default free")
     p.add_argument("--rotary-dim", "--rope-dim", dest="rotary_dim", type=int,
                    help=f"rotary dims per head: single with --rope-base (default {FIXED_BASE_ROTARY_DIM}); ladder "
-                        "(default from --head-dim-multiple)")
+                        "(default: the smallest >= 32 that --kernel runs)")
     p.add_argument("--pairs", type=int, default=1, help="single with --rope-base: pairs per head (multi-pair fit)")
     p.add_argument("--split", help="single, float16: k value s with q = (-N/s, 0), k = (0, s); 'sqrt' for s = sqrt(N)")
-    p.add_argument("--head-dim-multiple", type=int, default=DEFAULT_HEAD_DIM_MULTIPLE,
-                   help=f"ladder: head_dim + R a multiple of this (default {DEFAULT_HEAD_DIM_MULTIPLE})")
+    p.add_argument("--kernel", default="any", choices=tuple(KERNELS),
+                   help="the attention kernel you serve on: the ladder's head dim hd + R is a size it runs natively, "
+                        "and a head dim it does not run is refused (default any: a multiple of 16; docs/targets.md)")
     floor = p.add_mutually_exclusive_group()
     floor.add_argument("--floor", type=float, help="ladder: the floor C (logits) kept beyond W = C/m, every head "
                        f"(default: the cutoff + {DEFAULT_ADVANTAGE:g})")
@@ -93,5 +95,5 @@ def plan_request(args: argparse.Namespace, progress: bool) -> PlanRequest:
     return PlanRequest(window=args.window, dtype=args.dtype, target=args.target, emulation=args.emulation,
                        theta=args.theta, max_phase=args.max_phase, rope_base=args.rope_base,
                        rotary_dim=args.rotary_dim, pairs=args.pairs, split=args.split,
-                       head_dim_multiple=args.head_dim_multiple, floor=args.floor, calibration_text=text,
+                       kernel=args.kernel, floor=args.floor, calibration_text=text,
                        cutoff=args.cutoff, tolerance=args.tolerance, jobs=args.jobs, progress=progress)

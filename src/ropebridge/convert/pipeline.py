@@ -26,6 +26,7 @@ from ..emulation import EmulationPlan, PlanRequest
 from ..emulation.error_model import DTYPES
 from ..planning import plan_checkpoint, what_would_fit
 from ..targets import TARGETS
+from .card import model_card
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +226,7 @@ def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None
             "accepted_error": not plan.meets_tolerance,
         }
         (tmp / "ropebridge.json").write_text(json.dumps(record, indent=1))
+        (tmp / "README.md").write_text(model_card(str(src), dst.name, plan, target, request))
         _publish(tmp, dst, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

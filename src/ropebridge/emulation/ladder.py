@@ -26,23 +26,20 @@ from .. import _checks
 from .error_model import _FORMATS, DTYPES
 from .fixed_base import engine_frequencies
 from .ladder_fit import HeadFit, fit_head
+from ..targets.kernels import KERNELS, rotary_dims
 from .plan import EmulationPlan, HeadPlan, LadderHead, PairTerm
 
 DEFAULT_ADVANTAGE = 45.0  # content advantage (logits) assumed without calibration (docs/decisions.md)
 MIN_ROTARY_DIM = 32  # the smallest ladder (docs/decisions.md: R = 16 measured 1.2-3.6x the error of 32)
-DEFAULT_HEAD_DIM_MULTIPLE = 16  # 80 / 96 for hd 64, 144 / 160 for hd 128: sizes fast kernels accept
 
 
-def rotary_dim_for(head_dim: int, multiple: int = DEFAULT_HEAD_DIM_MULTIPLE, minimum: int = MIN_ROTARY_DIM) -> int:
-    """The smallest even R >= ``minimum`` with ``head_dim + R`` a multiple of ``multiple`` (GPT-NeoX head
-    hd' = R + hd). hd 64 -> 32 (96), hd 32 -> 32 (64), hd 128 -> 32 (160), hd 80 -> 32 (112); multiple 64:
-    hd 64 -> 64 (128)."""
+def rotary_dim_for(head_dim: int, kernel: str = "any", minimum: int = MIN_ROTARY_DIM) -> int:
+    """The smallest even R >= ``minimum`` whose head dim hd' = hd + R the kernel runs natively
+    (``targets.kernels``). any: hd 64 -> 32 (96), hd 32 -> 32 (64), hd 128 -> 32 (160), hd 80 -> 32 (112);
+    fa3: hd 128 -> 64 (192); flashinfer: hd 64 -> 64 (128)."""
     head_dim = _checks.positive_int("head_dim", head_dim)
-    multiple = _checks.positive_int("head_dim_multiple", multiple, even=True)
-    r = _checks.positive_int("rotary_dim", minimum, even=True)
-    while (head_dim + r) % multiple:
-        r += 2
-    return r
+    _checks.choice("kernel", kernel, tuple(KERNELS))
+    return next(rotary_dims(kernel, head_dim, _checks.positive_int("rotary_dim", minimum, even=True)))
 
 
 def default_cutoff(window: int, dtype: str) -> float:
@@ -165,16 +162,16 @@ def ladder_on(source, request, rotary_dim: int, floors: Sequence[float], cutoff:
 
 
 def plan_ladder(source, request) -> EmulationPlan:
-    """The ladder plan of ``source`` for a ``PlanRequest``: R = ``rotary_dim``, or ``rotary_dim_for(hd, multiple)``
-    and, where that plan misses the tolerance, the next size that keeps the rule if it does better; floors from
+    """The ladder plan of ``source`` for a ``PlanRequest``: R = ``rotary_dim``, or ``rotary_dim_for(hd, kernel)``
+    and, where that plan misses the tolerance, the next size the kernel runs if it does better; floors from
     ``floor`` or ``advantage`` (``head_floors``); the cutoff ``default_cutoff`` unless given."""
     cutoff = default_cutoff(request.window, request.dtype) if request.cutoff is None else request.cutoff
     floors = head_floors(len(source.slopes), cutoff, request.floor, request.advantage)
     if request.rotary_dim is not None:
         sizes = [request.rotary_dim]
     else:
-        first = rotary_dim_for(source.head_dim, request.head_dim_multiple)
-        sizes = [first, first + request.head_dim_multiple]
+        candidates = rotary_dims(request.kernel, source.head_dim, MIN_ROTARY_DIM)
+        sizes = [next(candidates), next(candidates)]
     plans = []
     for r in sizes:
         plans.append(ladder_on(source, request, r, floors, cutoff))

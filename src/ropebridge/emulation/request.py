@@ -15,12 +15,12 @@ from typing import Any
 
 from .. import _checks
 from ..targets import TARGETS, Target
+from ..targets.kernels import KERNELS
 from .error_model import DTYPES
 
 MAX_WINDOW = 2**24  # float32 holds every integer position up to 2^24 exactly (engines compute angles from them)
 DEFAULT_WINDOW = 8192
 EMULATIONS = ("ladder", "single", "fixed-base")
-DEFAULT_HEAD_DIM_MULTIPLE = 16  # (ladder.DEFAULT_HEAD_DIM_MULTIPLE: kept equal by a test)
 
 
 def check_window(window: Any) -> int:
@@ -48,8 +48,9 @@ class PlanRequest:
     ``strategy`` rule). theta / max_phase: the single pair's theta (theta = max_phase / window). rope_base,
     rotary_dim, pairs: a fixed RoPE base, the rotary dims per head, pairs per head (fixed base). split: the k value s
     of the single pair (a number or "sqrt"). floor / advantage: the ladder's floor C, or the content advantage added
-    to the cutoff (one or per head); calibration_text: text to measure the advantages on. head_dim_multiple: the
-    ladder's hd + R is a multiple of it. cutoff, tolerance: logits (None: the strategy's, ``plan_tolerance``).
+    to the cutoff (one or per head); calibration_text: text to measure the advantages on. kernel: the attention
+    kernel served on (``targets.kernels``): the ladder's R makes hd + R a size it runs natively, and a served
+    head dim it does not run is refused. cutoff, tolerance: logits (None: the strategy's, ``plan_tolerance``).
     jobs, progress: how the ladder is fitted, not what (the plan is the same whatever they are).
     """
 
@@ -66,7 +67,7 @@ class PlanRequest:
     floor: float | tuple[float, ...] | None = None
     advantage: float | tuple[float, ...] | None = None
     calibration_text: str | None = None
-    head_dim_multiple: int = DEFAULT_HEAD_DIM_MULTIPLE
+    kernel: str = "any"
     cutoff: float | None = None
     tolerance: float | None = None
     jobs: int = 1
@@ -77,7 +78,7 @@ class PlanRequest:
         fix("window", check_window(self.window))
         fix("jobs", _checks.positive_int("jobs", self.jobs))
         fix("pairs", _checks.positive_int("pairs", self.pairs))
-        fix("head_dim_multiple", _checks.positive_int("head_dim_multiple", self.head_dim_multiple, even=True))
+        _checks.choice("kernel", self.kernel, tuple(KERNELS))
         if self.dtype is not None:
             _checks.choice("dtype", self.dtype, tuple(DTYPES))
         _checks.choice("target", self.target, tuple(TARGETS))
@@ -137,11 +138,12 @@ class PlanRequest:
     def _check_strategy(self, strategy: str) -> None:
         target = self.target_spec
         if strategy not in target.emulations:
+            takes = " or ".join(target.emulations)
             if strategy == "ladder":
-                raise ValueError(f"--target {self.target} rotates one pair at one theta; the ladder needs --target "
-                                 "gpt-neox (or --emulation single)")
-            raise ValueError(f"--target {self.target} rotates one pair at a free theta: --rope-base and --pairs are "
-                             "for gpt-neox")
+                raise ValueError(f"--target {self.target} takes the {takes} emulation; the ladder needs --target "
+                                 "gpt-neox or nemotron (or --emulation single)")
+            raise ValueError(f"--target {self.target} takes the {takes} emulation (its single pair turns at a free "
+                             "theta): --rope-base and --pairs with the single pair are for gpt-neox")
         if strategy == "ladder":
             if self.single_flags:
                 raise ValueError("--theta, --max-phase, --pairs and --split are for --emulation single; the ladder "

@@ -18,7 +18,7 @@ class Target:
     name: str
     architecture: str  # the transformers class a converted checkpoint names
     emulations: tuple[str, ...]  # strategies of ``emulation.STRATEGIES`` it can carry
-    rotary_block: bool  # rotates a block of base^(-2r/R) pairs (else one pair at a free theta)
+    rotary_block: bool  # the single pair is a pair of a base^(-2r/R) block (else it turns at a free theta)
     module: str  # its code, in this package
     engines: str  # where it runs (one line, for ``convert``'s last line and the docs)
 
@@ -26,6 +26,12 @@ class Target:
         """The ladder in half precision where the target carries it (its rounding does not grow with the context);
         the exact single pair in float32 and on targets that rotate one pair."""
         return "ladder" if dtype != "float32" and "ladder" in self.emulations else "single"
+
+    def served_head_dim(self, plan) -> int:
+        """The head dim this target serves a plan at: hd + R (the rotary block of gpt-neox, the ladder), or hd + 2
+        (a compact target's single pair)."""
+        block = plan.rotary_dim is not None and (self.rotary_block or plan.strategy == "ladder")
+        return plan.head_dim + (plan.rotary_dim if block else 2)
 
     def code(self) -> ModuleType:
         return importlib.import_module(f"{__name__}.{self.module}")
@@ -36,6 +42,6 @@ TARGETS = {t.name: t for t in (
            "transformers 4.x/5.x, vLLM, SGLang, TensorRT-LLM, llama.cpp, CTranslate2"),
     Target("starcoder2", "Starcoder2ForCausalLM", ("single",), False, "starcoder2",
            "transformers 5.x"),
-    Target("nemotron", "NemotronForCausalLM", ("single",), False, "nemotron",
-           "transformers 5.x, vLLM"),
+    Target("nemotron", "NemotronForCausalLM", ("ladder", "single"), False, "nemotron",
+           "transformers 5.x (4.x with the ladder), vLLM"),
 )}

@@ -1,7 +1,8 @@
-"""Compact targets, transformers 5.x only: ``Starcoder2ForCausalLM`` and ``NemotronForCausalLM``, no padding.
+"""Compact targets: ``Starcoder2ForCausalLM`` and ``NemotronForCausalLM``, no padding.
 
-Both take a ``head_dim`` free of ``hidden_size / heads``, so each head simply grows by the two emulation
-dims (hd' = hd + 2) and the residual stream keeps its width. One pair per head, one theta for all heads:
+Both take a ``head_dim`` free of ``hidden_size / heads``, so each head simply grows by its emulation dims
+(hd' = hd + r) and the residual stream keeps its width: only q, k, v and the attention output widen. The
+single pair (r = 2, one theta for all heads) on either:
 
 - Starcoder2 (LayerNorm, GELU MLP with biases, sequential residual): ``rope_type: proportional`` with
   ``partial_rotary_factor`` 2/hd' rotates only pair 0, which ``rotate_half`` forms from dims (0, hd'/2),
@@ -11,8 +12,13 @@ dims (hd' = hd + 2) and the residual stream keeps its width. One pair per head, 
   pair (0, 1), with ``linear`` scaling factor 1/theta; content dims 2 .. hd' - 1. ``num_key_value_heads``
   must be given. Its default activation (relu^2) is replaced by the source's.
 
-Neither reaches llama.cpp or CTranslate2, and transformers 4.x ignores ``rope_parameters`` and loads both
-silently wrong: use the default ``gpt-neox`` target for portability.
+The frequency ladder (r = R) on Nemotron: its first R dims rotate with ``rope_type: default`` at the plan's
+base, half layout within them (pair k is dims (k, k + R/2), theta_k = base^(-2k/R), as GPT-NeoX), each pair
+carrying q = (-N'/s, M'/s), k = (0, s) (``gpt_neox`` module doc); content dims R .. hd' - 1. The base is also
+written as the top-level ``rope_theta`` that transformers 4.x's Nemotron reads (with ``partial_rotary_factor``).
+
+Neither reaches llama.cpp or CTranslate2 (docs/targets.md). transformers 4.x ignores ``rope_parameters``, so it
+loads the single-pair forms silently wrong (its linear or proportional scaling is lost).
 """
 
 from __future__ import annotations
@@ -33,33 +39,61 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CompactLayout:
+    """Geometry of a compact target: head dim hd' = hd + r, the emulation dims ``emulation`` ``(r,)`` and the
+    content dims ``content`` ``(hd,)`` within a head, q's and k's constants ``q_rot``, ``k_rot`` ``(h, hd')`` (zero
+    off the emulation dims), and the RoPE the config states: one pair at ``theta`` (single) or a block of R dims
+    at ``base`` (ladder)."""
+
     target: str
-    head_dim: int  # hd' = hd + 2
-    pair_x: int
-    pair_y: int
-    content: torch.Tensor  # (hd,) indices of the content dims within a head
-    theta: float
-    q_pair: torch.Tensor  # (h,) value of q on pair_x
-    k_pair: torch.Tensor  # (h,) value of k on pair_y
+    head_dim: int
+    emulation: torch.Tensor
+    content: torch.Tensor
+    q_rot: torch.Tensor
+    k_rot: torch.Tensor
     content_scale: float
+    theta: float | None = None
+    base: float | None = None
+
+    @property
+    def rotary_dim(self) -> int:
+        return len(self.emulation)
 
 
 def layout(src: SourceModel, plan: EmulationPlan, target: str) -> CompactLayout:
+    """Place each head's planned pairs: the single pair on dims (0, hd'/2) (starcoder2) or (0, 1) (nemotron), the
+    ladder's R/2 pairs on dims (k, k + R/2) of the first R (nemotron)."""
     info = src.info
     if info.parallel:
         raise ValueError(f"--target {target} has a sequential residual only; this {info.family} model is parallel "
                          "(use --target gpt-neox)")
-    thetas = {hp.theta for hp in plan.heads}
-    if len(thetas) != 1 or any(len(hp.pairs) != 1 for hp in plan.heads):
-        raise ValueError(f"--target {target} rotates one pair at one theta for all heads")
-    hd, hd_out = info.head_dim, info.head_dim + 2
-    px, py = (0, hd_out // 2) if target == "starcoder2" else (0, 1)
-    content = torch.tensor([d for d in range(hd_out) if d not in (px, py)])
+    if plan.head_dim != info.head_dim or len(plan.heads) != info.n_heads:
+        raise ValueError(f"the plan is for {len(plan.heads)} heads of dim {plan.head_dim}, "
+                         f"the model has {info.n_heads} of dim {info.head_dim}")
+    r = plan.rotary_dim if plan.strategy == "ladder" else 2
+    hd, hd_out = info.head_dim, info.head_dim + r
     n_scale = math.sqrt(hd_out / hd)
-    q_pair = torch.tensor([-hp.N * n_scale / hp.split for hp in plan.heads], dtype=torch.float64)
-    k_pair = torch.tensor([hp.split for hp in plan.heads], dtype=torch.float64)
-    return CompactLayout(target, hd_out, px, py, content, thetas.pop(), q_pair, k_pair,
-                         info.qk_scale * math.sqrt(hd_out))
+    q_rot = torch.zeros(info.n_heads, hd_out, dtype=torch.float64)
+    k_rot = torch.zeros(info.n_heads, hd_out, dtype=torch.float64)
+    if plan.strategy == "ladder":
+        emulation = torch.arange(r)
+        for hp in plan.heads:
+            for pair in hp.pairs:
+                q_rot[hp.head, pair.index] = -pair.N * n_scale / hp.split  # x of the pair
+                q_rot[hp.head, pair.index + r // 2] = pair.M * n_scale / hp.split  # y
+                k_rot[hp.head, pair.index + r // 2] = hp.split
+        extra = {"base": plan.base}
+    else:
+        thetas = {hp.theta for hp in plan.heads}
+        if len(thetas) != 1 or any(len(hp.pairs) != 1 for hp in plan.heads):
+            raise ValueError(f"--target {target} rotates one pair at one theta for all heads")
+        px, py = (0, hd_out // 2) if target == "starcoder2" else (0, 1)
+        emulation = torch.tensor([px, py])
+        q_rot[:, px] = torch.tensor([-hp.N * n_scale / hp.split for hp in plan.heads], dtype=torch.float64)
+        k_rot[:, py] = torch.tensor([hp.split for hp in plan.heads], dtype=torch.float64)
+        extra = {"theta": thetas.pop()}
+    content = torch.tensor([d for d in range(hd_out) if d not in set(emulation.tolist())])
+    return CompactLayout(target, hd_out, emulation, content, q_rot, k_rot, info.qk_scale * math.sqrt(hd_out),
+                         **extra)
 
 
 def _proj_heads(src: SourceModel, i: int, lay: CompactLayout, part: int, a: int, b: int,
@@ -79,11 +113,9 @@ def _proj_bias(src: SourceModel, i: int, lay: CompactLayout, part: int) -> torch
     bias = torch.zeros(src.info.n_heads, lay.head_dim, dtype=torch.float64)
     b = src.qkv_part(i, part, suffix=".bias")  # (h, hd)
     bias[:, lay.content] = b * lay.content_scale if part == 0 else b
-    if part == 0:
-        bias[:, lay.pair_x] = lay.q_pair
-    elif part == 1:
-        bias[:, lay.pair_y] = lay.k_pair
-    return bias.reshape(-1)
+    if part < 2:
+        bias[:, lay.emulation] = (lay.q_rot if part == 0 else lay.k_rot)[:, lay.emulation]
+    return bias.reshape(-1)  # (h hd',)
 
 
 def _o_rows(src: SourceModel, i: int, lay: CompactLayout, a: int, b: int, dtype: torch.dtype) -> torch.Tensor:
@@ -130,8 +162,9 @@ def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> No
 
 
 def config(src: SourceModel, lay: CompactLayout, plan: EmulationPlan, dtype: str) -> dict:
+    """config.json of the target (its RoPE as the module doc says)."""
     info, c = src.info, src.config
-    prf = robust_fraction(2, lay.head_dim)
+    prf = robust_fraction(lay.rotary_dim, lay.head_dim)
     common = {
         "vocab_size": info.vocab_size, "hidden_size": info.hidden_size, "intermediate_size": info.intermediate_size,
         "num_hidden_layers": info.n_layers, "num_attention_heads": info.n_heads,
@@ -146,13 +179,19 @@ def config(src: SourceModel, lay: CompactLayout, plan: EmulationPlan, dtype: str
                 "embedding_dropout": 0.0,
                 "rope_parameters": {"rope_type": "proportional", "rope_theta": 10000.0, "factor": 1.0 / lay.theta,
                                     "partial_rotary_factor": prf}}
-    return {**common, "architectures": ["NemotronForCausalLM"], "model_type": "nemotron", "norm_eps": info.eps,
-            "attention_bias": True, "mlp_bias": True, "partial_rotary_factor": prf,
-            "rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 1.0 / lay.theta,
-                                "partial_rotary_factor": prf}}
+    nemotron = {**common, "architectures": ["NemotronForCausalLM"], "model_type": "nemotron", "norm_eps": info.eps,
+                "attention_bias": True, "mlp_bias": True, "partial_rotary_factor": prf}
+    if lay.base is not None:  # the ladder: a plain block at the plan's base, also where transformers 4.x reads it
+        return {**nemotron, "rope_theta": lay.base,
+                "rope_parameters": {"rope_type": "default", "rope_theta": lay.base, "partial_rotary_factor": prf}}
+    return {**nemotron, "rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 1.0 / lay.theta,
+                                            "partial_rotary_factor": prf}}
 
 
 def geometry(src: SourceModel, lay: CompactLayout) -> dict:
     """The layout's numbers, as ``ropebridge.json`` records them."""
-    return {"head_dim": lay.head_dim, "pair_dims": [lay.pair_x, lay.pair_y], "theta": lay.theta,
+    if lay.base is not None:
+        return {"head_dim": lay.head_dim, "rotary_dim": lay.rotary_dim, "rope_base": lay.base,
+                "content_q_scale": lay.content_scale}
+    return {"head_dim": lay.head_dim, "pair_dims": lay.emulation.tolist(), "theta": lay.theta,
             "rope_factor": 1.0 / lay.theta, "content_q_scale": lay.content_scale}

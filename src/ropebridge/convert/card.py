@@ -1,0 +1,97 @@
+"""The converted checkpoint's model card (``README.md``, Hugging Face conventions: a YAML header, then prose):
+the base model, how it was converted (the command, the plan), how to verify it, and how to serve it in each
+engine that runs its target."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .. import __version__
+from ..emulation.request import PlanRequest
+from ..targets import Target
+
+if TYPE_CHECKING:
+    from ..emulation import EmulationPlan
+
+# what each target is served with (``targets.TARGETS`` says which engines run it); DST and the dtype filled in
+SERVING = {
+    "gpt-neox": [
+        "transformers: `AutoModelForCausalLM.from_pretrained(\"{dst}\")` (4.x and 5.x)",
+        "vLLM: `vllm serve {dst} --dtype {dtype} --max-model-len {window}`",
+        "llama.cpp: `convert_hf_to_gguf.py {dst}` drops the RoPE base; set `gptneox.rope.freq_base` to {base} in "
+        "the GGUF, or convert with `--rope-base 10000` (docs/targets.md in ropebridge)",
+    ],
+    "nemotron": [
+        "transformers: `AutoModelForCausalLM.from_pretrained(\"{dst}\")` (5.x; 4.x with the ladder)",
+        "vLLM: `vllm serve {dst} --dtype {dtype} --max-model-len {window}`",
+    ],
+    "starcoder2": ["transformers 5.x: `AutoModelForCausalLM.from_pretrained(\"{dst}\")`"],
+}
+
+
+def command_flags(request: PlanRequest) -> list[str]:
+    """The ``convert`` options that differ from their defaults (how, not what: ``--jobs`` left out)."""
+    defaults = PlanRequest()
+    flags = []
+    for key, value in request.to_dict().items():
+        if key in ("jobs", "progress") or value == getattr(defaults, key) or value is None:
+            continue
+        if key == "floor" and isinstance(value, tuple):
+            value = value[0] if len(set(value)) == 1 else None  # per-head floors come from calibration text
+            if value is None:
+                continue
+        if key == "advantage":
+            flags.append("--calibration-text FILE")
+            continue
+        flags += [f"--{key.replace('_', '-')}", f"{value:g}" if isinstance(value, float) else str(value)]
+    if request.calibration_text is not None:
+        flags.append("--calibration-text FILE")
+    return flags
+
+
+def model_card(src: str, dst_name: str, plan: EmulationPlan, target: Target, request: PlanRequest) -> str:
+    """The card's text (markdown with a YAML header)."""
+    command = " ".join(["ropebridge convert", src, dst_name, *command_flags(request)])
+    served = target.served_head_dim(plan)
+    base = "free theta" if plan.base is None else f"{plan.base:.6g}"
+    w = plan.worst_head
+    header = ["---", "library_name: transformers", "pipeline_tag: text-generation",
+              "tags:", "- ropebridge", "- rope", f"- {target.name}"]
+    if src.count("/") == 1 and not src.startswith((".", "/")):  # a hub id
+        header.append(f"base_model: {src}")
+    header.append("---")
+    serving = "\n".join(f"- {line.format(dst=dst_name, dtype=plan.dtype, window=plan.window, base=base)}"
+                        for line in SERVING[target.name])
+    return "\n".join(header) + f"""
+
+# {dst_name}
+
+`{src}` (an ALiBi {plan.family} model) converted by ropebridge {__version__} into a stock
+`{target.architecture}` checkpoint: each head's ALiBi bias is emulated by rotary dims whose rotated q·k adds
+≈ −m·d to the score, so engines without ALiBi run it.
+
+## How it was converted
+
+```bash
+{command}
+```
+
+| emulation | dtype | window | rotary dims | served head dim | RoPE base | worst predicted error (logits) | tolerance |
+|---|---|---:|---:|---:|---|---:|---:|
+| {plan.strategy} ({plan.mode}) | {plan.dtype} | {plan.window} | {plan.rotary_dim or 2} | {served} | {base} | {w.predicted_error:.3g} (head {w.head}) | {plan.tolerance:.3g} |
+
+The window is a hard limit: beyond {plan.window} tokens the emulated bias is not planned
+(`max_position_embeddings` says so). The whole plan is in `ropebridge.json`.
+
+## How to verify it
+
+```bash
+ropebridge verify {src} {dst_name} --context 2048
+```
+
+compares it with the source and with an exact float64 ALiBi forward pass (exit 1 when a check fails).
+
+## How to serve it
+
+{serving}
+"""

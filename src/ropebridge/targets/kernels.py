@@ -1,0 +1,54 @@
+"""Attention kernels and the head dims they run, read from their sources: the ladder's rotary dims R are chosen
+so that the served head dim hd + R is one the kernel the user serves on runs natively (``--kernel``).
+
+- ``fa3`` (FlashAttention-3): kernels for 64, 96, 128, 192 and 256; any other size up to 256 runs on the next
+  kernel up, padded (160 on the 192 kernel): natively only those five.
+- ``fa2`` (vLLM's FLASH_ATTN backend, FlashAttention-2): any multiple of 8 up to 256.
+- ``flashinfer``: 64, 128, 256 and 512 only.
+- ``llama.cpp-cuda`` (llama.cpp's CUDA flash attention): 40, 64, 72, 80, 96, 112, 128 and 256.
+- ``any`` (the default): a multiple of 16, which every kernel above but FlashInfer and llama.cpp's runs or pads
+  without waste (80/96 for hd 64, 144/160 for hd 128).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """``native(d)``: whether the kernel runs head dim d on a kernel of its own size; ``runs(d)``: at all (padded
+    up included); ``sizes``: the words the docs and errors use for what it runs."""
+
+    name: str
+    native: Callable[[int], bool]
+    runs: Callable[[int], bool]
+    sizes: str
+
+
+def _listed(*sizes: int) -> Callable[[int], bool]:
+    return lambda d: d in sizes
+
+
+KERNELS = {k.name: k for k in (
+    Kernel("any", lambda d: d % 16 == 0, lambda d: True, "multiples of 16"),
+    Kernel("fa2", lambda d: d % 8 == 0 and d <= 256, lambda d: d % 8 == 0 and d <= 256, "multiples of 8 up to 256"),
+    Kernel("fa3", _listed(64, 96, 128, 192, 256), lambda d: d <= 256, "64, 96, 128, 192, 256 (others up to 256 padded)"),
+    Kernel("flashinfer", _listed(64, 128, 256, 512), _listed(64, 128, 256, 512), "64, 128, 256, 512"),
+    Kernel("llama.cpp-cuda", _listed(40, 64, 72, 80, 96, 112, 128, 256), _listed(40, 64, 72, 80, 96, 112, 128, 256),
+           "40, 64, 72, 80, 96, 112, 128, 256"),
+)}
+
+
+def rotary_dims(kernel: str, head_dim: int, minimum: int, limit: int = 1024) -> Iterator[int]:
+    """The even R >= ``minimum``, smallest first, whose head dim ``head_dim + R`` the kernel runs natively."""
+    k = KERNELS[kernel]
+    return (r for r in range(minimum + minimum % 2, limit + 1, 2) if k.native(head_dim + r))
+
+
+def check_head_dim(kernel: str, head_dim: int, what: str) -> None:
+    """``ValueError`` when the kernel does not run ``head_dim`` (``what`` says where it came from)."""
+    k = KERNELS[kernel]
+    if not k.runs(head_dim):
+        raise ValueError(f"{what} gives head dim {head_dim}, which --kernel {kernel} does not run ({k.sizes})")
