@@ -10,7 +10,7 @@ from ropebridge.emulation import STRATEGIES, EmulationPlan, PlanRequest, plan
 from ropebridge.emulation.plan import HeadPlan, PairTerm
 
 REQUESTS = {
-    "single": PlanRequest(window=1024, dtype="float16", target="nemotron"),
+    "single": PlanRequest(window=1024, dtype="float16", target="starcoder2"),
     "fixed-base": PlanRequest(window=1024, dtype="float32", rope_base=10000.0, rotary_dim=16, pairs=2),
     "ladder": PlanRequest(window=512, dtype="bfloat16", rotary_dim=16),
 }

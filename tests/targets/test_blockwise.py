@@ -33,8 +33,9 @@ def test_blockwise_and_whole_tensor_conversion_write_the_same_bytes(tmp_path, mo
     out = {}
     for name, block in (("whole", WHOLE), ("tiny", TINY)):
         monkeypatch.setattr(tensor_io, "BLOCK_BYTES", block)
-        convert(src, tmp_path / name, PlanRequest(window=128, dtype=dtype, target=target), max_shard_mb=0.05)
-        out[name] = files(tmp_path / name)
+        (tmp_path / name).mkdir()
+        convert(src, tmp_path / name / "dst", PlanRequest(window=128, dtype=dtype, target=target), max_shard_mb=0.05)
+        out[name] = files(tmp_path / name / "dst")  # one name: the model card names its directory
     assert len([n for n in out["whole"] if n.endswith(".safetensors")]) > 1  # several shards, tensors across them
     assert out["tiny"].keys() == out["whole"].keys()
     for name in out["whole"]:
