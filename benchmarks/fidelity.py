@@ -43,7 +43,7 @@ CHILD = """
 import sys, torch, transformers as T
 path, dtype, ids_file, out = sys.argv[1:]
 model = T.AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
-base = getattr(model, "transformer", None) or model.gpt_neox
+base = getattr(model, "transformer", None) or getattr(model, "gpt_neox", None) or model.model
 with torch.no_grad():
     hidden = base(torch.load(ids_file)[None]).last_hidden_state[0]  # (s, D) in dtype
 torch.save({"hidden": hidden, "head": model.get_output_embeddings().weight.detach()}, out)
@@ -83,11 +83,12 @@ def tokens(name: str, src: Path, n: int) -> torch.Tensor:
     return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(0))
 
 
-def convert_for(src: Path, dst: Path, dtype: str, window: int, calibration: Path | None) -> None:
-    """``ropebridge convert`` of SRC for DTYPE and WINDOW with the defaults, calibrated on the text file
+def convert_for(src: Path, dst: Path, dtype: str, window: int, calibration: Path | None,
+                target: str = "gpt-neox") -> None:
+    """``ropebridge convert`` of SRC for DTYPE, WINDOW and TARGET with the defaults, calibrated on the text file
     CALIBRATION if given (a plan that misses its tolerance is refused, as for a user)."""
     subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--dtype", dtype,
-                    "--window", str(window), "--json", "--force",
+                    "--window", str(window), "--target", target, "--json", "--force",
                     *(["--calibration-text", str(calibration)] if calibration is not None else [])],
                    check=True, capture_output=True)
 
@@ -170,7 +171,8 @@ def markdown(rows: list[dict]) -> str:
                   if "memory" in reason or "allocate" in reason else "refused (max_seq_len)" if "size of tensor" in reason else "failed")
         ppl = "" if r.get("reference_ppl") is None else " / ".join(
             num(r, k, "{:.2f}") for k in ("native_ppl", "floor_ppl", "converted_ppl", "reference_ppl"))
-        out.append(f"| {NAMES.get(r['model'], r['model'])} | {r['dtype']} | {r['context']} | {native} | "
+        label = NAMES.get(r["model"], r["model"]) + ("" if r.get("target", "gpt-neox") == "gpt-neox" else f", {r['target']}")
+        out.append(f"| {label} | {r['dtype']} | {r['context']} | {native} | "
                    f"{num(r, 'floor_max_abs_logit_err')} | {num(r, 'converted_max_abs_logit_err')} | "
                    f"{num(r, 'ratio_max')} | {num(r, 'ratio_floor')} | {num(r, 'ratio_kl')} | {ppl} |")
     return "\n".join(out)
@@ -183,6 +185,7 @@ def main() -> int:
     p.add_argument("--contexts", help="comma-separated contexts (default: DEFAULT_CONTEXTS per model)")
     p.add_argument("--dtypes", default="float32,bfloat16,float16")
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "ropebridge-bench"))
+    p.add_argument("--target", default="gpt-neox", help="the converted models' target (default gpt-neox)")
     p.add_argument("--merge", action="store_true", help="replace only the rows measured now in the results file")
     p.add_argument("--table", action="store_true", help="print the README table of the stored results and exit")
     args = p.parse_args()
@@ -213,8 +216,8 @@ def main() -> int:
             text = cache / f"calibration-{name}.txt"
             text.write_text(calibration_text(src))
         for dtype in dtypes:  # converted afresh every run: the plan changes with the code
-            convert_for(src, cache / f"fidelity-{name}-{dtype}-{max(contexts)}", dtype, max(contexts),
-                        text if dtype != "float32" else None)
+            convert_for(src, cache / f"fidelity-{name}-{args.target}-{dtype}-{max(contexts)}", dtype, max(contexts),
+                        text if dtype != "float32" else None, args.target)
         for c in contexts:
             ids = tokens(name, src, c)
             with tempfile.TemporaryDirectory(dir=cache) as work:
@@ -222,7 +225,7 @@ def main() -> int:
                 runs = {dtype: {} for dtype in dtypes}
                 for which in ("native", "converted"):
                     for dtype in dtypes:
-                        path = src if which == "native" else cache / f"fidelity-{name}-{dtype}-{max(contexts)}"
+                        path = src if which == "native" else cache / f"fidelity-{name}-{args.target}-{dtype}-{max(contexts)}"
                         runs[dtype][which] = forward_in_child(path, dtype, ids, Path(work))
             ref = reference_hidden(model, ids)
             head64 = model.head_rows(0, model.info.vocab_size)
@@ -231,7 +234,7 @@ def main() -> int:
                     dt = DTYPES[dtype]
                     runs[dtype]["floor"] = {"hidden": reference_hidden(model, ids, round_to=dt),
                                             "head": head64.to(dt).double()}
-                row = {"model": name, "dtype": dtype, "context": c, **compare(name, runs[dtype], dtype, ids, ref, head64)}
+                row = {"model": name, "target": args.target, "dtype": dtype, "context": c, **compare(name, runs[dtype], dtype, ids, ref, head64)}
                 rows.append(row)
                 print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
             del runs, ref, head64
@@ -241,9 +244,12 @@ def main() -> int:
     print(table(rows, cols))
     name = "fidelity_quick" if args.quick else "fidelity"
     if args.merge and (RESULTS / f"{name}.json").exists():
-        fresh = {(r["model"], r["dtype"], r["context"]) for r in rows}
+        def key(r):
+            return r["model"], r.get("target", "gpt-neox"), r["dtype"], r["context"]
+
+        fresh = {key(r) for r in rows}
         old = json.loads((RESULTS / f"{name}.json").read_text())["rows"]
-        rows = [r for r in old if (r["model"], r["dtype"], r["context"]) not in fresh] + rows
+        rows = [r for r in old if key(r) not in fresh] + rows
     path = save(name, {"rows": rows})
     print(f"wrote {path}")
     return 0

@@ -1,7 +1,8 @@
 """Prefill speed and peak memory: native BLOOM (eager, its only path) against the converted GPT-NeoX (SDPA),
 the same source converted in the half-precision default (the frequency ladder, 32 rotary dims per head: head
-64 -> 96, residual 1024 -> 1536; timed in float32 like the rest), and the converted model with the emulation
-pair removed (no positional encoding: the limit).
+64 -> 96, residual 1024 -> 1536; timed in float32 like the rest), the ladder on Nemotron (head 64 -> 96, the
+residual at 1024), and the converted model with the emulation pair removed (no positional encoding: the
+limit). Parameters are counted from the loaded models.
 
     python benchmarks/speed_memory.py [--quick] [--lengths 1024,2048,...] [--timeout 900]
 
@@ -54,7 +55,7 @@ with torch.no_grad():
         wall = time.perf_counter() - t
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(json.dumps({"seconds": wall, "tokens_per_s": length / wall, "peak_rss_mb": peak,
-                          "model_rss_mb": base}))
+                          "model_rss_mb": base, "params": sum(p.numel() for p in model.parameters())}))
 """
 
 
@@ -95,9 +96,14 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(ladder), "--window",
                         str(max(lengths)), "--dtype", "float32", "--emulation", "ladder", "--tolerance", "2",
                         "--json", "--force"], check=True, capture_output=True)
+    nemotron = cache / f"bloom560m-shaped-{layers}x{vocab}-nemotron{max(lengths)}"
+    if not (nemotron / "config.json").exists():
+        subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(nemotron), "--window",
+                        str(max(lengths)), "--dtype", "float32", "--emulation", "ladder", "--target", "nemotron",
+                        "--tolerance", "2", "--json", "--force"], check=True, capture_output=True)
     rows = []
     variants = (("native", src, "prefill"), ("converted", dst, "prefill"), ("ladder", ladder, "prefill"),
-                ("limit", dst, "limit"))
+                ("nemotron", nemotron, "prefill"), ("limit", dst, "limit"))
     for length in lengths:
         for variant, path, mode in variants:
             r = run_child(path, length, mode, args.timeout)
@@ -105,15 +111,16 @@ def main() -> int:
             print(json.dumps(rows[-1]), flush=True)
     decode_len = 512 if args.quick else 2048
     decode = {v: run_child(path, decode_len, "decode", args.timeout)
-              for v, path in (("native", src), ("converted", dst), ("ladder", ladder))}
+              for v, path in (("native", src), ("converted", dst), ("ladder", ladder), ("nemotron", nemotron))}
     summary = []
     for length in lengths:
         by = {r["variant"]: r for r in rows if r["length"] == length}
         row = {"length": length}
-        for v in ("native", "converted", "ladder", "limit"):
+        for v in ("native", "converted", "ladder", "nemotron", "limit"):
             r = by[v]
             row[f"{v}_tok_s"] = r["tokens_per_s"] if r["status"] == "ok" else r["status"]
             row[f"{v}_rss_mb"] = r["peak_rss_mb"] if r["status"] == "ok" else "-"
+            row[f"{v}_params"] = r.get("params", "-")
         if by["native"]["status"] == "ok" and by["converted"]["status"] == "ok":
             row["speedup_vs_native"] = by["native"]["seconds"] / by["converted"]["seconds"]
             row["memory_native_over_converted"] = by["native"]["peak_rss_mb"] / by["converted"]["peak_rss_mb"]
@@ -122,14 +129,17 @@ def main() -> int:
         if by["ladder"]["status"] == "ok" and by["converted"]["status"] == "ok":
             row["ladder_over_converted_time"] = by["ladder"]["seconds"] / by["converted"]["seconds"]
             row["ladder_over_converted_rss"] = by["ladder"]["peak_rss_mb"] / by["converted"]["peak_rss_mb"]
+        if by["nemotron"]["status"] == "ok" and by["converted"]["status"] == "ok":
+            row["nemotron_over_converted_time"] = by["nemotron"]["seconds"] / by["converted"]["seconds"]
         summary.append(row)
-    cols = ["length", "native_tok_s", "converted_tok_s", "ladder_tok_s", "limit_tok_s", "native_rss_mb",
-            "converted_rss_mb", "ladder_rss_mb", "limit_rss_mb", "speedup_vs_native", "memory_native_over_converted",
-            "converted_over_limit_time", "ladder_over_converted_time", "ladder_over_converted_rss"]
+    cols = ["length", "native_tok_s", "converted_tok_s", "ladder_tok_s", "nemotron_tok_s", "limit_tok_s",
+            "native_rss_mb", "converted_rss_mb", "ladder_rss_mb", "nemotron_rss_mb", "speedup_vs_native",
+            "converted_over_limit_time", "ladder_over_converted_time", "nemotron_over_converted_time"]
     print(table(summary, cols))
     print(f"decode after {decode_len} tokens, tokens/s: native {decode['native'].get('decode_tokens_per_s', decode['native']['status'])}, "
           f"converted {decode['converted'].get('decode_tokens_per_s', decode['converted']['status'])}, "
-          f"ladder {decode['ladder'].get('decode_tokens_per_s', decode['ladder']['status'])}")
+          f"ladder {decode['ladder'].get('decode_tokens_per_s', decode['ladder']['status'])}, "
+          f"nemotron {decode['nemotron'].get('decode_tokens_per_s', decode['nemotron']['status'])}")
     name = "speed_memory_quick" if args.quick else "speed_memory"
     if args.lengths:  # a partial run keeps the default run's file
         name += "_" + "_".join(str(n) for n in lengths)

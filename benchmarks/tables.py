@@ -116,17 +116,21 @@ def speed_memory() -> str:
 
 
 def speed_ladder() -> str:
-    """``speed_memory.py --ladder``: prefill of native, the r = 4 form and the ladder, and decode after 2K."""
+    """``speed_memory.py --lengths 2048,8192``: prefill of native, the r = 4 form, the gpt-neox ladder and the
+    Nemotron ladder, their parameters, and decode after 2K."""
     data = _load("speed_memory_2048_8192")
-    out = ["| prompt | native tok/s | r = 4 tok/s | ladder tok/s | ladder / r = 4 time | peak RSS MB native / r = 4 / ladder |",
-           "|---:|---:|---:|---:|---:|---|"]
-    for r in data["summary"]:
-        out.append(f"| {r['length']:,} | {_g(r['native_tok_s'])} | {_g(r['converted_tok_s'])} | {_g(r['ladder_tok_s'])} | "
-                   f"{_g(r['ladder_over_converted_time'])} | {r['native_rss_mb']:.0f} / {r['converted_rss_mb']:.0f} / "
-                   f"{r['ladder_rss_mb']:.0f} |")
+    variants = [v for v in ("native", "converted", "ladder", "nemotron") if f"{v}_tok_s" in data["summary"][0]]
+    names = {"native": "native", "converted": "gpt-neox r = 4", "ladder": "gpt-neox ladder", "nemotron": "nemotron ladder"}
+    out = ["| | " + " | ".join(names[v] for v in variants) + " |", "|---|" + "---:|" * len(variants)]
+    summary = data["summary"]
+    if all(f"{v}_params" in summary[0] for v in variants):
+        out.append("| parameters | " + " | ".join(f"{summary[0][v + '_params'] / 1e9:.3g} B" for v in variants) + " |")
+    for r in summary:
+        out.append(f"| prefill {r['length']:,} tokens, tok/s | " + " | ".join(_g(r[f"{v}_tok_s"]) for v in variants) + " |")
+        out.append(f"| peak RSS at {r['length']:,}, MB | " + " | ".join(_g(r[f"{v}_rss_mb"], "{:.0f}") for v in variants) + " |")
     decode = data["decode"]
-    out.append(f"| decode after {data['decode_context']:,} | " + " | ".join(
-        _g(decode.get(k, {}).get("decode_tokens_per_s")) for k in ("native", "converted", "ladder")) + " | | |")
+    out.append(f"| decode after {data['decode_context']:,}, tok/s | " + " | ".join(
+        _g(decode.get(v, {}).get("decode_tokens_per_s")) for v in variants) + " |")
     return "\n".join(out) + "\n"
 
 

@@ -74,3 +74,24 @@ def test_not_an_alibi_model(tmp_path, capsys):
         assert main(["plan", "--model", str(tmp_path / name), "--window", "100"]) == 2
         assert "not an ALiBi model" in capsys.readouterr().err
     assert main(["plan", "--model", str(tmp_path / "missing"), "--window", "100"]) == 2
+
+
+def test_per_head_floors_from_a_file_reproduce_a_plan(bloom, tmp_path, capsys):
+    # a plan's floors passed back with --floor FILE (its JSON, or a list) give the same ladder
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog " * 40)
+    flags = ["--window", "256", "--dtype", "bfloat16", "--json"]
+    assert main(["plan", "--model", str(bloom), *flags, "--floor", "31.5"]) == 0
+    uniform = json.loads(capsys.readouterr().out)
+    (tmp_path / "plan.json").write_text(json.dumps(uniform))
+    (tmp_path / "list.json").write_text(json.dumps([31.5, 32.5, 33.5, 34.5]))
+    assert main(["plan", "--model", str(bloom), *flags, "--floor", str(tmp_path / "plan.json")]) == 0
+    assert json.loads(capsys.readouterr().out)["heads"] == uniform["heads"]
+    assert main(["plan", "--model", str(bloom), *flags, "--floor", str(tmp_path / "list.json")]) == 0
+    assert [h["ladder"]["floor"] for h in json.loads(capsys.readouterr().out)["heads"]] == [31.5, 32.5, 33.5, 34.5]
+    for bad, needle in ((tmp_path / "nope.json", "neither a number"), (text, "neither a number")):
+        assert main(["plan", "--model", str(bloom), *flags, "--floor", str(bad)]) == 2
+        assert needle in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text('{"heads": [{"slope": 1}]}')
+    assert main(["plan", "--model", str(bloom), *flags, "--floor", str(tmp_path / "bad.json")]) == 2
+    assert "a floor per head" in capsys.readouterr().err

@@ -62,8 +62,10 @@ def add_planning_options(p: argparse.ArgumentParser) -> None:
                    help="the attention kernel you serve on: the ladder's head dim hd + R is a size it runs natively, "
                         "and a head dim it does not run is refused (default any: a multiple of 16; docs/targets.md)")
     floor = p.add_mutually_exclusive_group()
-    floor.add_argument("--floor", type=float, help="ladder: the floor C (logits) kept beyond W = C/m, every head "
-                       f"(default: the cutoff + {DEFAULT_ADVANTAGE:g})")
+    floor.add_argument("--floor", metavar="C|FILE.json",
+                       help="ladder: the floor C (logits) kept beyond W = C/m, every head; or a JSON file of one per "
+                            "head (a list, or a plan or ropebridge.json whose heads carry theirs) "
+                            f"(default: the cutoff + {DEFAULT_ADVANTAGE:g})")
     floor.add_argument("--calibration-text", metavar="FILE",
                        help="ladder: measure C per head on this text through the source model (needs its weights)")
     p.add_argument("--cutoff", type=float,
@@ -87,6 +89,27 @@ def _count(text: str) -> int:
     return value
 
 
+def floors(text: str | None) -> float | tuple[float, ...] | None:
+    """``--floor``: a number, or a JSON file holding one floor per head (a list, or a plan, or a converted
+    checkpoint's ropebridge.json, whose ladder heads carry their floors)."""
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        data = json.loads(Path(text).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--floor {text}: neither a number nor a readable JSON file ({exc})") from None
+    heads = (data.get("plan", data) if isinstance(data, dict) else {}).get("heads") if isinstance(data, dict) else None
+    try:
+        values = data if isinstance(data, list) else [(h.get("ladder") or h)["floor"] for h in heads]
+        return tuple(float(v) for v in values)
+    except (TypeError, KeyError, ValueError):
+        raise ValueError(f"--floor {text}: expected a list of numbers or a ladder plan with a floor per head") from None
+
+
 def plan_request(args: argparse.Namespace, progress: bool) -> PlanRequest:
     """The parsed planning options as the ``PlanRequest`` both ``plan`` and ``convert`` pass on."""
     text = None
@@ -95,5 +118,5 @@ def plan_request(args: argparse.Namespace, progress: bool) -> PlanRequest:
     return PlanRequest(window=args.window, dtype=args.dtype, target=args.target, emulation=args.emulation,
                        theta=args.theta, max_phase=args.max_phase, rope_base=args.rope_base,
                        rotary_dim=args.rotary_dim, pairs=args.pairs, split=args.split,
-                       kernel=args.kernel, floor=args.floor, calibration_text=text,
+                       kernel=args.kernel, floor=floors(args.floor), calibration_text=text,
                        cutoff=args.cutoff, tolerance=args.tolerance, jobs=args.jobs, progress=progress)
