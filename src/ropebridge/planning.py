@@ -55,8 +55,9 @@ def plan_checkpoint(src_dir, request: PlanRequest, source_name: str | None = Non
     return dataclasses.replace(plan, source=str(src_dir) if source_name is None else source_name), model
 
 
-def what_would_fit(plan: EmulationPlan) -> str:
-    """One clause for a refusal: what the planner knows would meet the tolerance."""
+def what_would_fit(plan: EmulationPlan, kernel: str = "any") -> str:
+    """One clause for a refusal: what the planner knows would meet the tolerance (a ladder: on the next head
+    dims ``kernel`` runs)."""
     hints = []
     if plan.max_window is not None and plan.max_window < plan.window:
         hints.append(f"--window {plan.max_window} fits" if plan.max_window > 0 else "no window fits this base")
@@ -67,23 +68,23 @@ def what_would_fit(plan: EmulationPlan) -> str:
     if plan.mode == "fixed-base":
         hints.append("more --pairs or a larger --rotary-dim")
     elif plan.mode == "ladder":
-        hints.append(_ladder_that_fits(plan))
+        hints.append(_ladder_that_fits(plan, kernel))
     return ", ".join(hints)
 
 
-def _ladder_that_fits(plan: EmulationPlan) -> str:
-    """The smallest larger rotary dim (up to 64, same base rule) whose ladder meets the tolerance, if any."""
+def _ladder_that_fits(plan: EmulationPlan, kernel: str) -> str:
+    """The smallest larger rotary dim up to 64 the kernel runs (``targets.kernels.rotary_dims``, the planner's own
+    search), same base rule, whose ladder meets the tolerance, if any."""
     from .checkpoint.config import AlibiSource
     from .emulation.ladder import free_base
+    from .targets.kernels import rotary_dims
 
     source = AlibiSource(plan.family or "bloom", len(plan.heads), plan.head_dim, 8.0, tuple(h.slope for h in plan.heads))
     fixed = None if math.isclose(plan.base, free_base(plan.window, plan.rotary_dim)) else plan.base
-    r = plan.rotary_dim
-    while r < 64:
-        r = min(64, 2 * r)
+    for r in rotary_dims(kernel, plan.head_dim, plan.rotary_dim + 2, limit=64):
         request = PlanRequest(window=plan.window, dtype=plan.dtype, emulation="ladder", rope_base=fixed,
                               rotary_dim=r, floor=tuple(h.ladder.floor for h in plan.heads), cutoff=plan.cutoff,
-                              tolerance=plan.tolerance)
+                              tolerance=plan.tolerance, kernel=kernel)
         better = emulation.plan(source, request)
         if better.meets_tolerance:
             return f"--rotary-dim {r} fits (predicted {better.worst_head.predicted_error:.3g})"

@@ -9,7 +9,7 @@ import torch
 
 from ropebridge.alibi import slopes as alibi_slopes
 from ropebridge.emulation import ladder, ladder_fit
-from ropebridge.emulation.error_model import DTYPES, TOLERANCE
+from ropebridge.emulation.error_model import DTYPES, TOLERANCE, matter_distance
 from ropebridge.emulation.fixed_base import engine_frequencies
 from ropebridge.rope import apply_rope, cos_sin
 
@@ -160,7 +160,7 @@ def test_directed_rounding_stores_neighbours_and_cancels_their_errors(dtype):
     basis = ladder_fit._basis(tuple(thetas.tolist()), window)
     rng = np.random.default_rng(0)
     x = rng.normal(size=32) * 40
-    shift, w = 30.0, ladder_fit.exact_distance(slope, floor, window)
+    shift, w = 30.0, matter_distance(slope, window, floor)
     got = ladder_fit._directed_rounding(x, basis, slope, floor, shift, w, scale, dtype)
     dt = DTYPES[dtype]
     for value, exact in zip((got / scale).tolist(), (x / scale).tolist()):

@@ -8,7 +8,7 @@ import argparse
 from .. import plots
 from ..checkpoint.config import FAMILIES, from_heads
 from ..emulation.fixed_base import max_window_for_phase
-from ..planning import plan_checkpoint, plan_source
+from ..planning import plan_checkpoint, plan_source, what_would_fit
 from ._options import add_planning_options, add_verbose, plan_request, plot_and_json
 
 
@@ -67,10 +67,7 @@ def run(args: argparse.Namespace) -> int:
             print("     pairs: " + ", ".join(f"r={p.index} theta={p.theta:.4e} N={p.N:.4e}" for p in h.pairs))
         if h.split != 1.0:
             print(f"     split: q = (-N/{h.split:.6g}, 0), k = (0, {h.split:.6g})")
-    w = plan.worst_head
-    verdict = "meets" if plan.meets_tolerance else "does NOT meet"
-    print(f"worst head {w.head}: predicted max |error| {w.predicted_error:.3e} logits; the plan {verdict} "
-          f"the tolerance {plan.tolerance:g}")
+    _verdict(plan, args)
     if plan.max_window is not None:
         print(f"longest window within {plan.tolerance:g} logits at base {plan.base:g}: {plan.max_window} tokens; "
               f"phase {args.max_phase or 0.1:g} on the slowest pair: {phase_window} tokens")
@@ -88,8 +85,15 @@ def _show_ladder(plan, args: argparse.Namespace) -> int:
         amp = sum(abs(p.N) + abs(p.M) for p in h.pairs) * plan.scale  # logits
         print(f"{h.head:>4} {h.slope:>10.4g} {h.ladder.floor:>8.4g} {h.ladder.exact_distance:>7} {h.ladder.shift:>8.4g} {amp:>9.4g} {h.approximation_error:>10.3e} "
               f"{h.rounding_error:>10.3e} {h.predicted_error:>10.3e}")
+    _verdict(plan, args)
+    return 0
+
+
+def _verdict(plan, args: argparse.Namespace) -> None:
+    """The worst head against the tolerance, and what would fit where the plan misses it (as convert says)."""
     w = plan.worst_head
     verdict = "meets" if plan.meets_tolerance else "does NOT meet"
     print(f"worst head {w.head}: predicted max |error| {w.predicted_error:.3e} logits; the plan {verdict} "
           f"the tolerance {plan.tolerance:g}")
-    return 0
+    if not plan.meets_tolerance:
+        print(f"what would fit: {what_would_fit(plan, args.kernel)}")

@@ -186,7 +186,7 @@ def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None
     dtype = plan.dtype
     if not plan.meets_tolerance:
         miss = (f"the plan predicts a worst error of {plan.worst_head.predicted_error:.3g} logits (head "
-                f"{plan.worst_head.head}), above the {dtype} tolerance {plan.tolerance:g}; {what_would_fit(plan)}")
+                f"{plan.worst_head.head}), above the {dtype} tolerance {plan.tolerance:g}; {what_would_fit(plan, request.kernel)}")
         if not accept_error:
             raise ValueError(miss + ", or pass --accept-error")
         log.warning("%s (accepted with --accept-error)", miss)

@@ -233,9 +233,10 @@ def _significant_bits(x: np.ndarray) -> np.ndarray:
     return np.where(ints > 0, 53 - np.log2(np.maximum(lowest, 1)).astype(np.int64), 0)
 
 
-def matter_distance(slope: float, window: int, cutoff: float) -> int:
-    """D = min(window, floor(cutoff/m)): beyond it -m d < -cutoff and the key carries no softmax weight."""
-    return int(min(window, math.floor(cutoff / slope)))
+def matter_distance(slope: float, window: int, level: float) -> int:
+    """min(L, floor(level/m)): the distances up to which ALiBi's bias -m d stays above -level. With the cutoff:
+    D, beyond which a key carries no softmax weight; with the ladder's floor C: W, up to which its bias is exact."""
+    return int(min(window, math.floor(level / slope)))
 
 
 def distance_grid(limit: int, points: int = 2049) -> np.ndarray:

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from .. import _checks
-from .error_model import _FORMATS, DTYPES, half_ulp, model_logits, sample_positions
+from .error_model import _FORMATS, DTYPES, half_ulp, matter_distance, model_logits, sample_positions
 
 # Rounding standard deviation of one pair per unit amplitude and unit precision 2^-p (module doc).
 K_DTYPE = {"float32": 1.0, "bfloat16": 0.55, "float16": 0.55}
@@ -47,16 +47,11 @@ def ladder_bias(a: np.ndarray, b: np.ndarray, thetas: np.ndarray, d: np.ndarray)
     return np.sin(ang) @ np.asarray(a, np.float64) + np.cos(ang) @ np.asarray(b, np.float64)
 
 
-def exact_distance(slope: float, floor: float, window: int) -> int:
-    """W = min(L, floor(C/m)): the distances on which the bias must equal -m d."""
-    return int(min(window, math.floor(floor / slope)))
-
-
 def fit_error(slope: float, a, b, thetas, window: int, floor: float, shift: float = 0.0) -> float:
     """Worst of ``|f(d) - s + m d|`` on d <= W and ``f(d) - s + C`` (where positive) on W < d <= L, every
     integer d; s the ``shift``."""
     d = np.arange(window + 1, dtype=np.float64)
-    return _worst(ladder_bias(a, b, thetas, d) - shift, slope, floor, exact_distance(slope, floor, window))
+    return _worst(ladder_bias(a, b, thetas, d) - shift, slope, floor, matter_distance(slope, window, floor))
 
 
 def _worst(f: np.ndarray, slope: float, floor: float, w: int) -> float:
@@ -234,7 +229,7 @@ def _cutting_planes(slope: float, thetas: np.ndarray, window: int, floor: float,
                     iterations: int) -> tuple[np.ndarray, float]:
     """The program's solution (x = [a, b] ``(2P,)`` in logits, shift s) on every integer distance: solved on a grid
     (``_grid``), the violated distances added (``_violations``), until none is new."""
-    w = exact_distance(slope, floor, window)
+    w = matter_distance(slope, window, floor)
     basis = _basis(tuple(thetas.tolist()), window)  # (L + 1, 2P)
     near, far = _grid(0, w, GRID_POINTS), _grid(w + 1, window, GRID_POINTS)
     rounding = np.tile(rounding_sigma(thetas, window, dtype), 2) * rounding_weight(window, dtype)
@@ -267,7 +262,7 @@ def fit_head(
     The shift s is bounded by ``max_shift`` (default C; 0 fits -m d itself)."""
     thetas = np.asarray(thetas, np.float64)
     max_shift = floor if max_shift is None else _checks.at_least("max_shift", max_shift, 0.0)
-    w = exact_distance(slope, floor, window)
+    w = matter_distance(slope, window, floor)
     x, shift = _cutting_planes(slope, thetas, window, floor, dtype, max_shift, iterations)
     basis = _basis(tuple(thetas.tolist()), window)  # (L + 1, 2P)
     x = _directed_rounding(x, basis, slope, floor, shift, w, stored_scale, dtype)
