@@ -1,11 +1,12 @@
-"""The half-precision floor: the source model in a dtype with attention and the ALiBi bias exact."""
+"""The exact float64 ALiBi reference: blockwise equals whole, and the half-precision floor (the source model in a
+dtype with attention and the ALiBi bias exact)."""
 
 import torch
 import transformers as T
 from pico import build
 
 from ropebridge.checkpoint.model import SourceModel
-from ropebridge.checkpoint.reference import reference_hidden
+from ropebridge.checkpoint.reference import reference_hidden, reference_logits
 
 
 def test_floor_rounds_every_op_but_keeps_attention_exact(tmp_path):
@@ -27,3 +28,14 @@ def test_floor_rounds_every_op_but_keeps_attention_exact(tmp_path):
     assert floor_err > 1e-3
     # ... but less than native BLOOM in bfloat16, which also rounds its bias m*j (up to 0.5 logits at j = 256)
     assert floor_err < native_err, (floor_err, native_err)
+
+
+def test_blockwise_reference_equals_full_reference(tmp_path):
+    from ropebridge.checkpoint.reference import reference_hidden
+
+    src = build(tmp_path / "src", "falcon-rw")
+    model = SourceModel(src)
+    ids = torch.randint(0, 320, (1, 150), generator=torch.Generator().manual_seed(2))
+    full = reference_logits(model, ids)[0]
+    blocked = reference_hidden(model, ids[0], query_block=64) @ model.head_rows(0, model.info.vocab_size).T
+    torch.testing.assert_close(blocked, full, rtol=1e-12, atol=1e-12)  # same float64 math, other summation order

@@ -23,10 +23,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import _checks
+from ..targets.kernels import KERNELS, rotary_dims
 from .error_model import _FORMATS, DTYPES
 from .fixed_base import engine_frequencies
 from .ladder_fit import HeadFit, fit_head
-from ..targets.kernels import KERNELS, rotary_dims
 from .plan import EmulationPlan, HeadPlan, LadderHead, PairTerm
 
 DEFAULT_ADVANTAGE = 45.0  # content advantage (logits) assumed without calibration (docs/decisions.md)

@@ -1,0 +1,49 @@
+"""The source model: the canonical view of every family against transformers' own numbers, the config taken as
+given (read once), and shapes checked before bytes."""
+
+import contextlib
+import json
+
+import pytest
+import torch
+import transformers as T
+from pico import FAMILIES, build
+
+from ropebridge.checkpoint.model import SourceModel
+from ropebridge.checkpoint.reference import reference_logits
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_the_canonical_model_computes_what_transformers_computes(tmp_path, family):
+    # every family's layout read into one canonical block (fused QKV per head, [Q|K|V], multi-query, parallel
+    # residual, folded embedding LayerNorm), run exactly in float64, against transformers' model in float64
+    # (Falcon's bias computed as the family defines it: transformers rounds it to bfloat16). transformers builds
+    # the ALiBi bias in float32, so the logits agree to float32's rounding of a bias of size m L, not float64's;
+    # a layout read wrong moves them by O(1).
+    from ropebridge.convert.native import native_deviation
+
+    src = build(tmp_path / family, family)
+    ids = torch.randint(0, 320, (1, 64), generator=torch.Generator().manual_seed(1))
+    model = SourceModel(src)
+    deviation = native_deviation(model.info.family, model.config)
+    with torch.no_grad(), (deviation.patch() if deviation else contextlib.nullcontext()):
+        theirs = T.AutoModelForCausalLM.from_pretrained(src, dtype=torch.float64).eval()(ids).logits
+    ours = reference_logits(model, ids)
+    bias = max(model.info.slopes) * ids.shape[1]  # the largest bias, logits
+    assert float((ours - theirs).abs().max()) < 64 * 2.0**-24 * max(bias, float(theirs.abs().max()))
+
+
+def test_the_config_is_taken_as_given(tmp_path):
+    src = build(tmp_path / "bloom", "bloom-4heads")
+    config = json.loads((src / "config.json").read_text())
+    config["layer_norm_epsilon"] = 1e-3  # not what the file says: the model uses the config it was given
+    (src / "config.json").write_text("not json")  # and never reads the file again
+    assert SourceModel(src, config).info.eps == 1e-3
+
+
+def test_a_shape_the_config_does_not_imply_is_refused_before_reading(tmp_path):
+    src = build(tmp_path / "bloom", "bloom-4heads")
+    config = json.loads((src / "config.json").read_text())
+    config["vocab_size"] = 330
+    with pytest.raises(ValueError, match="transformer.word_embeddings.weight.*330"):
+        SourceModel(src, config)

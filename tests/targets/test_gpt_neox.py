@@ -1,0 +1,11 @@
+"""The GPT-NeoX target: the padded layout the rotation sees, and its rotary fraction."""
+
+
+from ropebridge.targets.gpt_neox import robust_fraction
+
+
+def test_rotary_fraction_survives_truncation():
+    for hd in range(8, 400):
+        for r in (2, 4, 6, 16):
+            f = robust_fraction(r, hd + r)
+            assert int((hd + r) * f) == r and round((hd + r) * f) == r

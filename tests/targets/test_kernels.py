@@ -1,0 +1,27 @@
+"""The kernels' head sizes, as their sources list them, and the refusal of a head dim a kernel does not run."""
+
+import pytest
+
+from ropebridge.targets.kernels import KERNELS, check_head_dim, rotary_dims
+
+
+def test_the_head_sizes_each_kernel_runs_natively():
+    native = {name: [d for d in range(8, 520, 8) if k.native(d)] for name, k in KERNELS.items()}
+    assert native["fa3"] == [64, 96, 128, 192, 256]
+    assert native["flashinfer"] == [64, 128, 256, 512]
+    assert native["llama.cpp-cuda"] == [40, 64, 72, 80, 96, 112, 128, 256]
+    assert native["fa2"] == list(range(8, 257, 8))
+    assert KERNELS["fa3"].runs(160) and not KERNELS["fa3"].native(160)  # padded up to its 192 kernel
+    assert not KERNELS["flashinfer"].runs(160) and not KERNELS["fa2"].runs(264)
+
+
+def test_rotary_dims_are_the_kernels_sizes_smallest_first():
+    assert list(rotary_dims("fa3", 128, 32, limit=200)) == [64, 128]
+    assert list(rotary_dims("flashinfer", 64, 32, limit=200)) == [64, 192]
+    assert next(rotary_dims("any", 100, 32)) == 44
+
+
+def test_a_head_dim_the_kernel_does_not_run_is_refused_naming_it():
+    check_head_dim("fa3", 160, "x")  # runs, padded
+    with pytest.raises(ValueError, match="head dim 160, which --kernel flashinfer does not run \\(64, 128, 256, 512\\)"):
+        check_head_dim("flashinfer", 160, "--rotary-dim 32")
