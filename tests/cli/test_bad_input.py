@@ -227,8 +227,11 @@ def _interrupt(argv, ready, *, group=False):
     import signal
     import time
 
+    def default_sigint():  # as from a terminal: a suite started in the background inherits SIGINT ignored
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     proc = subprocess.Popen([sys.executable, "-m", "ropebridge", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=group)
+                            stderr=subprocess.PIPE, text=True, start_new_session=group, preexec_fn=default_sigint)
     deadline = time.monotonic() + 60
     while not ready(proc.pid) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.01)
