@@ -43,3 +43,9 @@ def test_recipe_runs_as_printed(name, block, hub, tmp_path, monkeypatch, capsys)
         argv = shlex.split(line, comments=True)
         assert argv[0] == "ropebridge", line  # a recipe of another program belongs to its engine's benchmark
         assert main(argv[1:]) == 0, (line, capsys.readouterr().err)
+
+
+def test_a_hub_source_is_the_cards_base_model(hub, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["convert", "bigscience/bloom", "bloom-rope", "--window", "256"]) == 0
+    assert "base_model: bigscience/bloom" in (tmp_path / "bloom-rope" / "README.md").read_text()

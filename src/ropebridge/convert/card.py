@@ -49,15 +49,16 @@ def command_flags(request: PlanRequest) -> list[str]:
     return flags
 
 
-def model_card(src: str, dst_name: str, plan: EmulationPlan, target: Target, request: PlanRequest) -> str:
-    """The card's text (markdown with a YAML header)."""
+def model_card(src: str, dst_name: str, plan: EmulationPlan, target: Target, request: PlanRequest,
+               hub_id: bool = False) -> str:
+    """The card's text (markdown with a YAML header); ``hub_id``: SRC is a hub id (then the card's base model)."""
     command = " ".join(["ropebridge convert", src, dst_name, *command_flags(request)])
     served = target.served_head_dim(plan)
     base = "free theta" if plan.base is None else f"{plan.base:.6g}"
     w = plan.worst_head
     header = ["---", "library_name: transformers", "pipeline_tag: text-generation",
               "tags:", "- ropebridge", "- rope", f"- {target.name}"]
-    if src.count("/") == 1 and not src.startswith((".", "/")):  # a hub id
+    if hub_id:
         header.append(f"base_model: {src}")
     header.append("---")
     serving = "\n".join(f"- {line.format(dst=dst_name, dtype=plan.dtype, window=plan.window, base=base)}"

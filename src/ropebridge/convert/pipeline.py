@@ -226,7 +226,8 @@ def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None
             "accepted_error": not plan.meets_tolerance,
         }
         (tmp / "ropebridge.json").write_text(json.dumps(record, indent=1))
-        (tmp / "README.md").write_text(model_card(str(src), dst.name, plan, target, request))
+        (tmp / "README.md").write_text(model_card(str(src), dst.name, plan, target, request,
+                                                  hub_id=not Path(src).is_dir()))
         _publish(tmp, dst, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

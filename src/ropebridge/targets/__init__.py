@@ -39,7 +39,7 @@ class Target:
 
 TARGETS = {t.name: t for t in (
     Target("gpt-neox", "GPTNeoXForCausalLM", ("ladder", "single", "fixed-base"), True, "gpt_neox",
-           "transformers 4.x/5.x, vLLM, SGLang, TensorRT-LLM, llama.cpp, CTranslate2"),
+           "transformers 4.x/5.x, vLLM, TensorRT-LLM (TensorRT backend), llama.cpp, CTranslate2"),
     Target("starcoder2", "Starcoder2ForCausalLM", ("single",), False, "starcoder2",
            "transformers 5.x"),
     Target("nemotron", "NemotronForCausalLM", ("ladder", "single"), False, "nemotron",
