@@ -25,3 +25,19 @@ def test_command_flags_name_only_what_differs_from_the_defaults():
         "--window", "4096", "--dtype", "float16", "--floor", "30"]
     assert command_flags(PlanRequest(dtype="bfloat16", calibration_text="some text")) == [
         "--dtype", "bfloat16", "--calibration-text FILE"]
+
+
+def test_verify_records_its_result_in_the_card_once(bloom, tmp_path, capsys):
+    dst = tmp_path / "rope"
+    assert main(["convert", str(bloom), str(dst), "--window", "256"]) == 0
+    for _ in range(2):  # a second run replaces the section
+        assert main(["verify", str(bloom), str(dst), "--context", "64", "--greedy-tokens", "4", "--card"]) == 0
+    card = (dst / "README.md").read_text()
+    assert card.count("## Verification") == 1 and "| verdict | PASSED |" in card
+    assert "| tokens, dtype | 64, float32 |" in card and "against exact float64 ALiBi" in card
+    assert card.index("## How to serve it") < card.index("## Verification")
+    (dst / "README.md").unlink()
+    capsys.readouterr()
+    assert main(["verify", str(bloom), str(dst), "--context", "64", "--card"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no model card" in err[0]

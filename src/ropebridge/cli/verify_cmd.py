@@ -29,6 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "it runs on the CPU)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--report", metavar="DIR", help="write report.md, report.json and plots into DIR")
+    p.add_argument("--card", action="store_true",
+                   help="record the result in DST's model card (README.md) as its Verification section")
     add_verbose(p)
     p.set_defaults(run=run)
 
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"cannot read --text {args.text}: {exc}") from None
     request = VerifyRequest(context=args.context, dtype=args.dtype, text=text, greedy_tokens=args.greedy_tokens,
                             max_logit_diff=args.max_logit_diff, reference_max_params=int(args.reference_max_params),
-                            report_dir=args.report)
+                            report_dir=args.report, card=args.card)
     r = verify(args.src, args.dst, request, progress=not args.json)
     if args.json:
         print(json.dumps(r.to_dict(), indent=1))

@@ -4,6 +4,7 @@ engine that runs its target."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import __version__
@@ -87,12 +88,40 @@ The window is a hard limit: beyond {plan.window} tokens the emulated bias is not
 ## How to verify it
 
 ```bash
-ropebridge verify {src} {dst_name} --context 2048
+ropebridge verify {src} {dst_name} --context 2048 --card
 ```
 
-compares it with the source and with an exact float64 ALiBi forward pass (exit 1 when a check fails).
+compares it with the source and with an exact float64 ALiBi forward pass (exit 1 when a check fails), and with
+`--card` records the result below.
 
 ## How to serve it
 
 {serving}
 """
+
+
+VERIFIED = "## Verification"
+
+
+def record_verification(card: Path, report) -> None:
+    """Write ``verify``'s result (a ``VerifyReport``) into the model card at ``card`` as its "Verification"
+    section, replacing an earlier one: the numbers a reader of the checkpoint would ask for first."""
+    text = card.read_text()
+    head, _, rest = text.partition(f"\n{VERIFIED}\n")
+    tail = rest[rest.find("\n## ") + 1:] if "\n## " in rest else ""
+    against = report.thresholds["against"]
+    rows = [f"| verdict | {'PASSED' if report.passed else 'FAILED: ' + '; '.join(report.failures)} |",
+            f"| tokens, dtype | {report.context}, {report.dtype} |",
+            f"| max \\|Δlogit\\| against native | {report.max_abs_logit_diff:.3g} |",
+            f"| threshold ({against}) | {report.thresholds['max_abs_logit_diff']:g} |",
+            f"| mean KL(native ‖ converted) | {report.mean_kl:.3g} |",
+            f"| top-1 agreement | {report.top1_agreement:.4f} |",
+            f"| greedy ({len(report.greedy_native)} tokens) | {'identical' if report.greedy_identical else 'differs'} |"]
+    if report.reference_converted_max_err is not None:
+        rows.append(f"| against exact float64 ALiBi: native / converted | {report.reference_native_max_err:.3g} / "
+                    f"{report.reference_converted_max_err:.3g} |")
+    if report.ppl_native is not None:
+        rows.append(f"| perplexity native / converted | {report.ppl_native:.6g} / {report.ppl_converted:.6g} |")
+    section = (f"\n{VERIFIED}\n\n`ropebridge verify` against `{report.source}`:\n\n| | |\n|---|---|\n"
+               + "\n".join(rows) + "\n")
+    card.write_text(head.rstrip("\n") + "\n" + section + ("\n" + tail if tail else ""))

@@ -175,7 +175,8 @@ class VerifyRequest:
     """What ``verify`` is asked besides the two checkpoints, validated on construction: ``context`` tokens
     (random ids, or ``text`` through SRC's tokenizer), the ``dtype`` to run in (None: DST's), ``greedy_tokens``
     generated with the KV cache, ``max_logit_diff`` (None: the tolerance DST's plan recorded), the exact reference
-    up to ``reference_max_params`` parameters, the ``seed`` of the ids, and ``report_dir`` for report.md/json."""
+    up to ``reference_max_params`` parameters, the ``seed`` of the ids, ``report_dir`` for report.md/json, and
+    ``card``: record the result in DST's model card."""
 
     context: int = 256
     dtype: str | None = None
@@ -185,6 +186,7 @@ class VerifyRequest:
     reference_max_params: int = 50_000_000
     seed: int = 0
     report_dir: Path | None = None
+    card: bool = False  # write the result into DST's model card (its README.md) as its "Verification" section
 
     def __post_init__(self) -> None:
         _checks.positive_int("context", self.context)
@@ -210,6 +212,8 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
     if src.resolve() == dst.resolve():
         raise ValueError(f"{dst} is the source itself: verify compares a converted checkpoint with its source")
     record = _conversion_record(dst)
+    if request.card and not (dst / "README.md").is_file():
+        raise FileNotFoundError(f"--card: {dst} has no model card (README.md) to record the result in")
     dtype = record.get("dtype", "float32") if request.dtype is None else request.dtype
     window = record.get("plan", {}).get("window")
     if window is not None and request.context > window:
@@ -231,6 +235,10 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
     finally:
         bar.close()
     report.failures.extend(judge(report))
+    if request.card:
+        from .card import record_verification
+
+        record_verification(dst / "README.md", report)
     if request.report_dir is not None:
         from .report import write_report
 
