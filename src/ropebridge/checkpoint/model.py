@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .config import SourceInfo, from_config, load_config
+from .config import from_config, load_config
 from .tensor_io import CheckpointReader
 
 
@@ -67,10 +67,6 @@ class SourceModel:
             raise ValueError(f"the {self.info.family} config lacks the layer count or vocab_size")
         self.reader = CheckpointReader(directory)
         self._check_shapes()
-
-    @property
-    def source(self) -> SourceInfo:
-        return self.info
 
     def _names(self, i: int) -> dict[str, str]:
         return self.info.spec.block(i)

@@ -175,10 +175,9 @@ def fixed_base_max_window(slopes: Sequence[float], base: float, rotary_dim: int,
 def plan_fixed_base(source, request) -> EmulationPlan:
     """The fixed-base plan of ``source`` for a ``PlanRequest`` (``rope_base``, ``rotary_dim``, ``pairs``): every
     head on its best run of pairs, and the longest window within the tolerance (``max_window``)."""
-    from .single import CUTOFF, Numerics
+    from .single import Numerics
 
-    num = Numerics(1.0 / math.sqrt(source.head_dim), request.window, request.dtype, request.cutoff or CUTOFF,
-                   request.split)
+    num = Numerics.of(source, request)
     base, r, k = request.rope_base, request.rotary_dim or ROTARY_DIM, request.pairs
     heads = fixed_base_heads(source.slopes, base, r, k, num)
     plan = EmulationPlan(source.head_dim, num.window, num.dtype, "fixed-base", tuple(heads), num.cutoff,

@@ -45,6 +45,12 @@ class Numerics:
     cutoff: float
     split: float | str | None = None
 
+    @classmethod
+    def of(cls, source, request) -> Numerics:
+        """For ``source`` (its head dim) and a ``PlanRequest`` (window, dtype, cutoff, default ``CUTOFF``, split)."""
+        return cls(1.0 / math.sqrt(source.head_dim), request.window, request.dtype, request.cutoff or CUTOFF,
+                   request.split)
+
 
 def split_for(n_max: float, dtype: str, split: float | str | None) -> float:
     """The k value s: None splits N only where the dtype cannot hold it (s = sqrt(N)), "sqrt" always, a number is s."""
@@ -122,8 +128,7 @@ def choose_theta(request, slopes: Sequence[float], num: Numerics) -> tuple[str, 
 def plan_single(source, request) -> EmulationPlan:
     """The single-pair plan of ``source`` (``slopes`` ``(h,)``, ``head_dim``, ``family``) for a ``PlanRequest``;
     on a target with a rotary block the pair is pair 1 of ``ROTARY_DIM`` dims at base theta^-2."""
-    num = Numerics(1.0 / math.sqrt(source.head_dim), request.window, request.dtype,
-                   request.cutoff or CUTOFF, request.split)
+    num = Numerics.of(source, request)
     rule, theta = choose_theta(request, source.slopes, num)
     extra = {}
     if request.target_spec.rotary_block:

@@ -32,7 +32,7 @@ import torch
 
 from ..checkpoint.model import SourceModel
 from ..checkpoint.tensor_io import ShardWriter, row_blocks, single
-from .gpt_neox import WORK, robust_fraction
+from .gpt_neox import WORK, block_constants, check_plan, robust_fraction
 
 if TYPE_CHECKING:
     from ..emulation import EmulationPlan
@@ -66,9 +66,7 @@ def layout(src: SourceModel, plan: EmulationPlan, target: str) -> CompactLayout:
     if info.parallel:
         raise ValueError(f"--target {target} has a sequential residual only; this {info.family} model is parallel "
                          "(use --target gpt-neox)")
-    if plan.head_dim != info.head_dim or len(plan.heads) != info.n_heads:
-        raise ValueError(f"the plan is for {len(plan.heads)} heads of dim {plan.head_dim}, "
-                         f"the model has {info.n_heads} of dim {info.head_dim}")
+    check_plan(src, plan)
     r = plan.rotary_dim if plan.strategy == "ladder" else 2
     hd, hd_out = info.head_dim, info.head_dim + r
     n_scale = math.sqrt(hd_out / hd)
@@ -76,11 +74,7 @@ def layout(src: SourceModel, plan: EmulationPlan, target: str) -> CompactLayout:
     k_rot = torch.zeros(info.n_heads, hd_out, dtype=torch.float64)
     if plan.strategy == "ladder":
         emulation = torch.arange(r)
-        for hp in plan.heads:
-            for pair in hp.pairs:
-                q_rot[hp.head, pair.index] = -pair.N * n_scale / hp.split  # x of the pair
-                q_rot[hp.head, pair.index + r // 2] = pair.M * n_scale / hp.split  # y
-                k_rot[hp.head, pair.index + r // 2] = hp.split
+        q_rot[:, :r], k_rot[:, :r] = block_constants(plan, n_scale)
         extra = {"base": plan.base}
     else:
         thetas = {hp.theta for hp in plan.heads}

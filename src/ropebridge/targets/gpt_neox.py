@@ -65,24 +65,37 @@ class NeoxLayout:
         return robust_fraction(self.rotary_dim, self.head_dim)
 
 
-def layout(src: SourceModel, plan: EmulationPlan) -> NeoxLayout:
-    """Place each head's planned pairs on the target's rotary dims."""
+def check_plan(src: SourceModel, plan: EmulationPlan) -> None:
+    """``ValueError`` when the plan is for another head count or head dim than the source has."""
     info = src.info
-    if plan.base is None or plan.rotary_dim is None:
-        raise ValueError("the GPT-NeoX target needs a plan on a fixed frequency set (base and rotary_dim)")
     if plan.head_dim != info.head_dim or len(plan.heads) != info.n_heads:
         raise ValueError(f"the plan is for {len(plan.heads)} heads of dim {plan.head_dim}, "
                          f"the model has {info.n_heads} of dim {info.head_dim}")
-    r, h = plan.rotary_dim, info.n_heads
-    hd_out = r + info.head_dim
-    q_rot = torch.zeros(h, r, dtype=torch.float64)
-    k_rot = torch.zeros(h, r, dtype=torch.float64)
-    n_scale = math.sqrt(hd_out / info.head_dim)
+
+
+def block_constants(plan: EmulationPlan, n_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """q's and k's constants on a rotary block of R dims, ``(h, R)`` each, half layout: pair k of a head is dims
+    (k, k + R/2) with q = (-N' / s, M' / s), k = (0, s), N' = N n_scale (likewise M)."""
+    r = plan.rotary_dim
+    q_rot = torch.zeros(len(plan.heads), r, dtype=torch.float64)
+    k_rot = torch.zeros(len(plan.heads), r, dtype=torch.float64)
     for hp in plan.heads:
         for pair in hp.pairs:
             q_rot[hp.head, pair.index] = -pair.N * n_scale / hp.split  # x of the pair
             q_rot[hp.head, pair.index + r // 2] = pair.M * n_scale / hp.split  # y (nonzero in the ladder)
             k_rot[hp.head, pair.index + r // 2] = hp.split  # y of the pair
+    return q_rot, k_rot
+
+
+def layout(src: SourceModel, plan: EmulationPlan) -> NeoxLayout:
+    """Place each head's planned pairs on the target's rotary dims."""
+    info = src.info
+    if plan.base is None or plan.rotary_dim is None:
+        raise ValueError("the GPT-NeoX target needs a plan on a fixed frequency set (base and rotary_dim)")
+    check_plan(src, plan)
+    r, h = plan.rotary_dim, info.n_heads
+    hd_out = r + info.head_dim
+    q_rot, k_rot = block_constants(plan, math.sqrt(hd_out / info.head_dim))
     return NeoxLayout(r, hd_out, info.hidden_size + h * r, plan.base, q_rot, k_rot, info.qk_scale * math.sqrt(hd_out))
 
 
