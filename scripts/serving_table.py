@@ -1,72 +1,116 @@
-"""The serving table of docs/targets.md: BLOOM-176B native against its converted checkpoints, from shapes alone.
+"""The serving tables of docs/targets.md: BLOOM-176B, MPT-30B and Falcon-RW-7B native against their converted
+checkpoints, from shapes alone (no weights: a header-only checkpoint of each model, ``ropebridge.serving``).
 
-    python scripts/serving_table.py          # print the markdown table
-    python scripts/serving_table.py --json   # the same numbers as JSON
+    python scripts/serving_table.py           # compute (about 2 minutes: the ladders are planned), print the tables
+    python scripts/serving_table.py --write   # the same, stored in benchmarks/results/serving_table.json
+    python scripts/serving_table.py --stored  # the tables from the stored JSON
 
-``tests/test_serving.py`` checks that docs/targets.md holds exactly this table.
+``tests/test_serving.py`` checks that docs/targets.md holds exactly the stored tables, and recomputes one model.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import tempfile
+from pathlib import Path
 
-from ropebridge.emulation.ladder import rotary_dim_for
-from ropebridge.serving import Geometry
+from ropebridge.emulation import PlanRequest
+from ropebridge.serving import Geometry, converted_checkpoint, shape_only_checkpoint
 
-BLOOM_176B = {"model_type": "bloom", "n_layer": 70, "hidden_size": 14336, "n_head": 112, "vocab_size": 250880}
+# The sources' configs as their hub repositories publish them (sizes and the keys that change the shapes).
+MODELS = {
+    "BLOOM-176B": {"model_type": "bloom", "n_layer": 70, "hidden_size": 14336, "n_head": 112, "vocab_size": 250880},
+    "MPT-30B": {"model_type": "mpt", "n_layers": 48, "d_model": 7168, "n_heads": 64, "expansion_ratio": 4,
+                "vocab_size": 50432, "max_seq_len": 8192, "no_bias": True,
+                "attn_config": {"alibi": True, "alibi_bias_max": 8}},
+    "Falcon-RW-7B": {"model_type": "falcon", "num_hidden_layers": 36, "hidden_size": 4096, "num_attention_heads": 64,
+                     "vocab_size": 65024, "alibi": True, "bias": True, "multi_query": False, "parallel_attn": False,
+                     "new_decoder_architecture": False},
+}
+WINDOW, DTYPE = 8192, "bfloat16"  # the ladder planned for an 8K window in bfloat16
 GPUS, GPU_BYTES, UTILIZATION = 8, 80 * 2**30, 0.9  # 8 x H100 80 GB, vLLM's default gpu_memory_utilization
 CONTEXTS = (2048, 8192, 32768)
+VARIANTS = {  # column: the convert request beyond window and dtype; BLOOM-176B also R = 16 and R = 64
+    "gpt-neox": {}, "nemotron": {"target": "nemotron"},
+}
+EXTRA = {"BLOOM-176B": {"gpt-neox, --rotary-dim 16": {"rotary_dim": 16},
+                        "nemotron, --kernel fa3": {"target": "nemotron", "kernel": "fa3"}}}
 
 
-def columns() -> list[tuple[str, Geometry]]:
-    native = Geometry.from_config(BLOOM_176B)
-    out = [("native BLOOM-176B", native)]
-    # gpt-neox: R = 16 (hd' 144, --rotary-dim 16) and the planner's default R = 32 (160); nemotron: R = 32 and 64
-    for r in (16, rotary_dim_for(native.head_dim)):
-        out.append((f"gpt-neox, head dim {native.head_dim + r} (R = {r})", native.converted(r)))
-    for r in (rotary_dim_for(native.head_dim), 64):
-        out.append((f"nemotron, head dim {native.head_dim + r} (R = {r})", native.converted(r, "nemotron")))
+def columns(name: str, work: Path) -> list[tuple[str, Geometry, int]]:
+    """(column, geometry, parameters) for model NAME: native, then each conversion of it."""
+    src = work / name
+    params = shape_only_checkpoint(MODELS[name], src)
+    native = Geometry.from_config(json.loads((src / "config.json").read_text()))
+    out = [(f"native {name}", native, params)]
+    variants = {**VARIANTS, **EXTRA.get(name, {})}
+    for label, extra in sorted(variants.items(), key=lambda kv: ("nemotron" in kv[0], kv[1].get("rotary_dim", 99))):
+        n, config = converted_checkpoint(src, PlanRequest(window=WINDOW, dtype=DTYPE, **extra))
+        g = Geometry.from_config(config)
+        out.append((f"{label}, head dim {g.head_dim} (R = {g.head_dim - native.head_dim})", g, n))
     return out
 
 
-def numbers() -> dict:
+def numbers(models=tuple(MODELS)) -> dict:
     result = {}
-    for name, g in columns():
-        weights = 2 * g.params
-        kv = g.kv_bytes_per_token(2)
-        free = GPUS * GPU_BYTES * UTILIZATION - weights
-        result[name] = {
-            "head_dim": g.head_dim, "hidden": g.hidden, "params": g.params, "weights_bytes": weights,
-            "weights_per_gpu_bytes": weights / GPUS, "kv_bytes_per_token": kv,
-            "kv_bytes_per_sequence": {c: kv * c for c in CONTEXTS},
-            "sequences_that_fit": {c: int(free // (kv * c)) for c in CONTEXTS},
-            "tp_problems": {tp: g.tp_problems(tp) for tp in (2, 4, 8)},
-        }
+    with tempfile.TemporaryDirectory() as work:
+        for model in models:
+            result[model] = {}
+            for name, g, params in columns(model, Path(work)):
+                weights = 2 * params
+                kv = g.kv_bytes_per_token(2)
+                free = GPUS * GPU_BYTES * UTILIZATION - weights
+                result[model][name] = {
+                    "head_dim": g.head_dim, "hidden": g.hidden, "params": params, "weights_bytes": weights,
+                    "weights_per_gpu_bytes": weights / GPUS, "kv_bytes_per_token": kv,
+                    "kv_bytes_per_sequence": {c: kv * c for c in CONTEXTS},
+                    "sequences_that_fit": {c: int(free // (kv * c)) for c in CONTEXTS},
+                    "tp_problems": {tp: g.tp_problems(tp) for tp in (2, 4, 8)},
+                }
     return result
 
 
-def table() -> str:
-    cols = numbers()
+def table(cols: dict) -> str:
     names = list(cols)
+    native = cols[names[0]]
 
     def row(label, fn):
         return f"| {label} | " + " | ".join(fn(cols[n]) for n in names) + " |"
 
     gb = 1e9
-    lines = ["| | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|",
-             row("head dim, residual width", lambda c: f"{c['head_dim']}, {c['hidden']}"),
-             row("parameters", lambda c: f"{c['params'] / 1e9:.2f} B"),
-             row("weights, bfloat16 (per GPU at TP 8)",
-                 lambda c: f"{c['weights_bytes'] / gb:.1f} GB ({c['weights_per_gpu_bytes'] / gb:.1f} GB)"),
-             row("KV cache per token, bfloat16", lambda c: f"{c['kv_bytes_per_token'] / 1e6:.2f} MB"),
-             row("KV cache of one 2K / 8K / 32K sequence",
-                 lambda c: " / ".join(f"{v / gb:.1f}" for v in c["kv_bytes_per_sequence"].values()) + " GB"),
-             row(f"2K / 8K / 32K sequences in {GPUS} x 80 GiB at {UTILIZATION:g}",
-                 lambda c: " / ".join(str(v) for v in c["sequences_that_fit"].values())),
-             row("TP 2, 4, 8 split evenly", lambda c: "yes" if not any(c["tp_problems"].values()) else "no")]
-    return "\n".join(lines)
+    return "\n".join([
+        "| | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|",
+        row("head dim, residual width", lambda c: f"{c['head_dim']}, {c['hidden']}"),
+        row("parameters", lambda c: f"{c['params'] / 1e9:.2f} B"),
+        row("weights, bfloat16 (per GPU at TP 8)",
+            lambda c: f"{c['weights_bytes'] / gb:.1f} GB ({c['weights_per_gpu_bytes'] / gb:.1f} GB)"),
+        row("weights against native", lambda c: f"{c['params'] / native['params']:.2f}x"),
+        row("KV cache per token, bfloat16", lambda c: f"{c['kv_bytes_per_token'] / 1e6:.2f} MB"),
+        row("KV cache of one 2K / 8K / 32K sequence",
+            lambda c: " / ".join(f"{v / gb:.1f}" for v in c["kv_bytes_per_sequence"].values()) + " GB"),
+        row(f"2K / 8K / 32K sequences in {GPUS} x 80 GiB at {UTILIZATION:g}",
+            lambda c: " / ".join(str(v) for v in c["sequences_that_fit"].values())),
+        row("TP 2, 4, 8 split evenly", lambda c: "yes" if not any(c["tp_problems"].values()) else
+            "no: " + "; ".join(p for ps in c["tp_problems"].values() for p in ps[:1]))])
+
+
+def tables(result: dict) -> str:
+    return "\n\n".join(table(cols) for cols in result.values())
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "serving_table.json"
+
+
+def stored() -> dict:
+    return json.loads(RESULTS.read_text())
 
 
 if __name__ == "__main__":
-    print(json.dumps(numbers(), indent=1) if "--json" in sys.argv[1:] else table())
+    if "--stored" in sys.argv[1:]:
+        print(tables(stored()))
+        sys.exit(0)
+    result = json.loads(json.dumps(numbers()))  # the JSON form (integer keys as strings), as stored
+    if "--write" in sys.argv[1:]:
+        RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    print(tables(result))

@@ -1,4 +1,5 @@
-"""Serving arithmetic: parameter counts against real checkpoints, tensor-parallel splits on stored shapes, the README table."""
+"""Serving arithmetic: parameter counts from shapes against transformers and against what convert stores,
+tensor-parallel splits on stored shapes, the docs' tables."""
 
 import json
 import sys
@@ -11,7 +12,7 @@ from pico import build
 from ropebridge.checkpoint.tensor_io import CheckpointReader
 from ropebridge.convert import convert
 from ropebridge.emulation import PlanRequest
-from ropebridge.serving import Geometry, checkpoint_tp_problems
+from ropebridge.serving import Geometry, checkpoint_tp_problems, converted_checkpoint, shape_only_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,9 +28,10 @@ def stored_params(directory: Path) -> int:
     return total
 
 
-def test_bloom_176b_has_its_published_parameter_count():
+def test_bloom_176b_has_its_published_parameter_count(tmp_path):
     config = {"model_type": "bloom", "n_layer": 70, "hidden_size": 14336, "n_head": 112, "vocab_size": 250880}
-    assert Geometry.from_config(config).params == 176_247_271_424  # BLOOM paper, table of model sizes
+    assert shape_only_checkpoint(config, tmp_path) == 176_247_271_424  # BLOOM paper, table of model sizes
+    assert (tmp_path / "model.safetensors").stat().st_blocks * 512 < 2**20  # a header and a hole
 
 
 @pytest.fixture(scope="module")
@@ -40,15 +42,36 @@ def converted_112(tmp_path_factory):
     return src, res.destination
 
 
-def test_geometry_counts_what_is_stored(converted_112):
+@pytest.mark.parametrize("family", ["bloom-4heads", "mpt", "falcon-rw"])
+@pytest.mark.parametrize("target", ["gpt-neox", "nemotron"])
+def test_counts_from_shapes_are_what_convert_stores(family, target, tmp_path):
+    src = build(tmp_path / "src", family)
+    config = json.loads((src / "config.json").read_text())
+    assert shape_only_checkpoint(config, tmp_path / "shapes") == T.AutoModelForCausalLM.from_pretrained(src).num_parameters()
+    request = PlanRequest(window=128, dtype="bfloat16", target=target)
+    params, predicted_config = converted_checkpoint(tmp_path / "shapes", request)
+    dst = convert(src, tmp_path / "dst", request).destination
+    assert params == stored_params(dst)
+    assert predicted_config == json.loads((dst / "config.json").read_text())
+    geo = Geometry.from_config(predicted_config)
+    assert geo.kv_bytes_per_token(2) == 2 * config_layers(config) * geo.heads * geo.head_dim * 2
+
+
+def config_layers(config: dict) -> int:
+    return next(config[k] for k in ("n_layer", "n_layers", "num_hidden_layers") if k in config)
+
+
+def test_geometry_reads_every_family(converted_112):
     src, dst = converted_112
     native = Geometry.from_config(json.loads((src / "config.json").read_text()))
-    assert native.params == T.AutoModelForCausalLM.from_pretrained(src).num_parameters()
-    target = Geometry.from_config(json.loads((dst / "config.json").read_text()))
     layout = json.loads((dst / "ropebridge.json").read_text())["layout"]
-    assert target == native.converted(layout["rotary_dim"])
-    assert target.params == stored_params(dst)
+    target = Geometry.from_config(json.loads((dst / "config.json").read_text()))
+    assert (native.family, native.heads, native.kv_heads, native.head_dim) == ("bloom", 112, 112, 8)
+    assert (target.family, target.head_dim, target.hidden) == ("gpt-neox", layout["head_dim"], layout["hidden_size"])
     assert target.kv_bytes_per_token(2) == 2 * 1 * 112 * layout["head_dim"] * 2
+    mq = {"model_type": "falcon", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 8,
+          "vocab_size": 10, "alibi": True, "multi_query": True, "parallel_attn": False}
+    assert Geometry.from_config(mq).kv_heads == 1  # multi-query: one key/value head in the native cache
 
 
 def test_converted_checkpoint_splits_evenly(converted_112, tmp_path):
@@ -62,13 +85,24 @@ def test_converted_checkpoint_splits_evenly(converted_112, tmp_path):
 
 def test_geometry_validates():
     with pytest.raises(ValueError, match="heads"):
-        Geometry("bloom", 1, 0, 8, 8, 32, 10)
-    with pytest.raises(ValueError, match="falcon"):
-        Geometry.from_config({"model_type": "falcon"})
+        Geometry("bloom", 1, 0, 1, 8, 8, 32)
+    with pytest.raises(ValueError, match="'llama' is not an ALiBi model"):
+        Geometry.from_config({"model_type": "llama"})
 
 
-def test_the_docs_hold_the_serving_table():
+def _serving_table():
     sys.path.insert(0, str(ROOT / "scripts"))
     import serving_table
 
-    assert serving_table.table() in (ROOT / "docs" / "targets.md").read_text()
+    return serving_table
+
+
+def test_the_docs_hold_the_stored_serving_tables():
+    st = _serving_table()
+    assert st.tables(st.stored()) in (ROOT / "docs" / "targets.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_stored_serving_table_is_what_the_script_computes():
+    st = _serving_table()
+    assert json.loads(json.dumps(st.numbers(("Falcon-RW-7B",)))) == {"Falcon-RW-7B": st.stored()["Falcon-RW-7B"]}

@@ -4,79 +4,69 @@ A tensor-parallel engine (vLLM, TensorRT-LLM) splits attention by heads (the fus
 heads to a rank; the attention output by its input columns) and the MLP by its intermediate width (the up
 projection by rows, the down projection by columns); LayerNorms are replicated and the vocabulary is split
 (padded by the engine when it does not divide). So a degree ``tp`` needs ``heads % tp == 0`` and
-``intermediate % tp == 0``. The converted GPT-NeoX checkpoint keeps the heads and the MLP width of its source;
-only the head dim (hd' = r + hd) and the residual width (D' = h hd') grow.
+``intermediate % tp == 0``.
 
-Memory: weights ``itemsize * params``; KV cache ``2 * layers * heads * head_dim * itemsize`` bytes per token
-(keys and values, every head: these models have no grouped KV). Both divide by ``tp``.
+Memory: weights ``itemsize * params``; KV cache ``2 * layers * kv_heads * head_dim * itemsize`` bytes per
+token (keys and values). Both divide by ``tp``.
+
+Parameter counts come from shapes, never from a formula: a source's from transformers' own model built on
+the meta device (``shape_only_checkpoint``), a conversion's from the tensors the converter describes before it
+reads a byte (``converted_checkpoint``), on a checkpoint whose file holds a header and no data (sparse).
 """
 
 from __future__ import annotations
 
+import json
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+TARGET_TYPES = {"gpt_neox": "gpt-neox", "nemotron": "nemotron"}
+
 
 @dataclass(frozen=True)
 class Geometry:
-    """Shapes that decide memory and splitting. ``family``: 'bloom' (ALiBi source), 'gpt-neox' or 'nemotron'
-    (converted). ``hidden`` is the residual width: D for BLOOM and Nemotron, D' = h hd' for GPT-NeoX."""
+    """Shapes that decide the KV cache and the splits. ``family``: an ALiBi source's ('bloom', 'mpt',
+    'falcon') or a target's ('gpt-neox', 'nemotron'); ``hidden`` is the residual width (D' = h hd' for
+    GPT-NeoX's padded stream); ``kv_heads`` the key/value heads the cache holds."""
 
     family: str
     layers: int
     heads: int
+    kv_heads: int
     head_dim: int
     hidden: int
     intermediate: int
-    vocab: int
 
     def __post_init__(self):
-        for name in ("layers", "heads", "head_dim", "hidden", "intermediate", "vocab"):
+        for name in ("layers", "heads", "kv_heads", "head_dim", "hidden", "intermediate"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.family not in ("bloom", "gpt-neox", "nemotron"):
-            raise ValueError(f"family must be 'bloom', 'gpt-neox' or 'nemotron', got {self.family!r}")
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Geometry:
-        """From a BLOOM or a GPT-NeoX ``config.json`` (as a dict)."""
+        """From an ALiBi source's ``config.json`` (as a dict; BLOOM, MPT, Falcon) or a converted one's
+        (GPT-NeoX, Nemotron)."""
         kind = config.get("model_type")
-        if kind == "bloom":
-            d, h = config.get("hidden_size", config.get("n_embed")), config["n_head"]
-            return cls("bloom", config["n_layer"], h, d // h, d, 4 * d, config["vocab_size"])
         if kind == "gpt_neox":
             d, h = config["hidden_size"], config["num_attention_heads"]
-            return cls("gpt-neox", config["num_hidden_layers"], h, d // h, d, config["intermediate_size"],
-                       config["vocab_size"])
+            return cls("gpt-neox", config["num_hidden_layers"], h, h, d // h, d, config["intermediate_size"])
         if kind == "nemotron":
-            return cls("nemotron", config["num_hidden_layers"], config["num_attention_heads"], config["head_dim"],
-                       config["hidden_size"], config["intermediate_size"], config["vocab_size"])
-        raise ValueError(f"serving arithmetic covers BLOOM sources and GPT-NeoX and Nemotron targets, not {kind!r}")
+            h = config["num_attention_heads"]
+            return cls("nemotron", config["num_hidden_layers"], h, config.get("num_key_value_heads") or h,
+                       config["head_dim"], config["hidden_size"], config["intermediate_size"])
+        from .checkpoint.config import from_config
 
-    def converted(self, rotary_dim: int, target: str = "gpt-neox") -> Geometry:
-        """The checkpoint ropebridge writes from this BLOOM source with ``rotary_dim`` dims per head: GPT-NeoX pads
-        the residual stream to h hd', Nemotron keeps it (only q, k, v and the attention output widen)."""
-        if self.family != "bloom":
-            raise ValueError("converted() applies to a BLOOM source geometry")
-        if target not in ("gpt-neox", "nemotron"):
-            raise ValueError(f"target must be 'gpt-neox' or 'nemotron', got {target!r}")
-        hd = self.head_dim + rotary_dim
-        hidden = self.heads * hd if target == "gpt-neox" else self.hidden
-        return Geometry(target, self.layers, self.heads, hd, hidden, self.intermediate, self.vocab)
-
-    @property
-    def params(self) -> int:
-        """Parameter count. BLOOM: embedding (tied head) and its LayerNorm; the targets: untied embedding and head.
-        Per layer: QKV ``3 q (D + 1)`` and the output ``D (q + 1)`` with q = h hd', the MLP, two LayerNorms."""
-        d, f, q = self.hidden, self.intermediate, self.heads * self.head_dim
-        per_layer = 3 * q * (d + 1) + d * (q + 1) + f * (d + 1) + d * (f + 1) + 4 * d  # QKV, out, MLP, 2 LN
-        ends = self.vocab * d + 4 * d if self.family == "bloom" else 2 * self.vocab * d + 2 * d
-        return self.layers * per_layer + ends
+        info = from_config(config)  # an ALiBi source, or ValueError naming what it is
+        kv = 1 if info.family == "falcon" and config.get("multi_query") and not config.get(
+            "new_decoder_architecture") else info.n_heads
+        return cls(info.family, info.n_layers, info.n_heads, kv, info.head_dim, info.hidden_size,
+                   info.intermediate_size)
 
     def kv_bytes_per_token(self, itemsize: int = 2) -> int:
-        return 2 * self.layers * self.heads * self.head_dim * itemsize
+        return 2 * self.layers * self.kv_heads * self.head_dim * itemsize
 
     def tp_problems(self, tp: int) -> list[str]:
         """Why ``tp``-way tensor parallelism cannot split this model evenly (empty when it can)."""
@@ -88,12 +78,51 @@ class Geometry:
         return problems
 
 
+def shape_only_checkpoint(config: Mapping[str, Any], directory: str | Path) -> int:
+    """Write ``config`` and a bfloat16 ``model.safetensors`` holding only a header into DIRECTORY: every
+    parameter of transformers' model for ``config`` (built on the meta device; a tied head once), with the file
+    extended to its full size as a hole (sparse: no data is written or read). Returns the parameter count."""
+    import torch
+    import transformers as T
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    cfg = T.AutoConfig.for_model(**config)
+    with torch.device("meta"):
+        model = T.AutoModelForCausalLM.from_config(cfg)
+    header, offset = {}, 0
+    for name, p in model.named_parameters():  # named_parameters lists a tied tensor once
+        header[name] = {"dtype": "BF16", "shape": list(p.shape), "data_offsets": [offset, offset + 2 * p.numel()]}
+        offset += 2 * p.numel()
+    raw = json.dumps(header).encode()
+    with open(directory / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        f.truncate(8 + len(raw) + offset)
+    cfg.save_pretrained(directory)
+    return model.num_parameters()
+
+
+def converted_checkpoint(src_dir: str | Path, request) -> tuple[int, dict]:
+    """The parameter count and ``config.json`` that ``convert(src_dir, ..., request)`` would write: the same plan,
+    layout and tensor descriptions, no tensor read (SRC may be a ``shape_only_checkpoint``)."""
+    import torch
+
+    from .checkpoint.tensor_io import ShardWriter
+    from .planning import plan_checkpoint
+    from .targets import TARGETS
+
+    plan, model = plan_checkpoint(src_dir, request)
+    code = TARGETS[request.target].code()
+    layout = code.layout(model, plan)
+    writer = ShardWriter(Path(src_dir), torch.bfloat16, 2**62)  # never written: only its descriptions count
+    code.add_tensors(model, layout, writer)
+    return sum(torch.Size(p.shape).numel() for p in writer.pending), code.config(model, layout, plan, plan.dtype)
+
+
 def checkpoint_tp_problems(directory: str | Path, tp: int) -> list[str]:
     """``Geometry.tp_problems`` checked on a converted GPT-NeoX checkpoint's stored shapes: every fused QKV has
     3 h hd' rows laid out per head (so ``tp`` contiguous row blocks hold whole heads), every attention output
     h hd' columns, every MLP matrix the intermediate width on the split side."""
-    import json
-
     from .checkpoint.tensor_io import CheckpointReader
 
     directory = Path(directory)
