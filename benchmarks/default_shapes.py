@@ -26,8 +26,8 @@ SHAPES = {  # name: (pico family, config overrides): the attention shape and wid
     "bloom-7b1": ("bloom-4heads", dict(n_layer=1, hidden_size=4096, n_head=32)),
     "mpt-7b": ("mpt", dict(n_layers=1, d_model=4096, n_heads=32)),
     "mpt-30b": ("mpt", dict(n_layers=1, d_model=7168, n_heads=64)),
-    "falcon-rw-7b": ("falcon-rw", dict(num_hidden_layers=1, hidden_size=4544, num_attention_heads=71,
-                                       num_kv_heads=71)),
+    "falcon-rw-7b": ("falcon-rw", dict(num_hidden_layers=1, hidden_size=4096, num_attention_heads=64,
+                                       num_kv_heads=64)),
 }
 
 

@@ -23,7 +23,7 @@ def test_the_largest_window_plans_in_float32():
 SHAPES = {  # attention shapes of the supported checkpoints: family, heads, head dim
     "bloom-560m": ("bloom", 16, 64), "bloom-1b7": ("bloom", 16, 128), "bloom-7b1": ("bloom", 32, 128),
     "bloom-176b": ("bloom", 112, 128), "mpt-7b": ("mpt", 32, 128), "mpt-30b": ("mpt", 64, 112),
-    "falcon-rw-1b": ("falcon", 32, 64), "falcon-rw-7b": ("falcon", 71, 64),
+    "falcon-rw-1b": ("falcon", 32, 64), "falcon-rw-7b": ("falcon", 64, 64),
 }
 
 
