@@ -51,15 +51,17 @@ def save(name: str, payload: dict) -> Path:
     return path
 
 
-def bloom_560m_shaped(directory: Path, *, layers: int = 24, vocab: int = 250880, shard: str = "200MB", seed: int = 0):
-    """A random BLOOM-560M-shaped checkpoint (24 layers, hidden 1024, 16 heads), cached in ``directory``."""
+def bloom_560m_shaped(directory: Path, *, layers: int = 24, vocab: int = 250880, shard: str = "200MB", seed: int = 0,
+                      hidden: int = 1024, heads: int = 16):
+    """A random BLOOM checkpoint cached in ``directory``: BLOOM-560M's shape (24 layers, hidden 1024, 16 heads)
+    unless told otherwise."""
     import transformers as T
 
     if (directory / "config.json").exists():
         return directory
     T.logging.set_verbosity_error()
     torch.manual_seed(seed)
-    config = T.BloomConfig(n_layer=layers, hidden_size=1024, n_head=16, vocab_size=vocab)
+    config = T.BloomConfig(n_layer=layers, hidden_size=hidden, n_head=heads, vocab_size=vocab)
     model = T.BloomForCausalLM(config).eval()
     model.save_pretrained(directory, max_shard_size=shard)
     return directory

@@ -36,7 +36,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # numbers), before the float64 reference is built; those long contexts are in the defaults but slow.
 DEFAULT_CONTEXTS = {"demo": "512,2048,8192,32768", "demo-mpt": "512,2048,8192,32768",
                     "demo-falcon": "512,2048,8192,32768", "mpt": "512,2048,8192", "falcon": "512,2048,8192",
-                    "bloom560m": "512,2048,8192"}
+                    "bloom560m": "512,2048,8192", "bloom-hd128": "2048,8192"}
 # Real-text models shipped as package data (scripts/train_demo_model.py --family …): name -> data directory
 TEXT_MODELS = {"demo": "demo", "demo-mpt": "demo-mpt", "demo-falcon": "demo-falcon"}
 CHILD = """
@@ -66,6 +66,8 @@ def build_sources(cache: Path, names: list[str]) -> dict[str, Path]:
             out[name] = path
         elif name == "bloom560m":
             out[name] = bloom_560m_shaped(cache / "bloom560m-shaped-24x250880")
+        elif name == "bloom-hd128":  # BLOOM-1b7's heads (16 of 128, hidden 2048), 4 layers, random weights
+            out[name] = bloom_560m_shaped(cache / "bloom-hd128-4x4096", layers=4, vocab=4096, hidden=2048, heads=16)
         else:
             raise SystemExit(f"unknown model {name}")
     return out
@@ -84,11 +86,11 @@ def tokens(name: str, src: Path, n: int) -> torch.Tensor:
 
 
 def convert_for(src: Path, dst: Path, dtype: str, window: int, calibration: Path | None,
-                target: str = "gpt-neox") -> None:
-    """``ropebridge convert`` of SRC for DTYPE, WINDOW and TARGET with the defaults, calibrated on the text file
-    CALIBRATION if given (a plan that misses its tolerance is refused, as for a user)."""
+                target: str = "gpt-neox", kernel: str = "any") -> None:
+    """``ropebridge convert`` of SRC for DTYPE, WINDOW, TARGET and KERNEL with the defaults, calibrated on the text
+    file CALIBRATION if given (a plan that misses its tolerance is refused, as for a user)."""
     subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--dtype", dtype,
-                    "--window", str(window), "--target", target, "--json", "--force",
+                    "--window", str(window), "--target", target, "--kernel", kernel, "--json", "--force",
                     *(["--calibration-text", str(calibration)] if calibration is not None else [])],
                    check=True, capture_output=True)
 
@@ -153,7 +155,8 @@ def compare(name, runs: dict, dtype, ids, ref_hidden, head64) -> dict:
 
 
 NAMES = {"demo": "demo (BLOOM)", "demo-mpt": "MPT, real text", "demo-falcon": "Falcon-RW, real text",
-         "bloom560m": "BLOOM-560M shape", "mpt": "MPT pico", "falcon": "Falcon-RW pico"}
+         "bloom560m": "BLOOM-560M shape", "mpt": "MPT pico", "falcon": "Falcon-RW pico",
+         "bloom-hd128": "BLOOM, 16 heads of 128"}
 
 
 def markdown(rows: list[dict]) -> str:
@@ -172,6 +175,8 @@ def markdown(rows: list[dict]) -> str:
         ppl = "" if r.get("reference_ppl") is None else " / ".join(
             num(r, k, "{:.2f}") for k in ("native_ppl", "floor_ppl", "converted_ppl", "reference_ppl"))
         label = NAMES.get(r["model"], r["model"]) + ("" if r.get("target", "gpt-neox") == "gpt-neox" else f", {r['target']}")
+        if "kernel" in r and r.get("rotary_dim") and r["dtype"] != "float32":  # rows measured with --kernel
+            label += f", R = {r['rotary_dim']}" + ("" if r.get("kernel", "any") == "any" else f" (--kernel {r['kernel']})")
         out.append(f"| {label} | {r['dtype']} | {r['context']} | {native} | "
                    f"{num(r, 'floor_max_abs_logit_err')} | {num(r, 'converted_max_abs_logit_err')} | "
                    f"{num(r, 'ratio_max')} | {num(r, 'ratio_floor')} | {num(r, 'ratio_kl')} | {ppl} |")
@@ -186,6 +191,7 @@ def main() -> int:
     p.add_argument("--dtypes", default="float32,bfloat16,float16")
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "ropebridge-bench"))
     p.add_argument("--target", default="gpt-neox", help="the converted models' target (default gpt-neox)")
+    p.add_argument("--kernel", default="any", help="the kernel the head dim is chosen for (default any)")
     p.add_argument("--merge", action="store_true", help="replace only the rows measured now in the results file")
     p.add_argument("--table", action="store_true", help="print the README table of the stored results and exit")
     args = p.parse_args()
@@ -215,9 +221,12 @@ def main() -> int:
         if name in TEXT_MODELS:  # the ladder's floors measured on text the evaluation does not read (up to 8K)
             text = cache / f"calibration-{name}.txt"
             text.write_text(calibration_text(src))
+        def converted(dtype):
+            return cache / f"fidelity-{name}-{args.target}-{args.kernel}-{dtype}-{max(contexts)}"
+
         for dtype in dtypes:  # converted afresh every run: the plan changes with the code
-            convert_for(src, cache / f"fidelity-{name}-{args.target}-{dtype}-{max(contexts)}", dtype, max(contexts),
-                        text if dtype != "float32" else None, args.target)
+            convert_for(src, converted(dtype), dtype, max(contexts), text if dtype != "float32" else None,
+                        args.target, args.kernel)
         for c in contexts:
             ids = tokens(name, src, c)
             with tempfile.TemporaryDirectory(dir=cache) as work:
@@ -225,7 +234,7 @@ def main() -> int:
                 runs = {dtype: {} for dtype in dtypes}
                 for which in ("native", "converted"):
                     for dtype in dtypes:
-                        path = src if which == "native" else cache / f"fidelity-{name}-{args.target}-{dtype}-{max(contexts)}"
+                        path = src if which == "native" else converted(dtype)
                         runs[dtype][which] = forward_in_child(path, dtype, ids, Path(work))
             ref = reference_hidden(model, ids)
             head64 = model.head_rows(0, model.info.vocab_size)
@@ -234,7 +243,9 @@ def main() -> int:
                     dt = DTYPES[dtype]
                     runs[dtype]["floor"] = {"hidden": reference_hidden(model, ids, round_to=dt),
                                             "head": head64.to(dt).double()}
-                row = {"model": name, "target": args.target, "dtype": dtype, "context": c, **compare(name, runs[dtype], dtype, ids, ref, head64)}
+                layout = json.loads((converted(dtype) / "ropebridge.json").read_text())["layout"]
+                row = {"model": name, "target": args.target, "kernel": args.kernel, "rotary_dim": layout.get("rotary_dim"),
+                       "dtype": dtype, "context": c, **compare(name, runs[dtype], dtype, ids, ref, head64)}
                 rows.append(row)
                 print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
             del runs, ref, head64
@@ -245,7 +256,7 @@ def main() -> int:
     name = "fidelity_quick" if args.quick else "fidelity"
     if args.merge and (RESULTS / f"{name}.json").exists():
         def key(r):
-            return r["model"], r.get("target", "gpt-neox"), r["dtype"], r["context"]
+            return r["model"], r.get("target", "gpt-neox"), r.get("kernel", "any"), r["dtype"], r["context"]
 
         fresh = {key(r) for r in rows}
         old = json.loads((RESULTS / f"{name}.json").read_text())["rows"]

@@ -1,0 +1,23 @@
+"""benchmarks/vllm_serve.py says what is missing and measures nothing where there is no GPU or no vLLM."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None,
+                    reason="a GPU and vLLM are here: the benchmark would run")
+def test_without_a_gpu_or_vllm_it_says_which_and_writes_nothing():
+    out = ROOT / "benchmarks" / "results" / "vllm_serve.json"
+    before = out.read_bytes() if out.exists() else None
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vllm_serve.py")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    reason = "no CUDA GPU" if not torch.cuda.is_available() else "vLLM is not installed"
+    assert proc.stdout.startswith(f"vllm_serve: {reason}") and "nothing measured, nothing written" in proc.stdout
+    assert (out.read_bytes() if out.exists() else None) == before
