@@ -77,3 +77,30 @@ def test_what_nemotron_cannot_express_is_one_line_and_nothing_written(tmp_path, 
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and needle in err[0], err
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_nemotron_layernorm_weights_are_the_sources_rounded_once(tmp_path, dtype):
+    # LayerNorm1P computes stored + 1 in the dtype: that sum must be the source weight rounded once to the
+    # dtype, as the source model in that dtype has it (storing dtype(w - 1) rounds twice)
+    import torch
+
+    from ropebridge.checkpoint.model import SourceModel
+    from ropebridge.checkpoint.tensor_io import CheckpointReader
+
+    src = build(tmp_path / "src", "bloom-12heads")
+    model = T.AutoModelForCausalLM.from_pretrained(src)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # weights spread over [0.5, 2], where the sum is exact
+        for name, t in model.named_parameters():
+            if name.endswith("layernorm.weight") or name.endswith("ln_f.weight"):
+                t.copy_(0.5 + 1.5 * torch.rand(t.shape, generator=g))
+    model.save_pretrained(src)
+    res = convert(src, tmp_path / "dst", PlanRequest(window=256, dtype=dtype, target="nemotron"))
+    stored, source, dt = CheckpointReader(res.destination), SourceModel(src), getattr(torch, dtype)
+    pairs = [("model.norm.weight", source.final_norm()[0])]
+    for i in range(source.info.n_layers):
+        pairs += [(f"model.layers.{i}.input_layernorm.weight", source.norm(i, "ln1")[0]),
+                  (f"model.layers.{i}.post_attention_layernorm.weight", source.norm(i, "ln2")[0])]
+    for name, w in pairs:
+        assert torch.equal(stored.read(name, dtype=dt) + 1.0, w.to(dt)), name

@@ -128,7 +128,10 @@ def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> No
     up, down = ("c_fc", "c_proj") if lay.target == "starcoder2" else ("up_proj", "down_proj")
 
     def norm(wb):
-        return (wb[0] - 1 if one_p else wb[0]), wb[1]
+        # LayerNorm1P adds 1 in the model's dtype. Storing dtype(w) - 1 (exact for w in [0.5, 2], Sterbenz)
+        # makes that sum exactly dtype(w), the weight the source in that dtype has; dtype(w - 1) would round
+        # twice (in bfloat16 one weight in ten of the demo models an ulp off).
+        return (wb[0].to(writer.dtype).double() - 1 if one_p else wb[0]), wb[1]
 
     def rows_of(i: int, which: str) -> Callable[[int, int], torch.Tensor]:  # moved: one cast from the source
         return lambda a, b: src.weight(i, which, writer.dtype, (a, b))
