@@ -79,28 +79,52 @@ def test_what_nemotron_cannot_express_is_one_line_and_nothing_written(tmp_path, 
     assert not (tmp_path / "x").exists()
 
 
+def _spread_layernorms(src, low: float, high: float) -> None:
+    """Rewrite SRC's LayerNorm weights uniform in [low, high) and their biases normal (seeded)."""
+    import torch
+
+    model = T.AutoModelForCausalLM.from_pretrained(src)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, t in model.named_parameters():
+            if "layernorm" in name or "ln_f" in name:
+                if name.endswith("weight"):
+                    t.copy_(low + (high - low) * torch.rand(t.shape, generator=g))
+                else:
+                    t.copy_(torch.randn(t.shape, generator=g))
+    model.save_pretrained(src)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
-def test_nemotron_layernorm_weights_are_the_sources_rounded_once(tmp_path, dtype):
-    # LayerNorm1P computes stored + 1 in the dtype: that sum must be the source weight rounded once to the
-    # dtype, as the source model in that dtype has it (storing dtype(w - 1) rounds twice)
+def test_nemotron_layernorms_carry_the_sources_weights_exactly(tmp_path, dtype):
+    # LayerNorm1P computes stored + 1 in the dtype. Whatever the weight (small, negative, above 2), the
+    # LayerNorm's output times the layer reading it must be the source's in that dtype, bit for bit: stored
+    # dtype(w)/c - 1 and beta/c, the reader's column times c, c a power of two (ln1p_scales)
     import torch
 
     from ropebridge.checkpoint.model import SourceModel
     from ropebridge.checkpoint.tensor_io import CheckpointReader
 
     src = build(tmp_path / "src", "bloom-12heads")
-    model = T.AutoModelForCausalLM.from_pretrained(src)
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # weights spread over [0.5, 2], where the sum is exact
-        for name, t in model.named_parameters():
-            if name.endswith("layernorm.weight") or name.endswith("ln_f.weight"):
-                t.copy_(0.5 + 1.5 * torch.rand(t.shape, generator=g))
-    model.save_pretrained(src)
+    _spread_layernorms(src, -3.0, 3.0)
     res = convert(src, tmp_path / "dst", PlanRequest(window=256, dtype=dtype, target="nemotron"))
     stored, source, dt = CheckpointReader(res.destination), SourceModel(src), getattr(torch, dtype)
-    pairs = [("model.norm.weight", source.final_norm()[0])]
+    one = torch.tensor(1.0, dtype=dt)
+    cases = [("model.norm", source.final_norm(), "lm_head.weight", source.head_rows(0, source.info.vocab_size))]
     for i in range(source.info.n_layers):
-        pairs += [(f"model.layers.{i}.input_layernorm.weight", source.norm(i, "ln1")[0]),
-                  (f"model.layers.{i}.post_attention_layernorm.weight", source.norm(i, "ln2")[0])]
-    for name, w in pairs:
-        assert torch.equal(stored.read(name, dtype=dt) + 1.0, w.to(dt)), name
+        cases.append((f"model.layers.{i}.post_attention_layernorm", source.norm(i, "ln2"),
+                      f"model.layers.{i}.mlp.up_proj.weight", source.weight(i, "up")))
+    for norm, (w, beta), reader, columns in cases:
+        weight = (stored.read(norm + ".weight", dtype=dt) + one).double()  # what LayerNorm1P computes, (D,)
+        bias = stored.read(norm + ".bias", dtype=dt).double()
+        got = stored.read(reader, dtype=dt).double()  # (out, D)
+        want = columns.to(dt).double()
+        normal = got.abs() >= torch.finfo(dt).tiny  # a column scaled below the normal range rounds (float16)
+        half_step = torch.finfo(dt).tiny * torch.finfo(dt).eps / 2  # half a subnormal step
+        for stored_part, source_part in ((weight, w), (bias, beta)):
+            diff = (got * stored_part - want * source_part.to(dt).double()).abs()
+            assert (diff[normal] == 0).all(), norm
+            assert (diff[~normal] <= half_step * stored_part.abs().expand_as(diff)[~normal]).all(), norm
+    if dtype == "float32":  # and through every reader (q, k, v included): the model is the source's
+        report = verify(src, res.destination, context=128, greedy_tokens=8)
+        assert report.passed and report.reference_converted_max_err < 1e-4, report.failures

@@ -90,16 +90,31 @@ def layout(src: SourceModel, plan: EmulationPlan, target: str) -> CompactLayout:
                          **extra)
 
 
-def _proj_heads(src: SourceModel, i: int, lay: CompactLayout, part: int, a: int, b: int,
-                dtype: torch.dtype) -> torch.Tensor:
+def _proj_heads(src: SourceModel, i: int, lay: CompactLayout, part: int, a: int, b: int, dtype: torch.dtype,
+                columns: torch.Tensor) -> torch.Tensor:
     """Rows of the q (part 0), k (1) or v (2) projection ``(h hd', D)`` for heads ``[a, b)`` in the output
-    ``dtype``, content dims placed (q scaled in float64 and rounded once)."""
+    ``dtype``, content dims placed (q scaled in float64 and rounded once), input columns times ``columns``
+    ``(D,)`` (powers of two: exact; ``ln1p_scales``)."""
     weight = torch.zeros(b - a, lay.head_dim, src.info.hidden_size, dtype=dtype)
-    if part == 0:
-        weight[:, lay.content] = (src.qkv_part(i, 0, (a, b)) * lay.content_scale).to(dtype)  # (n, hd, D)
-    else:
-        weight[:, lay.content] = src.qkv_part(i, part, (a, b), dtype=dtype)
+    scale = lay.content_scale if part == 0 else 1.0
+    weight[:, lay.content] = (src.qkv_part(i, part, (a, b)) * scale * columns).to(dtype)  # (n, hd, D)
     return weight.view((b - a) * lay.head_dim, -1)  # (n hd', D)
+
+
+def ln1p_scales(w: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Per-channel scales ``c`` ``(D,)`` that let Nemotron's LayerNorm1P carry LayerNorm weights ``w`` ``(D,)``
+    exactly in ``dtype``. LayerNorm1P computes (stored + 1) in the dtype, and stored = dtype(w) - 1 gives back
+    dtype(w) only for w in [0.5, 2] (Sterbenz); elsewhere (|w| < 0.5, w > 2, w < 0) the channel is rescaled:
+    the LayerNorm keeps dtype(w)/c in [1, 2) and its bias beta/c, the layers reading it take column j times c.
+    c = sign(w) 2^k is a power of two, so every product is the source's, bit for bit, except where c times a
+    reader's weight falls below the dtype's normal range (float16: 6.1e-5), which rounds it by at most half a
+    subnormal step (3e-8). 1 where no rescale is needed (and for w = 0)."""
+    wd = w.to(dtype).double()  # (D,)
+    exact = ((wd - 1).to(dtype).double() + 1).to(dtype).double() == wd
+    c = torch.ones_like(wd)
+    move = ~exact & (wd != 0)
+    c[move] = torch.sign(wd[move]) * torch.exp2(torch.floor(torch.log2(wd[move].abs())))
+    return c
 
 
 def _proj_bias(src: SourceModel, i: int, lay: CompactLayout, part: int) -> torch.Tensor:
@@ -127,14 +142,23 @@ def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> No
     one_p = lay.target == "nemotron"  # LayerNorm1P stores weight - 1
     up, down = ("c_fc", "c_proj") if lay.target == "starcoder2" else ("up_proj", "down_proj")
 
-    def norm(wb):
-        # LayerNorm1P adds 1 in the model's dtype. Storing dtype(w) - 1 (exact for w in [0.5, 2], Sterbenz)
-        # makes that sum exactly dtype(w), the weight the source in that dtype has; dtype(w - 1) would round
-        # twice (in bfloat16 one weight in ten of the demo models an ulp off).
-        return (wb[0].to(writer.dtype).double() - 1 if one_p else wb[0]), wb[1]
+    ones = torch.ones(d, dtype=torch.float64)
 
-    def rows_of(i: int, which: str) -> Callable[[int, int], torch.Tensor]:  # moved: one cast from the source
-        return lambda a, b: src.weight(i, which, writer.dtype, (a, b))
+    def scales(wb) -> torch.Tensor:  # (D,): the columns of the layers reading this LayerNorm
+        return ln1p_scales(wb[0], writer.dtype) if one_p else ones
+
+    def norm(wb):
+        # LayerNorm1P adds 1 in the model's dtype: storing dtype(w)/c - 1 makes that sum exactly dtype(w)/c
+        # (ln1p_scales); dtype(w - 1) would round twice (a tenth of the demo models' weights in bfloat16)
+        if not one_p:
+            return wb
+        c = scales(wb)
+        return wb[0].to(writer.dtype).double() / c - 1, wb[1].to(writer.dtype).double() / c
+
+    def rows_of(i: int, which: str, columns: Callable[[], torch.Tensor] | None = None) -> Callable[[int, int], torch.Tensor]:
+        if columns is None:  # moved: one cast from the source
+            return lambda a, b: src.weight(i, which, writer.dtype, (a, b))
+        return lambda a, b: (src.weight(i, which, WORK, (a, b)) * columns()).to(writer.dtype)  # exact rescale
 
     writer.add("model.embed_tokens.weight", (v, d), row_blocks(src.embedding_rows, v, 8 * d))
     for i in range(info.n_layers):
@@ -144,18 +168,22 @@ def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> No
             writer.add(p + name + ".bias", (d,), single(lambda i=i, w=which: norm(src.norm(i, w))[1]))
         for part, x in enumerate("qkv"):
             writer.add(p + f"self_attn.{x}_proj.weight", (h * lay.head_dim, d),
-                       row_blocks(lambda a, b, i=i, part=part: _proj_heads(src, i, lay, part, a, b, writer.dtype), h, 8 * lay.head_dim * d))
+                       row_blocks(lambda a, b, i=i, part=part: _proj_heads(src, i, lay, part, a, b, writer.dtype,
+                                                                           scales(src.norm(i, "ln1"))),
+                                  h, 8 * lay.head_dim * d))
             writer.add(p + f"self_attn.{x}_proj.bias", (h * lay.head_dim,), single(lambda i=i, part=part: _proj_bias(src, i, lay, part)))
         writer.add(p + "self_attn.o_proj.weight", (d, h * lay.head_dim),
                    row_blocks(lambda a, b, i=i: _o_rows(src, i, lay, a, b, writer.dtype), d, 8 * h * lay.head_dim))
         writer.add(p + "self_attn.o_proj.bias", (d,), single(lambda i=i: src.bias(i, "o", WORK)))
-        writer.add(p + f"mlp.{up}.weight", (f, d), row_blocks(rows_of(i, "up"), f, 8 * d))
+        writer.add(p + f"mlp.{up}.weight", (f, d),
+                   row_blocks(rows_of(i, "up", lambda i=i: scales(src.norm(i, "ln2"))), f, 8 * d))
         writer.add(p + f"mlp.{up}.bias", (f,), single(lambda i=i: src.bias(i, "up", WORK)))
         writer.add(p + f"mlp.{down}.weight", (d, f), row_blocks(rows_of(i, "down"), d, 8 * f))
         writer.add(p + f"mlp.{down}.bias", (d,), single(lambda i=i: src.bias(i, "down", WORK)))
     writer.add("model.norm.weight", (d,), single(lambda: norm(src.final_norm())[0]))
     writer.add("model.norm.bias", (d,), single(lambda: norm(src.final_norm())[1]))
-    writer.add("lm_head.weight", (v, d), row_blocks(lambda a, b: src.head_rows(a, b, writer.dtype), v, 8 * d))
+    writer.add("lm_head.weight", (v, d),
+               row_blocks(lambda a, b: (src.head_rows(a, b) * scales(src.final_norm())).to(writer.dtype), v, 8 * d))
 
 
 def config(src: SourceModel, lay: CompactLayout, plan: EmulationPlan, dtype: str) -> dict:
