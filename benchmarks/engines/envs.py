@@ -29,6 +29,13 @@ PACKAGES = {
     "ctranslate2": ["ctranslate2==4.8.5", *COMMON],
     "transformers-4": COMMON,  # transformers 4.x as constraints.txt pins it
 }
+# llama.cpp built for a generic x86-64 CPU: a -march=native build crashed this machine's quantized (Q8_0,
+# Q4_K_M) runs with SIGSEGV and SIGILL, where the generic build runs them
+BUILD_ENV = {"llama.cpp": {"CMAKE_ARGS": "-DGGML_NATIVE=OFF"}}
+
+
+class EngineCrash(RuntimeError):
+    """The engine's process died by a signal (a segmentation fault in its kernels): a result, not a bug here."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,8 @@ class Env:
         proc = subprocess.run([str(self.python), *map(str, args)], check=False, env=env, capture_output=True, text=True)
         if log_file is not None:
             log_file.write_text(proc.stdout + proc.stderr)
+        if proc.returncode < 0:  # killed by a signal: the engine itself crashed
+            raise EngineCrash(f"{self.name} crashed (signal {-proc.returncode}) in {' '.join(map(str, args[:2]))}")
         if proc.returncode != 0:
             tail = (proc.stdout + proc.stderr)[-3000:]
             raise RuntimeError(f"{self.name}: {' '.join(map(str, args[:2]))} failed:\n{tail}")
@@ -63,11 +72,12 @@ def default_root() -> Path:
 
 
 def _stamp(name: str) -> dict:
-    return {"packages": PACKAGES[name], "constraints": CONSTRAINTS.read_text()}
+    return {"packages": PACKAGES[name], "constraints": CONSTRAINTS.read_text(), "build": BUILD_ENV.get(name, {})}
 
 
-def _pip(python: Path, args: list[str]) -> None:
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args], check=True)
+def _pip(python: Path, args: list[str], env: dict[str, str] | None = None) -> None:
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args], check=True,
+                   env={**os.environ, **(env or {})})
 
 
 def llama_source(root: Path) -> Path:
@@ -103,6 +113,6 @@ def ensure(name: str, root: Path, *, reuse_only: bool = False) -> Env:
                      LLAMA_CPP_PYTHON)
         else:
             log.info("installing %s", " ".join(PACKAGES[name]))
-        _pip(python, ["-c", str(CONSTRAINTS), *PACKAGES[name]])
+        _pip(python, ["-c", str(CONSTRAINTS), *PACKAGES[name]], BUILD_ENV.get(name))
         stamp.write_text(json.dumps(_stamp(name)))
     return Env(name, python, llama_source(root))

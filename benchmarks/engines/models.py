@@ -25,8 +25,7 @@ def prepare_native(name: str, work: Path, env: envs.Env) -> Path:
         return out
     tok = work / "gpt2-tokenizer"
     if not (tok / "tokenizer.json").exists():
-        env.run([HERE / "worker_llamacpp.py", "tokenizer", env.llama_src / "models" / "ggml-vocab-gpt-2.gguf", tok],
-                gguf=True)
+        env.run([HERE / "worker_llamacpp.py", "tokenizer", env.llama_src, tok], gguf=True)
     tmp = work / "native.tmp"
     if name == "demo":
         from ropebridge.demo import data_dir

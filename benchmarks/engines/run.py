@@ -65,7 +65,8 @@ from _common import machine, table
 import envs
 from artefacts import ct2_dirs, gguf_files, hf4_models
 from models import convert_rope, ladder_floors, prepare_native, reference, token_ids
-from settings import LADDERS, Row, select
+import recipes
+from settings import LADDERS, RECIPES, Row, select
 
 log = logging.getLogger("engines")
 
@@ -88,7 +89,12 @@ def cached_run(env: envs.Env, worker: str, job: dict, work: Path, *, fresh: bool
     path = work / f"job-{key}.json"
     path.write_text(json.dumps({**job, "out": str(out) + ".tmp"}))
     t0 = time.perf_counter()
-    env.run([HERE / worker, "run", path], gguf=worker == "worker_llamacpp.py")
+    try:
+        env.run([HERE / worker, "run", path], gguf=worker == "worker_llamacpp.py")
+    except envs.EngineCrash as e:  # recorded as the run's result (not cached: a rebuilt engine may not crash)
+        log.warning("%s", e)
+        path.unlink()
+        return {"crashed": str(e), "seconds": time.perf_counter() - t0}
     result = json.loads(Path(str(out) + ".tmp").read_text())
     result["seconds"] = time.perf_counter() - t0
     out.write_text(json.dumps(result))
@@ -143,8 +149,9 @@ ENGINES = {
 
 
 def engine_runs(engine: str, env: envs.Env, name: str, native: Path, converted: dict[str, Path], work: Path, ref: dict,
-                args, selected: list[Row]) -> list[dict]:
-    """The SELECTED rows of ENGINE, each model run once per settings."""
+                args, selected: list[Row], made: dict[str, Path]) -> list[dict]:
+    """The SELECTED rows of ENGINE, each model run once per settings; MADE: engine files a recipe made (by key),
+    run in place of the benchmark's own."""
     spec = ENGINES[engine]
     seq, prompts = ref["sequence"], ref["prompts"]
     references = {"transformers": str(work / "reference.npy"), "exact": str(work / "exact.npy")}
@@ -158,12 +165,16 @@ def engine_runs(engine: str, env: envs.Env, name: str, native: Path, converted: 
             cache[key] = cached_run(env, spec.worker, job, work, fresh=args.fresh)
         return cache[key]
 
-    files = spec.artefacts(env, native, converted, work)
+    files = {**spec.artefacts(env, native, converted, work), **made}
     return [record(engine, name, r.label, {**r.settings, **r.described}, once(files[r.native], r.settings),
                    once(files[r.converted], r.settings), ref) for r in selected if r.engine == engine]
 
 
 def record(engine, name, label, settings, nat, conv, ref) -> dict:
+    crashed = {k: r["crashed"] for k, r in (("native", nat), ("converted", conv)) if "crashed" in r}
+    if crashed:  # no logits to compare: the row records the crash and does not pass
+        return {"engine": engine, "model": name, "label": label, "settings": settings,
+                "context": len(ref["sequence"]), "crashed": crashed, "criterion": CRITERION, "passes": False}
     n = summarise(nat, ref)
     c = summarise(conv, ref)
     errors = [n["max_abs_logit_diff"], c["max_abs_logit_diff"]]
@@ -213,7 +224,8 @@ def merge(runs: list[dict], out: Path) -> list[dict]:
     ran = {(r["engine"], r["model"]) for r in runs}
     kept = [r for r in (json.loads(out.read_text()) if out.exists() else []) if (r["engine"], r["model"]) not in ran]
     for r in kept:
-        r["criterion"], r["passes"] = CRITERION, judge(r["ratio_vs_exact"], r["greedy_partings_not_near_tie"])
+        r["criterion"] = CRITERION
+        r["passes"] = "crashed" not in r and judge(r["ratio_vs_exact"], r["greedy_partings_not_near_tie"])
     return kept + runs
 
 
@@ -266,13 +278,20 @@ def main(argv: list[str] | None = None) -> int:
         log.info("%s: transformers float32 reference at %d tokens", name, len(seq))
         ref = reference(native, seq, prompts, args.greedy_tokens, work)
         window = args.window or args.context
-        selected = select(name, engines, args.quick, args.threads)
+        selected = select(name, engines, args.quick, args.threads, args.context)
         ladders = {key: plan for key, plan in LADDERS.items() if key in {r.checkpoint for r in selected}}
-        floors = {key: ladder_floors(name, window, ladder) for key, ladder in ladders.items()}
-        converted = convert_rope(native, work, window, floors, {r.checkpoint for r in selected})
+        due = [r for r, rec in RECIPES.items() if rec.model == (name, window) and rec.engine in env and not args.quick]
+        where = recipes.run(due, work, {r: env[RECIPES[r].engine] for r in due}) if due else None
+        made = {r: where for r in due}  # the README's recipes this run reproduces -> where they wrote
+        given = {key: made[r] / path for r, rec in RECIPES.items() if r in made for key, path in rec.checkpoints.items()}
+        floors = {key: ladder_floors(name, window, ladder) for key, ladder in ladders.items() if key not in given}
+        converted = {**convert_rope(native, work, window, floors, {r.checkpoint for r in selected}), **given}
+        overrides = {(rec.engine, key): made[r] / path for r, rec in RECIPES.items() if r in made
+                     for key, path in rec.artefacts.items()}
         for engine in engines:
             log.info("%s: %s", name, engine)
-            runs += engine_runs(engine, env[engine], name, native, converted, work, ref, args, selected)
+            runs += engine_runs(engine, env[engine], name, native, converted, work, ref, args, selected,
+                                {key: path for (e, key), path in overrides.items() if e == engine})
     cols = ["engine", "model", "label", "native_max_abs_logit_diff", "converted_max_abs_logit_diff", "ratio",
             "ratio_vs_exact", "argmax_agreement", "greedy_identical", "passes"]
     print(table(runs, cols))

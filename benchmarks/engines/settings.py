@@ -28,6 +28,31 @@ FIXED_BASE = {"rope_base": 10000.0, "rotary_dim": 32, "pairs": 3}
 LADDER = {"dtype": "float16", "emulation": "ladder", "rope_base": 10000.0, "rotary_dim": 32}
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """A recipe printed in the README (``recipes``), run for MODEL at CONTEXT in ENGINE's environment; what it
+    makes replaces the benchmark's own: ``checkpoints`` (a ``convert_rope`` key -> a directory it writes, from
+    which the other engine files are made) and ``artefacts`` (an engine file key -> a file it writes)."""
+
+    engine: str
+    model: tuple[str, int]
+    checkpoints: dict = field(default_factory=dict)
+    artefacts: dict = field(default_factory=dict)
+
+
+RECIPES = {
+    "llama.cpp-float32": Recipe("llama.cpp", ("demo", 2048), artefacts={"converted+base": "demo-f32-base.gguf"}),
+    "llama.cpp-float16": Recipe("llama.cpp", ("demo", 2048), checkpoints={"ladder": "demo-f16"},
+                                artefacts={"ladder-f16": "demo-f16.gguf"}),
+}
+
+
+def recipe_of(engine: str, model: tuple[str, int], key: str) -> str | None:
+    """The recipe that makes ENGINE's file KEY, or the checkpoint KEY it is made from, for MODEL (name, context)."""
+    return next((r for r, rec in RECIPES.items() if rec.engine == engine and rec.model == model
+                 and (key in rec.artefacts or key.rsplit("-", 1)[0] in rec.checkpoints)), None)
+
+
 CALIBRATED = ("demo",)  # models whose ladder floors are measured (ladder_floors); the rest are uncalibrated
 
 
@@ -113,20 +138,23 @@ class Row:
     checkpoint: str = "converted"  # the ``convert_rope`` checkpoint the converted artefact is made from
 
 
-def select(name: str, engines: list[str], quick: bool, threads: int) -> list[Row]:
-    """The rows this invocation runs: ENGINES' rows for model NAME (``--quick``: only the quick ones)."""
-    return [r for r in rows(name, threads) if r.engine in engines and (r.quick or not quick)]
+def select(name: str, engines: list[str], quick: bool, threads: int, context: int = 2048) -> list[Row]:
+    """The rows this invocation runs: ENGINES' rows for model NAME (``--quick``: only the quick ones, with no
+    recipe: those run only at their own context)."""
+    return [r for r in rows(name, threads, 0 if quick else context) if r.engine in engines and (r.quick or not quick)]
 
 
-def rows(name: str, threads: int) -> list[Row]:
-    """Every row for model NAME, from the settings tables above: the one place a run is declared."""
+def rows(name: str, threads: int, context: int = 2048) -> list[Row]:
+    """Every row for model NAME at CONTEXT, from the settings tables above: the one place a run is declared
+    (a row whose files a recipe makes at this context names it)."""
     floors = "calibrated" if name in CALIBRATED else "uncalibrated"
     out = []
     for label, (settings, with_base) in LLAMA_SETTINGS.items():
+        made = recipe_of("llama.cpp", (name, context), "converted+base" if with_base else "converted")
         out.append(Row("llama.cpp", label, "native", "converted+base" if with_base else "converted",
                        {**settings, "threads": threads},
-                       {"rope_freq_base": "GGUF metadata" if with_base else "not set (10000)", "gguf": "F32"},
-                       quick=settings == RECOMMENDED_LLAMA))
+                       {"rope_freq_base": "GGUF metadata" if with_base else "not set (10000)", "gguf": "F32",
+                        **({"recipe": made} if made else {})}, quick=settings == RECOMMENDED_LLAMA))
     out.append(Row("llama.cpp", FIXED_BASE_LABEL, "native", "converted-base10000",
                    {**RECOMMENDED_LLAMA, "threads": threads},
                    {"rope_freq_base": "not set (10000)", "gguf": "F32", "plan": FIXED_BASE},
@@ -134,10 +162,12 @@ def rows(name: str, threads: int) -> list[Row]:
     for prefix, plan, types, settings_by_label in LADDER_RUNS:
         for t in types:
             for label, settings in settings_by_label.items():
+                made = recipe_of("llama.cpp", (name, context), f"{prefix}-{t}")
+                recipe = {"recipe": made} if made else {}
                 out.append(Row("llama.cpp", f"ladder ({flags(plan)}), engine converter as is, {floors}, {t.upper()} GGUF, "
                                f"{label}", f"native-{t}", f"{prefix}-{t}", {**settings, "threads": threads},
-                               {"rope_freq_base": "not set (10000)", "gguf": t.upper(), "plan": plan, "floors": floors},
-                               checkpoint=prefix))
+                               {"rope_freq_base": "not set (10000)", "gguf": t.upper(), "plan": plan, "floors": floors,
+                                **recipe}, checkpoint=prefix))
     ct2 = {"threads": threads, "compute_type": "float32", "device": "cpu"}
     for label, (key, described) in CT2_SETTINGS.items():
         out.append(Row("ctranslate2", label, "native", key, ct2, described, quick=label == RECOMMENDED_CT2))

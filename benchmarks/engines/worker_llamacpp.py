@@ -1,17 +1,16 @@
 """Runs inside the llama.cpp engine environment (never ropebridge's), with llama.cpp's ``gguf-py`` on the
 path.
 
-    python worker_llamacpp.py tokenizer VOCAB.gguf OUT_DIR
-    python worker_llamacpp.py set-base IN.gguf OUT.gguf BASE
+    python worker_llamacpp.py tokenizer LLAMA_CPP_DIR OUT_DIR
+    python worker_llamacpp.py set-base IN.gguf OUT.gguf BASE|CHECKPOINT
     python worker_llamacpp.py quantize IN.gguf OUT.gguf TYPE
     python worker_llamacpp.py run JOB.json
 
-``tokenizer`` rebuilds GPT-2's byte-level BPE tokenizer (tokens and merges as llama.cpp ships them in
-``models/ggml-vocab-gpt-2.gguf``) as a transformers tokenizer directory. llama.cpp's converter accepts only
-tokenizers whose pre-tokenizer hash it knows; GPT-2's is one of them.
+``tokenizer`` writes GPT-2's tokenizer as llama.cpp ships it into OUT_DIR (``gpt2_vocab.gpt2_tokenizer``).
 
 ``set-base`` copies a GGUF file with ``<arch>.rope.freq_base`` set (llama.cpp's GPT-NeoX converter writes
-none, so 10000 would apply), through gguf-py's own metadata copier.
+none, so 10000 would apply), through gguf-py's own metadata copier: BASE, or the ``rotary_emb_base`` of the
+converted CHECKPOINT the GGUF was made from.
 
 ``quantize`` writes IN quantized to TYPE (``QUANT_FTYPES``) by llama.cpp's own quantizer
 (``llama_model_quantize``, what ``llama-quantize`` calls, with its default parameters); its converter writes
@@ -31,30 +30,19 @@ GGML_TYPES = {"f32": 0, "f16": 1}  # llama_cpp.GGML_TYPE_F32, GGML_TYPE_F16
 QUANT_FTYPES = {"q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M"}
 
 
-def tokenizer(vocab_gguf: str, out: str) -> int:
-    import gguf
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+def tokenizer(llama_dir: str, out: str) -> int:
+    from gpt2_vocab import gpt2_tokenizer
 
-    fields = gguf.GGUFReader(vocab_gguf).fields
-
-    def strings(key):
-        f = fields[key]
-        return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
-
-    tokens, merges = strings("tokenizer.ggml.tokens"), strings("tokenizer.ggml.merges")
-    bpe = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)},
-                               merges=[tuple(m.split(" ")) for m in merges]))
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    eot = tokens[int(fields["tokenizer.ggml.eos_token_id"].contents())]
-    bpe.add_special_tokens([AddedToken(eot, special=True)])
-    PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=eot, eos_token=eot, unk_token=eot).save_pretrained(out)
+    gpt2_tokenizer(Path(llama_dir), Path(out))
     return 0
 
 
-def set_base(src: str, dst: str, base: float) -> int:
+def set_base(src: str, dst: str, base: str) -> int:
+    """BASE: a number, or a converted checkpoint directory whose config.json carries ``rotary_emb_base``."""
     import gguf
+
+    if Path(base).is_dir():
+        base = json.loads((Path(base) / "config.json").read_text())["rotary_emb_base"]
     from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
 
     reader = gguf.GGUFReader(src)
@@ -110,7 +98,7 @@ if __name__ == "__main__":
     if cmd == "tokenizer":
         sys.exit(tokenizer(*rest))
     if cmd == "set-base":
-        sys.exit(set_base(rest[0], rest[1], float(rest[2])))
+        sys.exit(set_base(*rest))
     if cmd == "quantize":
         sys.exit(quantize(*rest))
     sys.exit(run(*rest))

@@ -1,0 +1,48 @@
+"""benchmarks/engines: the recipes its README prints are the ones the benchmark runs, and the demo-only
+tokenizer step (gpt2_vocab.py) keeps the model's own token ids' logits."""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks" / "engines"))
+
+import gpt2_vocab  # noqa: E402
+import recipes  # noqa: E402
+import settings  # noqa: E402
+
+MARKDOWN = [p for p in ROOT.rglob("*.md") if ".venv" not in p.parts and "demo-out" not in p.parts]
+
+
+def test_every_named_recipe_is_run_by_the_engine_benchmark():
+    named = [m for p in MARKDOWN for m in re.findall(r"<!-- recipe: ([^ ]+) -->", p.read_text())]
+    assert sorted(named) == sorted(recipes.blocks()) == sorted(settings.RECIPES)  # each once, in the engines README
+    for name, rec in settings.RECIPES.items():
+        block = recipes.blocks()[name]
+        assert re.match(r"ropebridge (demo --out demo-out|convert demo-out/native)", block), name
+        assert all(path in block for path in [*rec.checkpoints.values(), *rec.artefacts.values()]), name
+
+
+def test_every_recipe_has_stored_runs_that_name_it():
+    stored = json.loads((ROOT / "benchmarks" / "results" / "engines.json").read_text())
+    for name, rec in settings.RECIPES.items():
+        runs = [r for r in stored if r["settings"].get("recipe") == name]
+        assert runs and all((r["engine"], r["model"], r["context"]) == (rec.engine, *rec.model) for r in runs), name
+
+
+def test_padding_the_vocabulary_keeps_every_row(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    emb, head, other = torch.randn(5, 3), torch.randn(5, 3), torch.randn(3, 3)
+    save_file({"embed.weight": emb, "head.weight": head, "layer.weight": other}, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 5, "hidden_size": 3}))
+    gpt2_vocab.pad_vocabulary(tmp_path, 8)
+    out = load_file(tmp_path / "model.safetensors")
+    assert torch.equal(out["embed.weight"][:5], emb) and torch.equal(out["head.weight"][:5], head)
+    assert not out["embed.weight"][5:].any() and out["embed.weight"].shape == (8, 3)
+    assert torch.equal(out["layer.weight"], other)
+    assert json.loads((tmp_path / "config.json").read_text())["vocab_size"] == 8
