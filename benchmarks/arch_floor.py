@@ -1,7 +1,7 @@
 """The converted architecture's own floor: how close any positional emulation could come in a dtype.
 
     python benchmarks/arch_floor.py [--models demo,demo-mpt,demo-falcon] [--contexts 2048,8192]
-                                    [--dtypes bfloat16,float16]
+                                    [--dtypes bfloat16,float16] [--target gpt-neox|nemotron]
 
 ``fidelity.py``'s floor is the *source* model in a dtype with attention and its bias exact. A converted
 checkpoint differs from the source in more than its positional term: the attention scale 1/sqrt(hd) becomes
@@ -81,10 +81,12 @@ class FloorCase(NamedTuple):
     runs: dict
 
 
-def floor_cases(cache: Path, names: list[str], dtypes: list[str], contexts: list[int], window: int):
+def floor_cases(cache: Path, names: list[str], dtypes: list[str], contexts: list[int], window: int,
+                target: str = "gpt-neox"):
     """Yield a ``FloorCase`` per real-text model, context and dtype, its WORK directory alive until the next.
     Each model is converted per dtype as ``fidelity.py`` converts (planned for WINDOW, calibrated on the
-    model's calibration text), to ``arch-floor-{name}-{dtype}-{window}`` in CACHE."""
+    model's calibration text) onto TARGET, to ``arch-floor-{name}-{dtype}-{window}`` in CACHE (``-{target}``
+    appended for a target other than gpt-neox)."""
     from ropebridge.checkpoint.model import SourceModel
     from ropebridge.checkpoint.reference import reference_hidden
 
@@ -93,9 +95,10 @@ def floor_cases(cache: Path, names: list[str], dtypes: list[str], contexts: list
     for name, src in build_sources(cache, names).items():
         text = cache / f"calibration-{name}.txt"
         text.write_text(calibration_text(src))
-        dst = {dtype: cache / f"arch-floor-{name}-{dtype}-{window}" for dtype in dtypes}
+        suffix = "" if target == "gpt-neox" else f"-{target}"
+        dst = {dtype: cache / f"arch-floor-{name}-{dtype}-{window}{suffix}" for dtype in dtypes}
         for dtype, path in dst.items():
-            convert_for(src, path, dtype, window, text)
+            convert_for(src, path, dtype, window, text, target)
         model = SourceModel(src)
         for c in contexts:
             ids = tokens(name, src, c)
@@ -123,14 +126,17 @@ def main() -> int:
     p.add_argument("--contexts", default="2048,8192")
     p.add_argument("--dtypes", default="bfloat16,float16")
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "ropebridge-bench"))
+    p.add_argument("--target", default="gpt-neox", help="gpt-neox (arch_floor.json) or nemotron "
+                   "(arch_floor_nemotron.json)")
     args = p.parse_args()
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     contexts = [int(c) for c in args.contexts.split(",")]
     rows = []
     # as fidelity.py converts: planned for the longest context
-    for case in floor_cases(cache, args.models.split(","), args.dtypes.split(","), contexts, max(contexts)):
-        row = compare_case(case)
+    for case in floor_cases(cache, args.models.split(","), args.dtypes.split(","), contexts, max(contexts),
+                            args.target):
+        row = {**compare_case(case), "target": args.target}
         for w in ("arch", "converted"):
             row[f"{w}_over_floor"] = row[f"{w}_max_abs_logit_err"] / row["floor_max_abs_logit_err"]
         row["converted_over_arch"] = row["converted_max_abs_logit_err"] / row["arch_max_abs_logit_err"]
@@ -140,7 +146,8 @@ def main() -> int:
             "converted_max_abs_logit_err", "arch_over_floor", "converted_over_floor", "converted_over_arch",
             "floor_mean_kl", "arch_mean_kl", "converted_mean_kl"]
     print(table(rows, cols))
-    print(f"wrote {save('arch_floor', {'rows': rows})}")
+    name = "arch_floor" if args.target == "gpt-neox" else f"arch_floor_{args.target}"
+    print(f"wrote {save(name, {'command': ' '.join(['python', *sys.argv]), 'rows': rows})}")
     return 0
 
 

@@ -175,8 +175,8 @@ def markdown(rows: list[dict]) -> str:
         ppl = "" if r.get("reference_ppl") is None else " / ".join(
             num(r, k, "{:.2f}") for k in ("native_ppl", "floor_ppl", "converted_ppl", "reference_ppl"))
         label = NAMES.get(r["model"], r["model"]) + ("" if r.get("target", "gpt-neox") == "gpt-neox" else f", {r['target']}")
-        if "kernel" in r and r.get("rotary_dim") and r["dtype"] != "float32":  # rows measured with --kernel
-            label += f", R = {r['rotary_dim']}" + ("" if r.get("kernel", "any") == "any" else f" (--kernel {r['kernel']})")
+        if r.get("kernel", "any") != "any":
+            label += f", R = {r['rotary_dim']} (--kernel {r['kernel']})"
         out.append(f"| {label} | {r['dtype']} | {r['context']} | {native} | "
                    f"{num(r, 'floor_max_abs_logit_err')} | {num(r, 'converted_max_abs_logit_err')} | "
                    f"{num(r, 'ratio_max')} | {num(r, 'ratio_floor')} | {num(r, 'ratio_kl')} | {ppl} |")

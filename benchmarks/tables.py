@@ -131,6 +131,9 @@ def speed_ladder() -> str:
     decode = data["decode"]
     out.append(f"| decode after {data['decode_context']:,}, tok/s | " + " | ".join(
         _g(decode.get(v, {}).get("decode_tokens_per_s")) for v in variants) + " |")
+    if "decode_static" in data:
+        out.append(f"| decode after {data['decode_context']:,}, static KV cache, tok/s | " + " | ".join(
+            _g(data["decode_static"].get(v, {}).get("decode_tokens_per_s")) for v in variants) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -155,6 +158,26 @@ def arch_floor() -> str:
                    f"{_g(r['converted_max_abs_logit_err'], '{:.2g}')} | {_g(r['arch_over_floor'])} | "
                    f"{_g(r['converted_over_floor'])} | {r['floor_mean_kl']:.2g} / {r['arch_mean_kl']:.2g} / "
                    f"{r['converted_mean_kl']:.2g} |")
+    return "\n".join(out) + "\n"
+
+
+def targets_compared() -> str:
+    """``arch_floor.py --target nemotron`` beside ``arch_floor.py``, and ``target_spread.py``: the two ladders'
+    architecture floors, and their max error and KL segment by segment."""
+    neox = {(r["model"], r["dtype"], r["context"]): r for r in _rows("arch_floor")}
+    spread = _rows("target_spread")
+    out = ["| model | dtype | architecture floor at 2K / 8K: gpt-neox, nemotron | converted max err, nemotron / "
+           "gpt-neox, per 2K segment | KL, nemotron / gpt-neox, per segment |", "|---|---|---|---|---|"]
+    for r in (r for r in _rows("arch_floor_nemotron") if r["context"] == min(x["context"] for x in _rows("arch_floor_nemotron"))):
+        key = (r["model"], r["dtype"])
+        floors = [(neox[(*key, c)]["arch_max_abs_logit_err"], n["arch_max_abs_logit_err"])
+                  for c in sorted({x["context"] for x in _rows("arch_floor_nemotron")})
+                  for n in _rows("arch_floor_nemotron") if (n["model"], n["dtype"], n["context"]) == (*key, c)]
+        segs = [s for s in spread if (s["model"], s["dtype"]) == key]
+        out.append(f"| {NAMES.get(r['model'], r['model'])} | {r['dtype']} | "
+                   + " / ".join(f"{a:.2g}, {b:.2g}" for a, b in floors) + " | "
+                   + " ".join(f"{s['ratio_max']:.2f}" for s in segs) + " | "
+                   + " ".join(f"{s['ratio_kl']:.2f}" for s in segs) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -189,6 +212,11 @@ def _greedy(r: dict) -> str:
     return f"differs ({len(parts)} of {r.get('greedy_prompts')}, {len(hard)} not at a near-tie)"
 
 
+def _crash(r: dict) -> str:
+    """Which model's engine run crashed, and how: 'native crashed (signal 11)'."""
+    return "; ".join(f"{k} crashed ({v.split('(', 1)[1].split(')')[0]})" for k, v in r["crashed"].items())
+
+
 def _engine_rows(ladder: bool) -> list[dict]:
     rows = json.loads((RESULTS / "engines.json").read_text())
     return [r for r in rows if r["label"].startswith("ladder") == ladder]
@@ -199,6 +227,9 @@ def engines() -> str:
     out = ["| engine | model | settings | vs exact: native / converted | ratio vs exact | argmax agree | greedy | passes |",
            "|---|---|---|---|---:|---:|---|---|"]
     for r in _engine_rows(False):
+        if "crashed" in r:
+            out.append(f"| {r['engine']} | {r['model']} | {r['label']} | {_crash(r)} | — | — | — | no |")
+            continue
         out.append(f"| {r['engine']} | {r['model']} | {r['label']} | {_g(r['native_max_abs_logit_diff_vs_exact'], '{:.2g}')}"
                    f" / {_g(r['converted_max_abs_logit_diff_vs_exact'], '{:.2g}')} | {_g(r['ratio_vs_exact'], '{:.2g}')} | "
                    f"{_g(r['argmax_agreement'], '{:.4f}')} | {_greedy(r)} | {'yes' if r['passes'] else 'no'} |")
@@ -212,7 +243,12 @@ def engines_ladder() -> str:
     for r in _engine_rows(True):
         plan = r["settings"]["plan"]
         settings = r["label"].split("), ", 1)[-1].replace("engine converter as is, ", "")
-        out.append(f"| {plan['dtype']} plan, R = {plan['rotary_dim']}; {settings} | "
+        made = " (the recipe as printed)" if r["settings"].get("recipe") else ""
+        if "crashed" in r:
+            out.append(f"| {plan['dtype']} plan, R = {plan['rotary_dim']}{made}; {settings} | {_crash(r)} | — | — | — | — "
+                       "| no |")
+            continue
+        out.append(f"| {plan['dtype']} plan, R = {plan['rotary_dim']}{made}; {settings} | "
                    f"{_g(r['native_max_abs_logit_diff_vs_exact'], '{:.2g}')} / "
                    f"{_g(r['converted_max_abs_logit_diff_vs_exact'], '{:.2g}')} | {_g(r['ratio_vs_exact'], '{:.2g}')} | "
                    f"{r['native_mean_kl']:.2g} / {r['converted_mean_kl']:.2g} | {_g(r['argmax_agreement'], '{:.4f}')} | "
@@ -224,7 +260,7 @@ TABLES = {"window-guide": window_guide, "verdicts": verdicts, "default-shapes": 
           "convert-560m": convert_560m, "convert-width": convert_width, "speed-memory": speed_memory,
           "speed-ladder": speed_ladder, "fidelity": fidelity, "arch-floor": arch_floor,
           "rounding-budget": rounding_budget, "rounding-widths": rounding_widths,
-          "engines": engines, "engines-ladder": engines_ladder}
+          "engines": engines, "engines-ladder": engines_ladder, "targets-compared": targets_compared}
 
 
 def render(text: str) -> str:
