@@ -9,7 +9,8 @@ limit). Parameters are counted from the loaded models.
 Each (variant, length) runs in a child process (peak RSS is its own; an out-of-memory kill or a timeout is
 recorded as such) on a BLOOM-560M-shaped random checkpoint (24 layers, hidden 1024, 16 heads), float32,
 one sequence, ``logits_to_keep=1`` (a prefill's logits for all positions would need 1 GB per 1K tokens).
-Also decode tokens/s with the KV cache after a 2K prompt. Prints a table and writes
+Also decode tokens/s after a 2K prompt, with transformers' default KV cache (grown by concatenation every
+step) and with a static one (allocated once, written in place, as serving engines keep theirs). Prints a table and writes
 benchmarks/results/speed_memory.json (or speed_memory_quick.json).
 """
 
@@ -39,11 +40,15 @@ if mode == "limit":  # the converted model without its emulation pair: zero the 
 ids = torch.randint(0, 1000, (1, length), generator=torch.Generator().manual_seed(0))
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 with torch.no_grad():
-    if mode == "decode":
+    if mode in ("decode", "decode-static"):
+        n = 32
+        # decode: transformers' DynamicCache (grown by concatenation every step); decode-static: a cache
+        # allocated once for prompt + n tokens and written in place, as serving engines keep theirs
+        cache = T.StaticCache(config=model.config, max_cache_len=length + n) if mode == "decode-static" else None
         t = time.perf_counter()
-        out = model(ids, use_cache=True, logits_to_keep=1)
+        out = model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
         prefill = time.perf_counter() - t
-        cache, nxt, n = out.past_key_values, out.logits[:, -1:].argmax(-1), 32
+        cache, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
         t = time.perf_counter()
         for _ in range(n):
             out = model(nxt, past_key_values=cache, use_cache=True)
@@ -110,8 +115,9 @@ def main() -> int:
             rows.append({"length": length, "variant": variant, **r})
             print(json.dumps(rows[-1]), flush=True)
     decode_len = 512 if args.quick else 2048
-    decode = {v: run_child(path, decode_len, "decode", args.timeout)
-              for v, path in (("native", src), ("converted", dst), ("ladder", ladder), ("nemotron", nemotron))}
+    decoders = (("native", src), ("converted", dst), ("ladder", ladder), ("nemotron", nemotron))
+    decode = {v: run_child(path, decode_len, "decode", args.timeout) for v, path in decoders}
+    decode_static = {v: run_child(path, decode_len, "decode-static", args.timeout) for v, path in decoders}
     summary = []
     for length in lengths:
         by = {r["variant"]: r for r in rows if r["length"] == length}
@@ -140,12 +146,14 @@ def main() -> int:
           f"converted {decode['converted'].get('decode_tokens_per_s', decode['converted']['status'])}, "
           f"ladder {decode['ladder'].get('decode_tokens_per_s', decode['ladder']['status'])}, "
           f"nemotron {decode['nemotron'].get('decode_tokens_per_s', decode['nemotron']['status'])}")
+    print("the same with a static KV cache: " + ", ".join(
+        f"{v} {r.get('decode_tokens_per_s', r['status'])}" for v, r in decode_static.items()))
     name = "speed_memory_quick" if args.quick else "speed_memory"
     if args.lengths:  # a partial run keeps the default run's file
         name += "_" + "_".join(str(n) for n in lengths)
     path = save(name,
                 {"layers": layers, "vocab": vocab, "runs": rows, "summary": summary, "decode_context": decode_len,
-                 "decode": decode})
+                 "decode": decode, "decode_static": decode_static})
     print(f"wrote {path}")
     return 0
 
