@@ -24,7 +24,6 @@ Writes benchmarks/results/vllm_serve.json and prints a table.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import subprocess
 import sys

@@ -281,13 +281,12 @@ def main(argv: list[str] | None = None) -> int:
         selected = select(name, engines, args.quick, args.threads, args.context)
         ladders = {key: plan for key, plan in LADDERS.items() if key in {r.checkpoint for r in selected}}
         due = [r for r, rec in RECIPES.items() if rec.model == (name, window) and rec.engine in env and not args.quick]
+        # the README's recipes this run reproduces, run as printed in one directory; what they make is measured
         where = recipes.run(due, work, {r: env[RECIPES[r].engine] for r in due}) if due else None
-        made = {r: where for r in due}  # the README's recipes this run reproduces -> where they wrote
-        given = {key: made[r] / path for r, rec in RECIPES.items() if r in made for key, path in rec.checkpoints.items()}
+        given = {key: where / path for r in due for key, path in RECIPES[r].checkpoints.items()}
         floors = {key: ladder_floors(name, window, ladder) for key, ladder in ladders.items() if key not in given}
         converted = {**convert_rope(native, work, window, floors, {r.checkpoint for r in selected}), **given}
-        overrides = {(rec.engine, key): made[r] / path for r, rec in RECIPES.items() if r in made
-                     for key, path in rec.artefacts.items()}
+        overrides = {(RECIPES[r].engine, key): where / path for r in due for key, path in RECIPES[r].artefacts.items()}
         for engine in engines:
             log.info("%s: %s", name, engine)
             runs += engine_runs(engine, env[engine], name, native, converted, work, ref, args, selected,

@@ -23,9 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-TARGET_TYPES = {"gpt_neox": "gpt-neox", "nemotron": "nemotron"}
-
-
 @dataclass(frozen=True)
 class Geometry:
     """Shapes that decide the KV cache and the splits. ``family``: an ALiBi source's ('bloom', 'mpt',
