@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import bloom_560m_shaped, save, table
+from _common import RESULTS, bloom_560m_shaped, save, table
 
 CHILD = r"""
 import json, resource, sys, time, torch
@@ -76,12 +76,26 @@ def run_child(path: Path, length: int, mode: str, timeout: float) -> dict:
     return {"status": "ok", **json.loads(out.stdout.strip().splitlines()[-1])}
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median decode tokens/s of RUNS (the lower middle of an even count), every run's tokens/s
+    beside it; the first failure if any run failed."""
+    ok = [r for r in runs if r["status"] == "ok"]
+    if len(ok) < len(runs):
+        return next(r for r in runs if r["status"] != "ok")
+    ranked = sorted(ok, key=lambda r: r["decode_tokens_per_s"])
+    return {**ranked[(len(ranked) - 1) // 2], "runs_tokens_per_s": [r["decode_tokens_per_s"] for r in runs]}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="4 layers, vocab 32000, lengths 512 and 1024")
     p.add_argument("--lengths", help="comma-separated prefill lengths")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per child run")
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "ropebridge-bench"))
+    p.add_argument("--decode-repeats", type=int, default=1,
+                   help="decode runs per variant and cache, interleaved; the median is reported, every run kept")
+    p.add_argument("--decode-only", action="store_true",
+                   help="measure decode only; the prefill rows of the stored results file are kept")
     args = p.parse_args()
     layers, vocab = (4, 32000) if args.quick else (24, 250880)
     lengths = [int(x) for x in (args.lengths or ("512,1024" if args.quick else "1024,2048,4096,8192,16384")).split(",")]
@@ -109,17 +123,25 @@ def main() -> int:
     rows = []
     variants = (("native", src, "prefill"), ("converted", dst, "prefill"), ("ladder", ladder, "prefill"),
                 ("nemotron", nemotron, "prefill"), ("limit", dst, "limit"))
-    for length in lengths:
+    for length in ([] if args.decode_only else lengths):
         for variant, path, mode in variants:
             r = run_child(path, length, mode, args.timeout)
             rows.append({"length": length, "variant": variant, **r})
             print(json.dumps(rows[-1]), flush=True)
     decode_len = 512 if args.quick else 2048
     decoders = (("native", src), ("converted", dst), ("ladder", ladder), ("nemotron", nemotron))
-    decode = {v: run_child(path, decode_len, "decode", args.timeout) for v, path in decoders}
-    decode_static = {v: run_child(path, decode_len, "decode-static", args.timeout) for v, path in decoders}
-    summary = []
-    for length in lengths:
+    runs = {mode: {v: [] for v, _ in decoders} for mode in ("decode", "decode-static")}
+    for _ in range(args.decode_repeats):  # interleaved: a slow spell of the machine hits every variant alike
+        for mode in runs:
+            for v, path in decoders:
+                runs[mode][v].append(run_child(path, decode_len, mode, args.timeout))
+    decode, decode_static = ({v: median_run(r) for v, r in runs[mode].items()} for mode in ("decode", "decode-static"))
+    name = "speed_memory_quick" if args.quick else "speed_memory"
+    if args.lengths:  # a partial run keeps the default run's file
+        name += "_" + "_".join(str(n) for n in lengths)
+    stored = json.loads((RESULTS / f"{name}.json").read_text()) if args.decode_only else {}
+    rows, summary = stored.get("runs", rows), stored.get("summary", [])
+    for length in ([] if args.decode_only else lengths):
         by = {r["variant"]: r for r in rows if r["length"] == length}
         row = {"length": length}
         for v in ("native", "converted", "ladder", "nemotron", "limit"):
@@ -148,12 +170,9 @@ def main() -> int:
           f"nemotron {decode['nemotron'].get('decode_tokens_per_s', decode['nemotron']['status'])}")
     print("the same with a static KV cache: " + ", ".join(
         f"{v} {r.get('decode_tokens_per_s', r['status'])}" for v, r in decode_static.items()))
-    name = "speed_memory_quick" if args.quick else "speed_memory"
-    if args.lengths:  # a partial run keeps the default run's file
-        name += "_" + "_".join(str(n) for n in lengths)
     path = save(name,
                 {"layers": layers, "vocab": vocab, "runs": rows, "summary": summary, "decode_context": decode_len,
-                 "decode": decode, "decode_static": decode_static})
+                 "decode": decode, "decode_static": decode_static, "decode_repeats": args.decode_repeats})
     print(f"wrote {path}")
     return 0
 

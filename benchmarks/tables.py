@@ -129,10 +129,12 @@ def speed_ladder() -> str:
         out.append(f"| prefill {r['length']:,} tokens, tok/s | " + " | ".join(_g(r[f"{v}_tok_s"]) for v in variants) + " |")
         out.append(f"| peak RSS at {r['length']:,}, MB | " + " | ".join(_g(r[f"{v}_rss_mb"], "{:.0f}") for v in variants) + " |")
     decode = data["decode"]
-    out.append(f"| decode after {data['decode_context']:,}, tok/s | " + " | ".join(
+    n = data.get("decode_repeats", 1)
+    of = f" (median of {n})" if n > 1 else ""
+    out.append(f"| decode after {data['decode_context']:,}, tok/s{of} | " + " | ".join(
         _g(decode.get(v, {}).get("decode_tokens_per_s")) for v in variants) + " |")
     if "decode_static" in data:
-        out.append(f"| decode after {data['decode_context']:,}, static KV cache, tok/s | " + " | ".join(
+        out.append(f"| decode after {data['decode_context']:,}, static KV cache, tok/s{of} | " + " | ".join(
             _g(data["decode_static"].get(v, {}).get("decode_tokens_per_s")) for v in variants) + " |")
     return "\n".join(out) + "\n"
 
