@@ -31,11 +31,9 @@ MODELS = {
 WINDOW, DTYPE = 8192, "bfloat16"  # the ladder planned for an 8K window in bfloat16
 GPUS, GPU_BYTES, UTILIZATION = 8, 80 * 2**30, 0.9  # 8 x H100 80 GB, vLLM's default gpu_memory_utilization
 CONTEXTS = (2048, 8192, 32768)
-VARIANTS = {  # column: the convert request beyond window and dtype; BLOOM-176B also R = 16 and R = 64
-    "gpt-neox": {}, "nemotron": {"target": "nemotron"},
-}
-EXTRA = {"BLOOM-176B": {"gpt-neox, --rotary-dim 16": {"rotary_dim": 16},
-                        "nemotron, --kernel fa3": {"target": "nemotron", "kernel": "fa3"}}}
+VARIANTS = {"gpt-neox": {}, "nemotron": {"target": "nemotron"}}  # column: the request beyond window and dtype
+COLUMNS = {"BLOOM-176B": {"gpt-neox, --rotary-dim 16": {"rotary_dim": 16}, **VARIANTS,  # also R = 16 and R = 64
+                          "nemotron, --kernel fa3": {"target": "nemotron", "kernel": "fa3"}}}
 
 
 def columns(name: str, work: Path) -> list[tuple[str, Geometry, int]]:
@@ -44,8 +42,7 @@ def columns(name: str, work: Path) -> list[tuple[str, Geometry, int]]:
     params = shape_only_checkpoint(MODELS[name], src)
     native = Geometry.from_config(json.loads((src / "config.json").read_text()))
     out = [(f"native {name}", native, params)]
-    variants = {**VARIANTS, **EXTRA.get(name, {})}
-    for label, extra in sorted(variants.items(), key=lambda kv: ("nemotron" in kv[0], kv[1].get("rotary_dim", 99))):
+    for label, extra in COLUMNS.get(name, VARIANTS).items():
         n, config = converted_checkpoint(src, PlanRequest(window=WINDOW, dtype=DTYPE, **extra))
         g = Geometry.from_config(config)
         out.append((f"{label}, head dim {g.head_dim} (R = {g.head_dim - native.head_dim})", g, n))

@@ -23,6 +23,7 @@ loads the single-pair forms silently wrong (its linear or proportional scaling i
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -144,15 +145,18 @@ def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> No
 
     ones = torch.ones(d, dtype=torch.float64)
 
-    def scales(wb) -> torch.Tensor:  # (D,): the columns of the layers reading this LayerNorm
+    @functools.cache
+    def scales(i: int | None, which: str) -> torch.Tensor:  # (D,): LayerNorm (i, which)'s readers' columns, once
+        wb = src.final_norm() if i is None else src.norm(i, which)
         return ln1p_scales(wb[0], writer.dtype) if one_p else ones
 
-    def norm(wb):
+    def norm(i: int | None, which: str):  # LayerNorm (i, which) as stored; i None: the final one
         # LayerNorm1P adds 1 in the model's dtype: storing dtype(w)/c - 1 makes that sum exactly dtype(w)/c
         # (ln1p_scales); dtype(w - 1) would round twice (a tenth of the demo models' weights in bfloat16)
+        wb = src.final_norm() if i is None else src.norm(i, which)
         if not one_p:
             return wb
-        c = scales(wb)
+        c = scales(i, which)
         return wb[0].to(writer.dtype).double() / c - 1, wb[1].to(writer.dtype).double() / c
 
     def rows_of(i: int, which: str, columns: Callable[[], torch.Tensor] | None = None) -> Callable[[int, int], torch.Tensor]:
@@ -164,26 +168,26 @@ def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> No
     for i in range(info.n_layers):
         p = f"model.layers.{i}."
         for name, which in (("input_layernorm", "ln1"), ("post_attention_layernorm", "ln2")):
-            writer.add(p + name + ".weight", (d,), single(lambda i=i, w=which: norm(src.norm(i, w))[0]))
-            writer.add(p + name + ".bias", (d,), single(lambda i=i, w=which: norm(src.norm(i, w))[1]))
+            writer.add(p + name + ".weight", (d,), single(lambda i=i, w=which: norm(i, w)[0]))
+            writer.add(p + name + ".bias", (d,), single(lambda i=i, w=which: norm(i, w)[1]))
         for part, x in enumerate("qkv"):
             writer.add(p + f"self_attn.{x}_proj.weight", (h * lay.head_dim, d),
                        row_blocks(lambda a, b, i=i, part=part: _proj_heads(src, i, lay, part, a, b, writer.dtype,
-                                                                           scales(src.norm(i, "ln1"))),
+                                                                           scales(i, "ln1")),
                                   h, 8 * lay.head_dim * d))
             writer.add(p + f"self_attn.{x}_proj.bias", (h * lay.head_dim,), single(lambda i=i, part=part: _proj_bias(src, i, lay, part)))
         writer.add(p + "self_attn.o_proj.weight", (d, h * lay.head_dim),
                    row_blocks(lambda a, b, i=i: _o_rows(src, i, lay, a, b, writer.dtype), d, 8 * h * lay.head_dim))
         writer.add(p + "self_attn.o_proj.bias", (d,), single(lambda i=i: src.bias(i, "o", WORK)))
         writer.add(p + f"mlp.{up}.weight", (f, d),
-                   row_blocks(rows_of(i, "up", lambda i=i: scales(src.norm(i, "ln2"))), f, 8 * d))
+                   row_blocks(rows_of(i, "up", lambda i=i: scales(i, "ln2")), f, 8 * d))
         writer.add(p + f"mlp.{up}.bias", (f,), single(lambda i=i: src.bias(i, "up", WORK)))
         writer.add(p + f"mlp.{down}.weight", (d, f), row_blocks(rows_of(i, "down"), d, 8 * f))
         writer.add(p + f"mlp.{down}.bias", (d,), single(lambda i=i: src.bias(i, "down", WORK)))
-    writer.add("model.norm.weight", (d,), single(lambda: norm(src.final_norm())[0]))
-    writer.add("model.norm.bias", (d,), single(lambda: norm(src.final_norm())[1]))
+    writer.add("model.norm.weight", (d,), single(lambda: norm(None, "ln_f")[0]))
+    writer.add("model.norm.bias", (d,), single(lambda: norm(None, "ln_f")[1]))
     writer.add("lm_head.weight", (v, d),
-               row_blocks(lambda a, b: (src.head_rows(a, b) * scales(src.final_norm())).to(writer.dtype), v, 8 * d))
+               row_blocks(lambda a, b: (src.head_rows(a, b) * scales(None, "ln_f")).to(writer.dtype), v, 8 * d))
 
 
 def config(src: SourceModel, lay: CompactLayout, plan: EmulationPlan, dtype: str) -> dict:
