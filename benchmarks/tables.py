@@ -229,10 +229,11 @@ def engines() -> str:
     out = ["| engine | model | settings | vs exact: native / converted | ratio vs exact | argmax agree | greedy | passes |",
            "|---|---|---|---|---:|---:|---|---|"]
     for r in _engine_rows(False):
+        label = r["label"] + (" (the recipe as printed)" if r["settings"].get("recipe") else "")
         if "crashed" in r:
-            out.append(f"| {r['engine']} | {r['model']} | {r['label']} | {_crash(r)} | — | — | — | no |")
+            out.append(f"| {r['engine']} | {r['model']} | {label} | {_crash(r)} | — | — | — | no |")
             continue
-        out.append(f"| {r['engine']} | {r['model']} | {r['label']} | {_g(r['native_max_abs_logit_diff_vs_exact'], '{:.2g}')}"
+        out.append(f"| {r['engine']} | {r['model']} | {label} | {_g(r['native_max_abs_logit_diff_vs_exact'], '{:.2g}')}"
                    f" / {_g(r['converted_max_abs_logit_diff_vs_exact'], '{:.2g}')} | {_g(r['ratio_vs_exact'], '{:.2g}')} | "
                    f"{_g(r['argmax_agreement'], '{:.4f}')} | {_greedy(r)} | {'yes' if r['passes'] else 'no'} |")
     return "\n".join(out) + "\n"

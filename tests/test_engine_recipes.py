@@ -46,3 +46,16 @@ def test_padding_the_vocabulary_keeps_every_row(tmp_path):
     assert not out["embed.weight"][5:].any() and out["embed.weight"].shape == (8, 3)
     assert torch.equal(out["layer.weight"], other)
     assert json.loads((tmp_path / "config.json").read_text())["vocab_size"] == 8
+
+
+def test_an_unpadded_vocabulary_compares_as_the_padded_model(tmp_path):
+    import numpy as np
+    from _compare import against_reference
+
+    rng = np.random.default_rng(0)
+    hidden, head = rng.standard_normal((6, 4)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)
+    padded = np.concatenate([head, np.zeros((3, 4), np.float32)])  # (8, 4): the demo's rows padded with zeros
+    np.save(tmp_path / "ref.npy", (hidden + 0.01) @ padded.T)  # (6, 8)
+    unpadded, full = against_reference(hidden @ head.T, str(tmp_path / "ref.npy")), \
+        against_reference(hidden @ padded.T, str(tmp_path / "ref.npy"))
+    assert unpadded == full and len(unpadded["argmax"]) == 6

@@ -11,14 +11,17 @@ def against_references(logits: np.ndarray, references: dict[str, str]) -> dict:
 
 
 def against_reference(logits: np.ndarray, reference_path: str) -> dict:
-    """logits: (s, V) float32 from the engine; the reference (s, V) .npy is memory-mapped.
+    """logits: (s, V') float32 from the engine; the reference (s, V) .npy is memory-mapped.
 
     Returns max |Δlogit| per position, the engine's argmax per position and the mean KL(reference || engine)
-    per position, all computed in float64."""
+    per position, all computed in float64. V' < V: the engine ran the model without the zero rows that pad
+    the reference's vocabulary (the demo model in a recipe: no GPT-2 vocabulary step), whose logits are
+    exactly 0 (a zero row, no bias); they are compared as those zeros."""
     ref = np.load(reference_path, mmap_mode="r")
-    s = ref.shape[0]
+    s, v = ref.shape
     assert logits.shape[0] >= s, (logits.shape, ref.shape)
-    v = ref.shape[1]
+    if logits.shape[1] < v:
+        logits = np.concatenate([logits[:s], np.zeros((s, v - logits.shape[1]), logits.dtype)], axis=1)  # (s, V)
     max_abs, argmax, kl = [], [], []
     for lo in range(0, s, BLOCK):
         a = np.asarray(logits[lo:lo + BLOCK, :v], dtype=np.float64)  # (blk, V)

@@ -3,8 +3,9 @@
 A recipe is a ``bash`` block after ``<!-- recipe: NAME -->``. The recipes run with ``bash -e``, in the README's
 order, in one directory under the work directory, as a user would run them from a checkout of ropebridge with
 llama.cpp cloned beside it: ``llama.cpp`` and ``benchmarks`` are links there (to the llama.cpp tree of the engine's source
-distribution and to this checkout's benchmarks), and ``python`` and ``ropebridge`` on ``PATH`` are the engine
-environment's Python (llama.cpp's requirements) and this checkout's ropebridge.
+distribution and to this checkout's benchmarks), and ``python`` and ``ropebridge`` on ``PATH`` are the recipe's engine
+environment's Python (llama.cpp's requirements, or ``ctranslate2`` with transformers 4.x) and this checkout's
+ropebridge.
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ RECIPES = {
     "llama.cpp-float32": Recipe("llama.cpp", ("demo", 2048), artefacts={"converted+base": "demo-f32-base.gguf"}),
     "llama.cpp-float16": Recipe("llama.cpp", ("demo", 2048), checkpoints={"ladder": "demo-f16"},
                                 artefacts={"ladder-f16": "demo-f16.gguf"}),
+    "ctranslate2-float32": Recipe("ctranslate2", ("demo", 2048), artefacts={"converted+base+fold": "demo-ct2"}),
 }
 
 
@@ -170,7 +171,9 @@ def rows(name: str, threads: int, context: int = 2048) -> list[Row]:
                                 **recipe}, checkpoint=prefix))
     ct2 = {"threads": threads, "compute_type": "float32", "device": "cpu"}
     for label, (key, described) in CT2_SETTINGS.items():
-        out.append(Row("ctranslate2", label, "native", key, ct2, described, quick=label == RECOMMENDED_CT2))
+        made = recipe_of("ctranslate2", (name, context), key)
+        out.append(Row("ctranslate2", label, "native", key, ct2, {**described, **({"recipe": made} if made else {})},
+                       quick=label == RECOMMENDED_CT2))
     out.append(Row("ctranslate2", FIXED_BASE_LABEL, "native", "converted-base10000", ct2,
                    {"rotary_base": "converter's (10000)", "plan": FIXED_BASE}, checkpoint="converted-base10000"))
     hf4 = {"threads": threads, "dtype": "float32"}
