@@ -43,7 +43,7 @@ def converted_112(tmp_path_factory):
 
 
 @pytest.mark.parametrize("family", ["bloom-4heads", "mpt", "falcon-rw"])
-@pytest.mark.parametrize("target", ["gpt-neox", "nemotron"])
+@pytest.mark.parametrize("target", ["gpt-neox", "nemotron", "starcoder2"])
 def test_counts_from_shapes_are_what_convert_stores(family, target, tmp_path):
     src = build(tmp_path / "src", family)
     config = json.loads((src / "config.json").read_text())
@@ -54,6 +54,10 @@ def test_counts_from_shapes_are_what_convert_stores(family, target, tmp_path):
     assert params == stored_params(dst)
     assert predicted_config == json.loads((dst / "config.json").read_text())
     geo = Geometry.from_config(predicted_config)
+    assert (geo.family, geo.layers) == (target, config_layers(config))
+    reader = CheckpointReader(dst)  # the key rows convert stored: kv_heads * head_dim (GPT-NeoX: fused, 3 h hd)
+    key = next(n for n in reader.names() if n.endswith(("k_proj.weight", "query_key_value.weight")))
+    assert reader.shape(key)[0] == (3 * geo.heads if "query_key_value" in key else geo.kv_heads) * geo.head_dim
     assert geo.kv_bytes_per_token(2) == 2 * config_layers(config) * geo.heads * geo.head_dim * 2
 
 
@@ -72,6 +76,10 @@ def test_geometry_reads_every_family(converted_112):
     mq = {"model_type": "falcon", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 8,
           "vocab_size": 10, "alibi": True, "multi_query": True, "parallel_attn": False}
     assert Geometry.from_config(mq).kv_heads == 1  # multi-query: one key/value head in the native cache
+    for flag in (True, False, None):  # None: no key, FalconConfig's default (multi-query)
+        config = {k: v for k, v in {**mq, "multi_query": flag}.items() if v is not None}
+        expected = 1 if T.FalconConfig(**config).multi_query else 8
+        assert Geometry.from_config(config).kv_heads == expected, flag
 
 
 def test_converted_checkpoint_splits_evenly(converted_112, tmp_path):

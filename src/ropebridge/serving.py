@@ -23,10 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .targets import TARGETS, of_model_type
+
+
 @dataclass(frozen=True)
 class Geometry:
     """Shapes that decide the KV cache and the splits. ``family``: an ALiBi source's ('bloom', 'mpt',
-    'falcon') or a target's ('gpt-neox', 'nemotron'); ``hidden`` is the residual width (D' = h hd' for
+    'falcon') or a target's (a name of ``targets.TARGETS``); ``hidden`` is the residual width (D' = h hd' for
     GPT-NeoX's padded stream); ``kv_heads`` the key/value heads the cache holds."""
 
     family: str
@@ -44,22 +47,15 @@ class Geometry:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Geometry:
-        """From an ALiBi source's ``config.json`` (as a dict; BLOOM, MPT, Falcon) or a converted one's
-        (GPT-NeoX, Nemotron)."""
-        kind = config.get("model_type")
-        if kind == "gpt_neox":
-            d, h = config["hidden_size"], config["num_attention_heads"]
-            return cls("gpt-neox", config["num_hidden_layers"], h, h, d // h, d, config["intermediate_size"])
-        if kind == "nemotron":
-            h = config["num_attention_heads"]
-            return cls("nemotron", config["num_hidden_layers"], h, config.get("num_key_value_heads") or h,
-                       config["head_dim"], config["hidden_size"], config["intermediate_size"])
+        """From an ALiBi source's ``config.json`` (as a dict; BLOOM, MPT, Falcon) or a converted one's (any entry
+        of ``targets.TARGETS``, read by the target's own ``shapes``)."""
+        target = of_model_type(config.get("model_type"))
+        if target is not None:
+            return cls(target.name, **target.code().shapes(config))
         from .checkpoint.config import from_config
 
         info = from_config(config)  # an ALiBi source, or ValueError naming what it is
-        kv = 1 if info.family == "falcon" and config.get("multi_query") and not config.get(
-            "new_decoder_architecture") else info.n_heads
-        return cls(info.family, info.n_layers, info.n_heads, kv, info.head_dim, info.hidden_size,
+        return cls(info.family, info.n_layers, info.n_heads, info.kv_heads, info.head_dim, info.hidden_size,
                    info.intermediate_size)
 
     def kv_bytes_per_token(self, itemsize: int = 2) -> int:
@@ -106,8 +102,6 @@ def converted_checkpoint(src_dir: str | Path, request) -> tuple[int, dict]:
 
     from .checkpoint.tensor_io import ShardWriter
     from .planning import plan_checkpoint
-    from .targets import TARGETS
-
     plan, model = plan_checkpoint(src_dir, request)
     code = TARGETS[request.target].code()
     layout = code.layout(model, plan)

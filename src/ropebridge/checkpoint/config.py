@@ -45,6 +45,7 @@ class SourceInfo(AlibiSource):
     """A whole source checkpoint's geometry as its config gives it (read once, by ``from_config``)."""
 
     vocab_size: int = 0
+    kv_heads: int = 0  # key/value heads: n_heads, or 1 for a multi-query Falcon (``from_config``)
     hidden_size: int = 0
     intermediate_size: int = 0
     n_layers: int = 0
@@ -111,9 +112,10 @@ def _falcon(c, d, hd) -> dict[str, Any]:
     act = c.get("activation", "gelu")
     if act != "gelu":
         raise ValueError(f"Falcon activation {act!r} is not supported (only gelu)")
+    kv_heads = 1 if c.get("multi_query", True) else d // hd  # FalconConfig's default is multi_query=True
     return dict(max_bias=8.0, eps=c.get("layer_norm_epsilon", 1e-5), activation=act,
                 parallel=bool(c.get("parallel_attn", True)), intermediate_size=c.get("ffn_hidden_size") or 4 * d,
-                qk_scale=1 / math.sqrt(hd))
+                qk_scale=1 / math.sqrt(hd), kv_heads=kv_heads)
 
 
 def _h_names(i: int) -> dict[str, str]:
@@ -194,6 +196,7 @@ def from_config(config: Mapping[str, Any] | str | Path) -> SourceInfo:
     layers, vocab = _first(config, spec.layers), config.get("vocab_size")
     slopes = family_slopes(spec.name, heads, head_dim, details["max_bias"])
     return SourceInfo(spec.name, heads, head_dim, details.pop("max_bias"), slopes, path,
-                      vocab_size=int(vocab or 0), hidden_size=hidden, n_layers=int(layers or 0),
+                      vocab_size=int(vocab or 0), kv_heads=int(details.pop("kv_heads", heads)),
+                      hidden_size=hidden, n_layers=int(layers or 0),
                       eps=float(details.pop("eps")), intermediate_size=int(details.pop("intermediate_size")),
                       qk_scale=float(details.pop("qk_scale")), config=config, **details)

@@ -97,11 +97,10 @@ class SourceModel:
         return out
 
     def qkv_rows(self) -> int:
-        """The fused QKV's row count the config implies: 3 h hd, or (h + 2) hd for a multi-query Falcon."""
+        """The fused QKV's row count the config implies: (h + 2 kv) hd: 3 h hd, or (h + 2) hd for a multi-query
+        Falcon."""
         info = self.info
-        if info.family == "falcon" and self.config.get("multi_query", True):
-            return (info.n_heads + 2) * info.head_dim
-        return 3 * info.n_heads * info.head_dim
+        return (info.n_heads + 2 * info.kv_heads) * info.head_dim
 
     def _check_shapes(self) -> None:
         """Every tensor's shape and dtype against ``expected_shapes`` before any byte is read: a missing tensor,

@@ -1,9 +1,11 @@
 """Targets: the stock architectures a converted checkpoint takes, as one table of entries with one interface.
 
-Each ``Target`` names its transformers class, the emulations it can carry, whether it rotates a block of
-``base^(-2r/R)`` pairs, and the engines that run it; its code (``Target.code()``, imported when a conversion needs
-it) provides ``layout(src, plan)``, ``add_tensors(src, layout, writer)``, ``config(src, layout, plan, dtype)`` and
-``geometry(src, layout)`` (the numbers recorded in ``ropebridge.json``). ``docs/targets.md`` compares them.
+Each ``Target`` names its transformers class and ``model_type``, the emulations it can carry, whether it rotates a
+block of ``base^(-2r/R)`` pairs, and the engines that run it; its code (``Target.code()``, imported when a conversion
+needs it) provides ``layout(src, plan)``, ``add_tensors(src, layout, writer)``, ``config(src, layout, plan, dtype)``,
+``geometry(src, layout)`` (the numbers recorded in ``ropebridge.json``) and ``shapes(config)`` (what a converted
+``config.json`` says is served: layers, heads, kv_heads, head_dim, hidden, intermediate). ``docs/targets.md``
+compares them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from types import ModuleType
 class Target:
     name: str
     architecture: str  # the transformers class a converted checkpoint names
+    model_type: str  # its config.json's model_type
     emulations: tuple[str, ...]  # strategies of ``emulation.STRATEGIES`` it can carry
     rotary_block: bool  # the single pair is a pair of a base^(-2r/R) block (else it turns at a free theta)
     module: str  # its code, in this package
@@ -37,11 +40,16 @@ class Target:
         return importlib.import_module(f"{__name__}.{self.module}")
 
 
+def of_model_type(model_type: str | None) -> Target | None:
+    """The target whose converted checkpoints carry ``model_type``, or None."""
+    return next((t for t in TARGETS.values() if t.model_type == model_type), None)
+
+
 TARGETS = {t.name: t for t in (
-    Target("gpt-neox", "GPTNeoXForCausalLM", ("ladder", "single", "fixed-base"), True, "gpt_neox",
+    Target("gpt-neox", "GPTNeoXForCausalLM", "gpt_neox", ("ladder", "single", "fixed-base"), True, "gpt_neox",
            "transformers 4.x/5.x, vLLM, TensorRT-LLM (TensorRT backend), llama.cpp, CTranslate2"),
-    Target("starcoder2", "Starcoder2ForCausalLM", ("single",), False, "starcoder2",
+    Target("starcoder2", "Starcoder2ForCausalLM", "starcoder2", ("single",), False, "starcoder2",
            "transformers 5.x"),
-    Target("nemotron", "NemotronForCausalLM", ("ladder", "single"), False, "nemotron",
+    Target("nemotron", "NemotronForCausalLM", "nemotron", ("ladder", "single"), False, "nemotron",
            "transformers 5.x (4.x with the ladder), vLLM"),
 )}

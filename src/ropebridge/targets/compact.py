@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -215,6 +215,14 @@ def config(src: SourceModel, lay: CompactLayout, plan: EmulationPlan, dtype: str
                 "rope_parameters": {"rope_type": "default", "rope_theta": lay.base, "partial_rotary_factor": prf}}
     return {**nemotron, "rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 1.0 / lay.theta,
                                             "partial_rotary_factor": prf}}
+
+
+def shapes(config: Mapping[str, Any]) -> dict:
+    """What a compact target's ``config.json`` serves: its own ``head_dim``, the residual at ``hidden_size``."""
+    h = config["num_attention_heads"]
+    return {"layers": config["num_hidden_layers"], "heads": h, "kv_heads": config.get("num_key_value_heads") or h,
+            "head_dim": config["head_dim"], "hidden": config["hidden_size"],
+            "intermediate": config["intermediate_size"]}
 
 
 def geometry(src: SourceModel, lay: CompactLayout) -> dict:

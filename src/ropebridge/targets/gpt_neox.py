@@ -20,9 +20,9 @@ plan's N and M (stated for 1/sqrt(hd)) become ``N' = N sqrt(hd'/hd)``, ``M' = M 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -241,6 +241,14 @@ def config(src: SourceModel, lay: NeoxLayout, plan: EmulationPlan, dtype: str) -
         "torch_dtype": dtype,
         "dtype": dtype,
     }
+
+
+def shapes(config: Mapping[str, Any]) -> dict:
+    """What a GPT-NeoX ``config.json`` serves: head dim hidden / heads (the residual padded to h hd'), one key/value
+    head per head."""
+    d, h = config["hidden_size"], config["num_attention_heads"]
+    return {"layers": config["num_hidden_layers"], "heads": h, "kv_heads": h, "head_dim": d // h, "hidden": d,
+            "intermediate": config["intermediate_size"]}
 
 
 def geometry(src: SourceModel, lay: NeoxLayout) -> dict:

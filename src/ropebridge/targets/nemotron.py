@@ -7,4 +7,4 @@ from functools import partial
 from . import compact
 
 layout = partial(compact.layout, target="nemotron")
-add_tensors, config, geometry = compact.add_tensors, compact.config, compact.geometry
+add_tensors, config, geometry, shapes = compact.add_tensors, compact.config, compact.geometry, compact.shapes
