@@ -40,6 +40,22 @@ def test_the_checker_can_fail():
     assert samples.mismatches(["3 pairs"], ["4 pairs"])
 
 
+def test_a_half_precision_measurement_is_compared_at_its_dtype():
+    head = "bloom (eager) vs converted, {}, 1024 tokens"
+    sample = [head.format("bfloat16"), "  vs exact float64 ALiBi  native 4.841e+00, converted 5.224e-01"]
+    other_machine = [head.format("bfloat16"), "  vs exact float64 ALiBi  native 4.841e+00, converted 5.050e-01"]
+    assert samples.tolerance(sample) == 2**-4 and samples.tolerance(["wrote x (gpt-neox, bfloat16)"]) == samples.REL
+    assert samples.mismatches(sample, other_machine) == []  # 3.4%: another CPU's bfloat16 kernels
+    assert samples.mismatches(sample, [sample[0], "  vs exact float64 ALiBi  native 4.841e+00, converted 5.6e-01"])
+    assert samples.mismatches([head.format("bfloat16"), "threshold 2"], [head.format("bfloat16"), "threshold 3"])
+    assert samples.mismatches([head.format("bfloat16"), "1024"], [head.format("bfloat16"), "1025"])
+    f16 = [head.format("float16"), "max 1.000e-01"]
+    assert samples.mismatches(f16, [f16[0], "max 1.020e-01"]) == []
+    assert samples.mismatches(f16, [f16[0], "max 1.050e-01"])  # beyond 2^-5.5
+    f32 = [head.format("float32"), "max 1.000e-01"]
+    assert samples.mismatches(f32, [f32[0], "max 1.020e-01"])  # float32 keeps REL
+
+
 def test_demo_sample_matches_the_demo(demo_report_lines):
     (path, first, end, _), = DEMO
     assert samples.mismatches(_expected(path, first, end), demo_report_lines) == []
