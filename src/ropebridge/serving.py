@@ -102,6 +102,7 @@ def converted_checkpoint(src_dir: str | Path, request) -> tuple[int, dict]:
 
     from .checkpoint.tensor_io import ShardWriter
     from .planning import plan_checkpoint
+
     plan, model = plan_checkpoint(src_dir, request)
     code = TARGETS[request.target].code()
     layout = code.layout(model, plan)
