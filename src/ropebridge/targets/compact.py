@@ -146,14 +146,17 @@ def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> No
     ones = torch.ones(d, dtype=torch.float64)
 
     @functools.cache
+    def source_norm(i: int | None, which: str) -> tuple[torch.Tensor, torch.Tensor]:  # (D,), (D,), read once
+        return src.final_norm() if i is None else src.norm(i, which)
+
+    @functools.cache
     def scales(i: int | None, which: str) -> torch.Tensor:  # (D,): LayerNorm (i, which)'s readers' columns, once
-        wb = src.final_norm() if i is None else src.norm(i, which)
-        return ln1p_scales(wb[0], writer.dtype) if one_p else ones
+        return ln1p_scales(source_norm(i, which)[0], writer.dtype) if one_p else ones
 
     def norm(i: int | None, which: str):  # LayerNorm (i, which) as stored; i None: the final one
         # LayerNorm1P adds 1 in the model's dtype: storing dtype(w)/c - 1 makes that sum exactly dtype(w)/c
         # (ln1p_scales); dtype(w - 1) would round twice (a tenth of the demo models' weights in bfloat16)
-        wb = src.final_norm() if i is None else src.norm(i, which)
+        wb = source_norm(i, which)
         if not one_p:
             return wb
         c = scales(i, which)
