@@ -48,10 +48,12 @@ RECIPES = {
 }
 
 
-def recipe_of(engine: str, model: tuple[str, int], key: str) -> str | None:
-    """The recipe that makes ENGINE's file KEY, or the checkpoint KEY it is made from, for MODEL (name, context)."""
-    return next((r for r, rec in RECIPES.items() if rec.engine == engine and rec.model == model
+def recipe_of(engine: str, model: tuple[str, int], key: str) -> dict:
+    """``{"recipe": name}`` of the recipe that makes ENGINE's file KEY, or the checkpoint KEY it is made from, for
+    MODEL (name, context); ``{}`` where none does (a row's ``described`` takes it as is)."""
+    made = next((r for r, rec in RECIPES.items() if rec.engine == engine and rec.model == model
                  and (key in rec.artefacts or key.rsplit("-", 1)[0] in rec.checkpoints)), None)
+    return {"recipe": made} if made else {}
 
 
 CALIBRATED = ("demo",)  # models whose ladder floors are measured (ladder_floors); the rest are uncalibrated
@@ -155,7 +157,7 @@ def rows(name: str, threads: int, context: int = 2048) -> list[Row]:
         out.append(Row("llama.cpp", label, "native", "converted+base" if with_base else "converted",
                        {**settings, "threads": threads},
                        {"rope_freq_base": "GGUF metadata" if with_base else "not set (10000)", "gguf": "F32",
-                        **({"recipe": made} if made else {})}, quick=settings == RECOMMENDED_LLAMA))
+                        **made}, quick=settings == RECOMMENDED_LLAMA))
     out.append(Row("llama.cpp", FIXED_BASE_LABEL, "native", "converted-base10000",
                    {**RECOMMENDED_LLAMA, "threads": threads},
                    {"rope_freq_base": "not set (10000)", "gguf": "F32", "plan": FIXED_BASE},
@@ -164,15 +166,14 @@ def rows(name: str, threads: int, context: int = 2048) -> list[Row]:
         for t in types:
             for label, settings in settings_by_label.items():
                 made = recipe_of("llama.cpp", (name, context), f"{prefix}-{t}")
-                recipe = {"recipe": made} if made else {}
                 out.append(Row("llama.cpp", f"ladder ({flags(plan)}), engine converter as is, {floors}, {t.upper()} GGUF, "
                                f"{label}", f"native-{t}", f"{prefix}-{t}", {**settings, "threads": threads},
                                {"rope_freq_base": "not set (10000)", "gguf": t.upper(), "plan": plan, "floors": floors,
-                                **recipe}, checkpoint=prefix))
+                                **made}, checkpoint=prefix))
     ct2 = {"threads": threads, "compute_type": "float32", "device": "cpu"}
     for label, (key, described) in CT2_SETTINGS.items():
         made = recipe_of("ctranslate2", (name, context), key)
-        out.append(Row("ctranslate2", label, "native", key, ct2, {**described, **({"recipe": made} if made else {})},
+        out.append(Row("ctranslate2", label, "native", key, ct2, {**described, **made},
                        quick=label == RECOMMENDED_CT2))
     out.append(Row("ctranslate2", FIXED_BASE_LABEL, "native", "converted-base10000", ct2,
                    {"rotary_base": "converter's (10000)", "plan": FIXED_BASE}, checkpoint="converted-base10000"))
