@@ -121,9 +121,10 @@ def main() -> int:
                         str(max(lengths)), "--dtype", "float32", "--emulation", "ladder", "--target", "nemotron",
                         "--tolerance", "2", "--json", "--force"], check=True, capture_output=True)
     rows = []
+    measured = [] if args.decode_only else lengths  # prefill lengths this run measures
     variants = (("native", src, "prefill"), ("converted", dst, "prefill"), ("ladder", ladder, "prefill"),
                 ("nemotron", nemotron, "prefill"), ("limit", dst, "limit"))
-    for length in ([] if args.decode_only else lengths):
+    for length in measured:
         for variant, path, mode in variants:
             r = run_child(path, length, mode, args.timeout)
             rows.append({"length": length, "variant": variant, **r})
@@ -141,7 +142,7 @@ def main() -> int:
         name += "_" + "_".join(str(n) for n in lengths)
     stored = json.loads((RESULTS / f"{name}.json").read_text()) if args.decode_only else {}
     rows, summary = stored.get("runs", rows), stored.get("summary", [])
-    for length in ([] if args.decode_only else lengths):
+    for length in measured:
         by = {r["variant"]: r for r in rows if r["length"] == length}
         row = {"length": length}
         for v in ("native", "converted", "ladder", "nemotron", "limit"):
