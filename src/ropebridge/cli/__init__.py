@@ -1,15 +1,18 @@
 """Command-line interface: ``ropebridge SUBCOMMAND …``. Thin: one subcommand calls one library function.
 
-Exit status: 0 ok, 1 a verification failed, 2 bad input (one line on stderr, no traceback).
+Exit status: 0 ok, 1 a verification failed, 2 bad input (one line on stderr, no traceback), 130 interrupted
+(129 and 143 for SIGHUP and SIGTERM: ``signals``).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
 from .. import __version__
+from . import signals
 
 # Subcommand modules, imported when the parser is built: they import torch, which takes seconds, and a Ctrl-C
 # during that import is answered like any other (``console_main``).
@@ -40,21 +43,26 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version (0) or a usage error (2, argparse's one line): a status, not an exit
         return int(exc.code or 0)
+    signals.name_command(args.command)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command in ("verify", "demo") and not args.verbose:  # (convert never imports transformers: it starts faster)
         import transformers
 
         transformers.utils.logging.disable_progress_bar()  # ours is enough
         transformers.utils.logging.set_verbosity_error()
+    signals.arm()  # the imports are done: a signal now raises where the work is, and its cleanup runs
     try:
         return args.run(args)
     except BrokenPipeError:  # output piped into `head` and the like: end quietly
         _silence_stdout()
         return 0
-    except KeyboardInterrupt:  # the library has removed what it was writing
-        print(f"ropebridge {args.command}: interrupted; nothing written", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # the library has removed what it was writing
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(signals.line(signum), file=sys.stderr)
+        return 128 + signum
     except (ValueError, OSError) as exc:  # bad input: files, permissions, values
+        if signals.received() is not None:  # raised by the interruption (inside an import, a pool): it is the cause
+            raise
         print(f"ropebridge {args.command}: error: {exc}", file=sys.stderr)
         return 2
 
@@ -71,11 +79,17 @@ def _silence_stdout() -> None:
 
 
 def console_main() -> None:
+    signals.install()  # first: a signal during the imports below must not surface inside torch or numpy
     try:
         code = main()
-    except KeyboardInterrupt:  # before a subcommand ran (while torch is imported): nothing was written
-        print("ropebridge: interrupted", file=sys.stderr)
-        code = 130
+    except BaseException as exc:  # whatever an interruption raised on its way out: one line, its status
+        signum = signals.received()
+        if signum is None:
+            raise
+        if not isinstance(exc, KeyboardInterrupt):
+            logging.getLogger(__name__).info("after the signal: %s: %s", type(exc).__name__, exc)
+        print(signals.line(signum), file=sys.stderr)
+        code = 128 + signum
     try:
         sys.exit(code)
     except BrokenPipeError:  # a pipe closed while the exit status was being flushed

@@ -1,0 +1,116 @@
+"""Signals from the entry point's first instruction on: Ctrl-C at many instants is exit 130 and one line with
+nothing written; SIGTERM and SIGHUP while a checkpoint is written remove it exactly as Ctrl-C does."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from pico import build
+
+SLOW_CONVERT = ["--dtype", "bfloat16", "--window", "65536", "--jobs", "1"]  # ~6 s on 2 cores: imports, then the plan
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("signals") / "bloom", "bloom-4heads")
+
+
+def _default_signals():  # as from a terminal: a suite started in the background inherits SIGINT ignored
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def _handles(pid: int, sig: int) -> bool:
+    """The process has a handler of its own for ``sig`` (its SigCgt mask in /proc): Python catches SIGINT from its
+    start, but SIGHUP only once ropebridge's entry point has run its first instruction."""
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except OSError:
+        pass
+    return False
+
+
+def _start(argv, code=None):
+    cmd = [sys.executable, "-m", "ropebridge", *argv] if code is None else [sys.executable, "-c", code, *argv]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_signals)
+
+
+def _wait(proc, ready, limit=60.0):
+    deadline = time.monotonic() + limit
+    while not ready() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert proc.poll() is None, proc.communicate()
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0, 1.3, 1.6, 2.0,
+                                   2.5, 3.0])
+def test_ctrl_c_at_any_instant_of_the_first_seconds(src, tmp_path, delay):
+    dst = tmp_path / "rope"
+    proc = _start(["convert", str(src), str(dst), *SLOW_CONVERT])
+    _wait(proc, lambda: _handles(proc.pid, signal.SIGHUP))
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 130, (delay, proc.returncode, err)
+    assert len(lines) == 1 and lines[0].endswith("interrupted; nothing written"), (delay, err)
+    assert out == "" and list(tmp_path.iterdir()) == [], (delay, list(tmp_path.iterdir()))
+
+
+# convert with every block of every tensor slowed down, so that a signal lands while the shards are written
+SLOW_WRITE = """
+import sys, time
+import ropebridge.checkpoint.tensor_io as io
+blocks = io.ShardWriter.blocks
+def slow(self, p):
+    for block in blocks(self, p):
+        time.sleep(0.05)
+        yield block
+io.ShardWriter.blocks = slow
+sys.argv = ["ropebridge", *sys.argv[1:]]
+from ropebridge.cli import console_main
+console_main()
+"""
+
+
+@pytest.mark.parametrize("sig, code, what", [(signal.SIGTERM, 143, "stopped by SIGTERM"),
+                                              (signal.SIGHUP, 129, "stopped by SIGHUP"),
+                                              (signal.SIGINT, 130, "interrupted")])
+def test_a_signal_while_writing_removes_what_was_written(src, tmp_path, sig, code, what):
+    dst = tmp_path / "rope"
+    proc = _start(["convert", str(src), str(dst), "--window", "256"], code=SLOW_WRITE)
+
+    def writing():
+        return any(p.name.startswith(".rope.tmp-") and any(p.glob("*.safetensors")) for p in tmp_path.iterdir())
+
+    _wait(proc, writing)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code and err.strip().splitlines() == [f"ropebridge convert: {what}; nothing written"], \
+        (proc.returncode, err)
+    assert list(tmp_path.iterdir()) == []  # no .rope.tmp-* left, no DST
+
+
+def test_the_library_alone_installs_no_handler():
+    code = ("import signal, ropebridge.cli, ropebridge.convert; "
+            "print(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "True"
+
+
+def test_a_second_signal_while_cleaning_up_does_not_cut_it(src, tmp_path):
+    dst = tmp_path / "rope"
+    proc = _start(["convert", str(src), str(dst), "--window", "256"], code=SLOW_WRITE)
+    _wait(proc, lambda: any(p.name.startswith(".rope.tmp-") for p in tmp_path.iterdir()))
+    proc.send_signal(signal.SIGTERM)
+    try:
+        os.kill(proc.pid, signal.SIGINT)
+    except ProcessLookupError:
+        pass
+    proc.communicate(timeout=60)
+    assert proc.returncode in (130, 143) and list(tmp_path.iterdir()) == []
