@@ -6,6 +6,6 @@ Shape legend used in every docstring: ``b`` batch, ``s`` query positions, ``t`` 
 
 import logging
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

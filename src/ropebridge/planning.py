@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from typing import Any
 
 from . import emulation
 from .checkpoint.config import from_config, load_config
@@ -32,11 +33,12 @@ def plan_source(source, request: PlanRequest) -> EmulationPlan:
     return emulation.plan(source, request.with_dtype("float32"))
 
 
-def plan_checkpoint(src_dir, request: PlanRequest, source_name: str | None = None) -> tuple[EmulationPlan, SourceModel | None]:
-    """The plan of a checkpoint directory (or its config.json), and the checkpoint read as a ``SourceModel`` (None
-    for a config without weights), its config read once. The dtype defaults to the checkpoint's; the tensors'
-    shapes are checked against the config (headers only); ``calibration_text`` measures the ladder's advantages
-    through the weights (``checkpoint.calibration``)."""
+def prepare(src_dir, request: PlanRequest) -> tuple[PlanRequest, SourceModel | None, Any]:
+    """The request completed for a checkpoint directory (or its config.json), the checkpoint read as a
+    ``SourceModel`` (None for a config without weights) and its ``AlibiSource``, the config read once: the dtype
+    defaults to the checkpoint's; the tensors' shapes are checked against the config (headers only);
+    ``calibration_text`` is measured through the weights into per-head advantages (``checkpoint.calibration``), which
+    the completed request carries instead of the text."""
     config = load_config(src_dir)
     request = request.with_dtype(default_dtype(config))
     directory = Path(src_dir)
@@ -51,6 +53,13 @@ def plan_checkpoint(src_dir, request: PlanRequest, source_name: str | None = Non
 
         advantages = calibrated_advantages(model, directory, request.calibration_text)
         request = dataclasses.replace(request, calibration_text=None, advantage=tuple(advantages))
+    return request, model, source
+
+
+def plan_checkpoint(src_dir, request: PlanRequest, source_name: str | None = None) -> tuple[EmulationPlan, SourceModel | None]:
+    """The plan of a checkpoint directory (or its config.json) for ``request`` (``prepare``), and the checkpoint
+    read as a ``SourceModel`` (None for a config without weights)."""
+    request, model, source = prepare(src_dir, request)
     plan = emulation.plan(source, request)
     return dataclasses.replace(plan, source=str(src_dir) if source_name is None else source_name), model
 

@@ -84,23 +84,39 @@ class Family:
     embedding_norm: str | None = None  # an embedding LayerNorm folded into the embedding rows
 
 
+def _key(c: Mapping[str, Any], key: str, default: Any, *, null_is_default: bool = False, positive: bool = True) -> Any:
+    """Config key ``key`` as a number (``default`` when absent, or null where the family reads null as its default);
+    ``ValueError`` naming the key for any other type or, with ``positive``, a value <= 0."""
+    value = c.get(key, default)
+    if value is None and (null_is_default or key not in c):
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"config key {key} is {value!r}; expected a number")
+    return _checks.positive(key, value) if positive else _checks.number(key, value)
+
+
 def _bloom(c, d, hd) -> dict[str, Any]:
     if c.get("apply_residual_connection_post_layernorm"):
         raise ValueError("BLOOM with apply_residual_connection_post_layernorm=true has no stock RoPE equivalent")
-    return dict(max_bias=8.0, eps=c.get("layer_norm_epsilon", 1e-5), activation="gelu_pytorch_tanh", parallel=False,
+    return dict(max_bias=8.0, eps=_key(c, "layer_norm_epsilon", 1e-5), activation="gelu_pytorch_tanh", parallel=False,
                 intermediate_size=4 * d, qk_scale=1 / math.sqrt(hd))
 
 
 def _mpt(c, d, hd) -> dict[str, Any]:
     attn = c.get("attn_config") or {}
+    if not isinstance(attn, Mapping):
+        raise ValueError(f"config key attn_config is {attn!r}; expected an object")
     if not attn.get("alibi", False):
         raise ValueError("this MPT config has attn_config.alibi = false: not an ALiBi model")
     for key in ("clip_qkv", "qk_ln", "prefix_lm"):
         if attn.get(key):
             raise ValueError(f"MPT with attn_config.{key}={attn[key]!r} has no stock RoPE equivalent")
-    return dict(max_bias=float(attn.get("alibi_bias_max", 8)), eps=c.get("layer_norm_epsilon", 1e-5),
-                activation="gelu", parallel=False, intermediate_size=int(c.get("expansion_ratio", 4) * d),
-                qk_scale=attn.get("softmax_scale") or 1 / math.sqrt(hd))
+    ratio = _key(c, "expansion_ratio", 4)
+    if ratio * d != int(ratio * d):
+        raise ValueError(f"config key expansion_ratio {ratio!r} times d_model {d} is not a whole MLP width")
+    return dict(max_bias=float(_key(attn, "alibi_bias_max", 8)), eps=_key(c, "layer_norm_epsilon", 1e-5),
+                activation="gelu", parallel=False, intermediate_size=int(ratio * d),
+                qk_scale=_key(attn, "softmax_scale", 1 / math.sqrt(hd), null_is_default=True))
 
 
 def _falcon(c, d, hd) -> dict[str, Any]:
@@ -113,8 +129,9 @@ def _falcon(c, d, hd) -> dict[str, Any]:
     if act != "gelu":
         raise ValueError(f"Falcon activation {act!r} is not supported (only gelu)")
     kv_heads = 1 if c.get("multi_query", True) else d // hd  # FalconConfig's default is multi_query=True
-    return dict(max_bias=8.0, eps=c.get("layer_norm_epsilon", 1e-5), activation=act,
-                parallel=bool(c.get("parallel_attn", True)), intermediate_size=c.get("ffn_hidden_size") or 4 * d,
+    return dict(max_bias=8.0, eps=_key(c, "layer_norm_epsilon", 1e-5), activation=act,
+                parallel=bool(c.get("parallel_attn", True)),
+                intermediate_size=int(_key(c, "ffn_hidden_size", 4 * d, null_is_default=True)),
                 qk_scale=1 / math.sqrt(hd), kv_heads=kv_heads)
 
 
@@ -142,6 +159,17 @@ FAMILIES = {f.name: f for f in (
 )}
 
 
+def declared_biases(family: str, config: Mapping[str, Any]) -> tuple[str, bool]:
+    """Whether the config says the linear layers carry biases, and the key that says so (transformers builds them
+    from it, and ignores bias tensors it did not build): Falcon ``bias`` (default false), MPT ``no_bias`` (default
+    true), BLOOM always."""
+    if family == "falcon":
+        return "bias", bool(config.get("bias", False))
+    if family == "mpt":
+        return "no_bias", not config.get("no_bias", True)
+    return "", True
+
+
 def family_slopes(family: str, n_heads: int, head_dim: int, max_bias: float = 8.0) -> tuple[float, ...]:
     """Per-logit slopes of ``family`` (see the module doc), float64 values as a tuple ``(h,)``."""
     _checks.choice("family", family, tuple(FAMILIES))
@@ -166,22 +194,34 @@ def load_config(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise FileNotFoundError(f"no config.json at {path}")
     try:
-        return json.loads(p.read_text())
+        config = json.loads(p.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{p} is not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{p} is not a JSON object (it holds a {type(config).__name__})")
+    return config
 
 
 def _first(config: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
-    return next((config[k] for k in keys if config.get(k) is not None), None)
+    """The value of the first of ``keys`` present (not null); ``ValueError`` naming both keys when two present
+    ones disagree (transformers and ropebridge could read the config two ways)."""
+    present = [(k, config[k]) for k in keys if config.get(k) is not None]
+    for k, v in present[1:]:
+        if v != present[0][1]:
+            raise ValueError(f"config keys {present[0][0]} = {present[0][1]!r} and {k} = {v!r} disagree: the source "
+                             "can be read two ways")
+    return present[0][1] if present else None
 
 
 def from_config(config: Mapping[str, Any] | str | Path) -> SourceInfo:
     """The ``SourceInfo`` of a BLOOM, MPT or Falcon (``alibi=True``) config; ``ValueError`` for anything else or a
     variant without a stock RoPE equivalent."""
     path = None
-    if not isinstance(config, Mapping):
+    if isinstance(config, (str, Path)):
         path = str(config)
         config = load_config(config)
+    if not isinstance(config, Mapping):
+        raise ValueError(f"a config is a JSON object, not a {type(config).__name__}")
     model_type = config.get("model_type")
     spec = next((f for f in FAMILIES.values() if model_type in f.model_types), None)
     if spec is None:
@@ -194,6 +234,8 @@ def from_config(config: Mapping[str, Any] | str | Path) -> SourceInfo:
     head_dim = hidden // heads
     details = spec.details(config, hidden, head_dim)
     layers, vocab = _first(config, spec.layers), config.get("vocab_size")
+    layers = None if layers is None else _checks.positive_int("number of layers", layers)
+    vocab = None if vocab is None else _checks.positive_int("vocab_size", vocab)
     slopes = family_slopes(spec.name, heads, head_dim, details["max_bias"])
     return SourceInfo(spec.name, heads, head_dim, details.pop("max_bias"), slopes, path,
                       vocab_size=int(vocab or 0), kv_heads=int(details.pop("kv_heads", heads)),

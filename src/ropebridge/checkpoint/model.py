@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .config import from_config, load_config
+from .config import declared_biases, from_config, load_config
 from .tensor_io import CheckpointReader
 
 
@@ -67,6 +67,7 @@ class SourceModel:
             raise ValueError(f"the {self.info.family} config lacks the layer count or vocab_size")
         self.reader = CheckpointReader(directory)
         self._check_shapes()
+        self._check_biases()
 
     def _names(self, i: int) -> dict[str, str]:
         return self.info.spec.block(i)
@@ -119,6 +120,23 @@ class SourceModel:
                 raise ValueError(f"tensor {name!r} has shape {list(found)}, the {self.info.family} config implies "
                                  f"{list(shape)} (hidden {self.info.hidden_size}, {self.info.n_heads} heads of "
                                  f"{self.info.head_dim}, vocabulary {self.info.vocab_size})")
+
+
+    def _check_biases(self) -> None:
+        """Refuse a checkpoint whose linear biases disagree with its config: transformers builds the biases the
+        config declares (``config.declared_biases``) and ignores the others, so a bias tensor the config does not
+        declare, or a declared one missing, would make transformers and this reader two different models."""
+        key, declared = declared_biases(self.info.family, self.config)
+        names = [self._names(i)[k] + ".bias" for i in range(self.info.n_layers) for k in ("qkv", "o", "up", "down")]
+        present = [n for n in names if n in self.reader]
+        if not declared and present:
+            raise ValueError(f"tensor {present[0]!r} is a bias, but config {key} = {self.config.get(key)!r} declares "
+                             "none: transformers ignores it and ropebridge would read it; fix the config or the "
+                             "checkpoint")
+        if declared and key and len(present) != len(names):
+            missing = next(n for n in names if n not in present)
+            raise ValueError(f"config {key} = {self.config.get(key)!r} declares linear biases, but tensor {missing!r} "
+                             "is missing: transformers would initialise it and ropebridge would read zeros")
 
     # -- canonical access ---------------------------------------------------------------------------------------
     def _ln(self, prefix: str) -> tuple[torch.Tensor, torch.Tensor]:

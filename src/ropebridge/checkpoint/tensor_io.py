@@ -50,18 +50,27 @@ def _read_header(path: Path) -> dict[str, TensorInfo]:
             header = json.loads(f.read(n))
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise ValueError(f"{path} is not a safetensors file (corrupt header)") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path} is not a safetensors file (its header is a {type(header).__name__}, not an object)")
     out = {}
     for name, meta in header.items():
         if name == "__metadata__":
             continue
+        if not isinstance(meta, dict):
+            raise ValueError(f"{path}: header entry {name!r} is {meta!r}, not an object with dtype, shape and "
+                             "data_offsets")
         if meta.get("dtype") not in ST_DTYPES:
             raise ValueError(f"{path}: tensor {name} has unsupported dtype {meta.get('dtype')!r}")
-        begin, end = meta["data_offsets"]
-        if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end):
-            raise ValueError(f"{path}: tensor {name} has data offsets {meta['data_offsets']!r}")
+        offsets, shape = meta.get("data_offsets"), meta.get("shape")
+        if not (isinstance(offsets, list) and len(offsets) == 2
+                and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets) and 0 <= offsets[0] <= offsets[1]):
+            raise ValueError(f"{path}: tensor {name} has data offsets {offsets!r} (two byte offsets, begin <= end)")
+        if not (isinstance(shape, list) and all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in shape)):
+            raise ValueError(f"{path}: tensor {name} has shape {shape!r} (a list of sizes)")
+        begin, end = offsets
         if 8 + n + end > size:
             raise ValueError(f"{path} is truncated: tensor {name} ends beyond the file")
-        dtype, shape = ST_DTYPES[meta["dtype"]], tuple(meta["shape"])
+        dtype, shape = ST_DTYPES[meta["dtype"]], tuple(shape)
         need = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
         if end - begin != need:
             raise ValueError(f"{path}: tensor {name} has {end - begin} bytes, its shape {list(shape)} and dtype "
@@ -99,9 +108,18 @@ class CheckpointReader:
             index = d / index_name
             if index.is_file():
                 try:
-                    weight_map = json.loads(index.read_text())["weight_map"]
-                except (json.JSONDecodeError, KeyError):
-                    raise ValueError(f"{index} is not a valid checkpoint index") from None
+                    data = json.loads(index.read_text())
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    raise ValueError(f"{index} is not a valid checkpoint index (not JSON)") from None
+                weight_map = data.get("weight_map") if isinstance(data, dict) else None
+                if not isinstance(weight_map, dict) or not all(
+                        isinstance(v, str) and v and "/" not in v and v not in (".", "..") for v in weight_map.values()):
+                    raise ValueError(f"{index} is not a valid checkpoint index (an object whose weight_map maps "
+                                     "tensor names to file names)")
+                single = d / ("model.safetensors" if suffix == ".safetensors" else "pytorch_model.bin")
+                if single.is_file() and single.name not in weight_map.values():
+                    raise ValueError(f"{d} holds both {index_name} and {single.name}: transformers loads one, ropebridge "
+                                     "would read the other; remove the one that is stale")
                 files = sorted({d / name for name in weight_map.values()})
                 missing = [f.name for f in files if not f.is_file()]
                 if missing:
@@ -111,6 +129,10 @@ class CheckpointReader:
             if (d / single).is_file():
                 return [d / single]
         raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin (or index) in {d}")
+
+    def files(self) -> list[Path]:
+        """The weight files the tensors were read from (one, or an index's shards)."""
+        return self._weight_files()
 
     def names(self) -> list[str]:
         return sorted([*self._infos, *self._bin])
@@ -124,9 +146,34 @@ class CheckpointReader:
     def dtype(self, name: str) -> torch.dtype:
         return self._infos[name].dtype if name in self._infos else self._bin[name].dtype
 
-    def largest_file_size(self) -> int:
-        files = {i.file for i in self._infos.values()}
-        return max((f.stat().st_size for f in files), default=0)
+    def read_elements(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Elements ``[start, stop)`` of tensor ``name`` flattened, ``(stop - start,)``, in its stored dtype, as
+        stored (no finiteness check: a comparison judges them)."""
+        if name in self._bin:
+            return self._bin[name].reshape(-1)[start:stop].clone()
+        info = self._infos[name]
+        size = torch.empty((), dtype=info.dtype).element_size()
+        begin, end = info.begin + start * size, info.begin + stop * size
+        if not (info.begin <= begin <= end <= info.end):
+            raise ValueError(f"elements {start}:{stop} of tensor {name!r} lie outside it")
+        return torch.frombuffer(self._pread(info.file, begin, end, name), dtype=info.dtype) if end > begin else \
+            torch.empty(0, dtype=info.dtype)
+
+    @staticmethod
+    def _pread(file: Path, begin: int, end: int, name: str) -> bytearray:
+        """Bytes ``[begin, end)`` of ``file`` (``os.preadv``: no memory map)."""
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            data = bytearray(end - begin)
+            view, got = memoryview(data), 0
+            while got < len(data):
+                n = os.preadv(fd, [view[got:]], begin + got)
+                if n == 0:
+                    raise ValueError(f"{file} is truncated while reading {name}")
+                got += n
+        finally:
+            os.close(fd)
+        return data
 
     def read(self, name: str, rows: tuple[int, int] | None = None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """Tensor ``name`` (or rows ``[start, stop)`` of its first dim) in ``dtype`` (float64 by default)."""
@@ -144,17 +191,7 @@ class CheckpointReader:
             row_bytes = (end - begin) // max(shape[0], 1)
             begin, end = begin + rows[0] * row_bytes, begin + rows[1] * row_bytes
             shape[0] = rows[1] - rows[0]
-        fd = os.open(info.file, os.O_RDONLY)
-        try:
-            data = bytearray(end - begin)
-            view, got = memoryview(data), 0
-            while got < len(data):
-                n = os.preadv(fd, [view[got:]], begin + got)
-                if n == 0:
-                    raise ValueError(f"{info.file} is truncated while reading {name}")
-                got += n
-        finally:
-            os.close(fd)
+        data = self._pread(info.file, begin, end, name)
         return _finite(name, torch.frombuffer(data, dtype=info.dtype).reshape(shape).to(dtype))
 
 
@@ -230,6 +267,17 @@ class ShardWriter:
     def total_bytes(self) -> int:
         return sum(self.nbytes(p) for p in self.pending)
 
+    def blocks(self, p: _Pending) -> Iterator[torch.Tensor]:
+        """Tensor ``p``'s values as written: its producer's blocks cast once to the output dtype, flattened
+        ``(n,)`` and contiguous, in order; ``ValueError`` naming the tensor where the cast overflows."""
+        for block in p.producer():
+            self.largest_block = max(self.largest_block, block.nbytes)
+            out = block.to(self.dtype)
+            if not bool(torch.isfinite(out).all()):  # the source is finite (read): the cast overflowed
+                raise ValueError(f"tensor {p.name} overflows {str(self.dtype)[6:]} (largest |value| "
+                                 f"{float(block.abs().max()):.4g}); convert to another --dtype")
+            yield out.contiguous().reshape(-1)
+
     def _groups(self) -> list[list[_Pending]]:
         groups: list[list[_Pending]] = [[]]
         size = 0
@@ -269,15 +317,10 @@ class ShardWriter:
         def produce() -> None:
             try:
                 for p in group:
-                    for block in p.producer():
+                    for out in self.blocks(p):
                         if stop.is_set():
                             return
-                        self.largest_block = max(self.largest_block, block.nbytes)
-                        out = block.to(self.dtype)
-                        if not bool(torch.isfinite(out).all()):  # the source is finite (read): the cast overflowed
-                            raise ValueError(f"tensor {p.name} overflows {str(self.dtype)[6:]} (largest |value| "
-                                             f"{float(block.abs().max()):.4g}); convert to another --dtype")
-                        data = out.contiguous().reshape(-1).view(torch.uint8).numpy()  # bf16 too
+                        data = out.view(torch.uint8).numpy()  # bf16 too
                         blocks.put((p, data))
                     blocks.put((p, None))
             except BaseException as exc:  # handed to the writing thread

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..convert.verify import VerifyRequest, verify
+from ..convert.verify import LOGIT_FACTOR, VerifyRequest, verify
 from ..emulation.error_model import DTYPES
 from ._options import add_verbose
 
@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--text", metavar="FILE", help="a text file: compare on its tokens and report perplexities")
     p.add_argument("--greedy-tokens", type=int, default=32, help="tokens of greedy generation (default 32)")
     p.add_argument("--max-logit-diff", type=float,
-                   help="threshold in logits (default: the tolerance DST was planned with, from its ropebridge.json: "
+                   help="threshold in logits (default: the tolerance of the plan SRC gives with DST's recorded options: "
                         "1e-3 float32, 2 bfloat16, 0.25 float16 unless --tolerance was given)")
     p.add_argument("--reference-max-params", type=float, default=50e6,
                    help="run the exact float64 ALiBi reference for sources up to this many parameters (default 5e7; "
@@ -31,6 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--report", metavar="DIR", help="write report.md, report.json and plots into DIR")
     p.add_argument("--card", action="store_true",
                    help="record the result in DST's model card (README.md) as its Verification section")
+    p.add_argument("--quick", action="store_true",
+                   help="skip reading DST's tensor values (their names, shapes and dtypes, the config, tokenizer and "
+                        "plan are still compared with what convert writes from SRC)")
     add_verbose(p)
     p.set_defaults(run=run)
 
@@ -44,34 +47,55 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"cannot read --text {args.text}: {exc}") from None
     request = VerifyRequest(context=args.context, dtype=args.dtype, text=text, greedy_tokens=args.greedy_tokens,
                             max_logit_diff=args.max_logit_diff, reference_max_params=int(args.reference_max_params),
-                            report_dir=args.report, card=args.card)
+                            report_dir=args.report, card=args.card, quick=args.quick)
     r = verify(args.src, args.dst, request, progress=not args.json)
     if args.json:
         print(json.dumps(r.to_dict(), indent=1))
     else:
-        exact = "" if r.transformers_native_deviation is None else ", its ALiBi bias as the family defines it"
-        print(f"{r.family} ({r.source_attention}{exact}) vs converted, {r.dtype}, {r.context} tokens")
-        against = r.thresholds["against"]
-        where = "" if against == "native" else f" against the {against}, or native's error"
-        print(f"  max |logit diff|        {r.max_abs_logit_diff:.3e}  (threshold {r.thresholds['max_abs_logit_diff']:g}"
-              f"{where})")
-        if r.transformers_native_max_abs_logit_diff is not None:
-            print(f"  ... against transformers' own {r.family} ({r.transformers_native_deviation}): "
-                  f"{r.transformers_native_max_abs_logit_diff:.3e}")
-        print(f"  left-padded batch       {r.padded_max_abs_logit_diff:.3e}")
-        print(f"  mean KL(native||conv)   {r.mean_kl:.3e}")
-        print(f"  top-1 agreement         {r.top1_agreement:.4f}")
-        print(f"  greedy ({len(r.greedy_native)} tokens)     "
-              + ("identical" if r.greedy_identical else f"differ from token {r.greedy_first_divergence}"))
-        if r.ppl_native is not None:
-            print(f"  perplexity              native {r.ppl_native:.6g}, converted {r.ppl_converted:.6g}")
-        if r.reference_native_max_err is not None:
-            print(f"  vs exact float64 ALiBi  native {r.reference_native_max_err:.3e}, "
-                  f"converted {r.reference_converted_max_err:.3e}")
-        else:
-            print(f"  vs exact float64 ALiBi  skipped: {r.reference_skipped}")
-        print("PASSED" if r.passed else "FAILED: " + "; ".join(r.failures))
+        print("\n".join(format_report(r)))
     if r.report_error is not None:  # the result above stands; the report could not be written
         print(f"ropebridge verify: error: cannot write the report into {args.report}: {r.report_error}", file=sys.stderr)
         return 2
     return 0 if r.passed else 1
+
+
+def format_report(r) -> list[str]:
+    """The report as ``verify`` prints it: the byte check, the measured numbers beside their limit, the verdict."""
+    exact = "" if r.transformers_native_deviation is None else ", its ALiBi bias as the family defines it"
+    lines = [f"{r.family} ({r.source_attention}{exact}) vs converted, {r.dtype}, {r.context} tokens"]
+    b = r.byte_check
+    if b.get("mode") == "skipped":
+        lines.append("  bytes                   not read (--quick); files, config, tokenizer and plan as convert writes")
+    elif b.get("failures"):
+        lines.append("  bytes                   differ from what convert writes from SRC")
+    else:
+        how = "identical" if b.get("mode") == "exact" else "within the dtype's rounding (written by another version)"
+        lines.append(f"  bytes                   {how} to what convert writes from SRC: {b.get('tensors')} tensors, "
+                     f"{b.get('bytes', 0) / 2**20:.1f} MiB in {b.get('seconds', 0):.1f} s")
+    if not r.measured:
+        lines.append(f"  functional check        skipped: {r.functional_skipped}")
+    else:
+        t = r.thresholds
+        against = t["against"]
+        predicted = "" if r.predicted_error is None else f", {LOGIT_FACTOR:g} x predicted {r.predicted_error:.3g}"
+        lines.append(f"  max |logit diff|        {r.max_abs_logit_diff:.3e}  (against native)")
+        if r.transformers_native_max_abs_logit_diff is not None:
+            lines.append(f"  ... against transformers' own {r.family} ({r.transformers_native_deviation}): "
+                         f"{r.transformers_native_max_abs_logit_diff:.3e}")
+        lines += [f"  left-padded batch       {r.padded_max_abs_logit_diff:.3e}",
+                  f"  mean KL(native||conv)   {r.mean_kl:.3e}",
+                  f"  top-1 agreement         {r.top1_agreement:.4f}"]
+        if r.greedy_native:
+            lines.append(f"  greedy ({len(r.greedy_native)} tokens)     "
+                         + ("identical" if r.greedy_identical else f"differ from token {r.greedy_first_divergence}"))
+        if r.ppl_native is not None:
+            lines.append(f"  perplexity              native {r.ppl_native:.6g}, converted {r.ppl_converted:.6g}")
+        if r.reference_native_max_err is not None:
+            lines.append(f"  vs exact float64 ALiBi  converted {r.reference_converted_max_err:.3e}, native "
+                         f"{r.reference_native_max_err:.3e} (reported)")
+        else:
+            lines.append(f"  vs exact float64 ALiBi  skipped: {r.reference_skipped}")
+        lines.append(f"  limit                   {t['limit']:.3g} against the {against} (tolerance "
+                     f"{t['max_abs_logit_diff']:g}{predicted})")
+    lines.append("PASSED" if r.passed else "FAILED: " + "; ".join(r.failures))
+    return lines

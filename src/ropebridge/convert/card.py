@@ -4,10 +4,11 @@ engine that runs its target."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import __version__
+from .. import __version__, _interrupt
 from ..emulation.request import PlanRequest
 from ..targets import Target
 
@@ -109,19 +110,28 @@ def record_verification(card: Path, report) -> None:
     text = card.read_text()
     head, _, rest = text.partition(f"\n{VERIFIED}\n")
     tail = rest[rest.find("\n## ") + 1:] if "\n## " in rest else ""
-    against = report.thresholds["against"]
+    b = report.byte_check
+    bytes_row = ("not read (--quick)" if b.get("mode") == "skipped" else "differ from what convert writes"
+                 if b.get("failures") else f"identical to what convert writes ({b.get('tensors')} tensors)"
+                 if b.get("mode") == "exact" else "within the dtype's rounding (written by another version)")
     rows = [f"| verdict | {'PASSED' if report.passed else 'FAILED: ' + '; '.join(report.failures)} |",
             f"| tokens, dtype | {report.context}, {report.dtype} |",
-            f"| max \\|Δlogit\\| against native | {report.max_abs_logit_diff:.3g} |",
-            f"| threshold ({against}) | {report.thresholds['max_abs_logit_diff']:g} |",
-            f"| mean KL(native ‖ converted) | {report.mean_kl:.3g} |",
-            f"| top-1 agreement | {report.top1_agreement:.4f} |",
-            f"| greedy ({len(report.greedy_native)} tokens) | {'identical' if report.greedy_identical else 'differs'} |"]
+            f"| bytes against SRC | {bytes_row} |"]
+    if report.measured:
+        against = report.thresholds["against"]
+        rows += [f"| max \\|Δlogit\\| against native | {report.max_abs_logit_diff:.3g} |",
+                 f"| limit ({against}) | {report.thresholds['limit']:.3g} |",
+                 f"| mean KL(native ‖ converted) | {report.mean_kl:.3g} |",
+                 f"| top-1 agreement | {report.top1_agreement:.4f} |",
+                 f"| greedy ({len(report.greedy_native)} tokens) | {'identical' if report.greedy_identical else 'differs'} |"]
     if report.reference_converted_max_err is not None:
-        rows.append(f"| against exact float64 ALiBi: native / converted | {report.reference_native_max_err:.3g} / "
-                    f"{report.reference_converted_max_err:.3g} |")
+        rows.append(f"| against exact float64 ALiBi: converted / native | {report.reference_converted_max_err:.3g} / "
+                    f"{report.reference_native_max_err:.3g} |")
     if report.ppl_native is not None:
         rows.append(f"| perplexity native / converted | {report.ppl_native:.6g} / {report.ppl_converted:.6g} |")
     section = (f"\n{VERIFIED}\n\n`ropebridge verify` against `{report.source}`:\n\n| | |\n|---|---|\n"
                + "\n".join(rows) + "\n")
-    card.write_text(head.rstrip("\n") + "\n" + section + ("\n" + tail if tail else ""))
+    tmp = card.with_name(f".{card.name}.tmp")
+    with _interrupt.removed_if_interrupted(tmp):
+        tmp.write_text(head.rstrip("\n") + "\n" + section + ("\n" + tail if tail else ""))
+        os.replace(tmp, card)  # the card is at every instant the old one or the new one

@@ -7,6 +7,7 @@ into place at the end, so a failure leaves nothing half-written; an existing DST
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import logging
@@ -16,16 +17,18 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from .. import __version__, _checks
+from .. import __version__, _checks, _interrupt, emulation
 from .._progress import progress_bar
+from ..checkpoint.model import SourceModel
 from ..checkpoint.tensor_io import ShardWriter
 from ..emulation import EmulationPlan, PlanRequest
 from ..emulation.error_model import DTYPES
-from ..planning import plan_checkpoint, what_would_fit
-from ..targets import TARGETS
+from ..planning import prepare, what_would_fit
+from ..targets import TARGETS, Target
 from .card import model_card
 
 log = logging.getLogger(__name__)
@@ -64,36 +67,54 @@ def resolve_source(src: str | Path) -> Path:
         raise FileNotFoundError(f"cannot fetch {src} from the hub: {type(exc).__name__}: {exc}") from None
 
 
-def copy_side_files(src_dir: Path, out: Path) -> None:
-    """Copy the tokenizer and generation files. transformers 5 names its fast tokenizer class
-    ``TokenizersBackend``, a name 4.x (and the engines' converters, which pin 4.x) cannot load; the
-    portable ``PreTrainedTokenizerFast`` loads the same tokenizer.json in both."""
+def side_files(src_dir: Path) -> dict[str, bytes]:
+    """The tokenizer and generation files as convert writes them (``COPIED_FILES`` that SRC has), name -> bytes.
+    transformers 5 names its fast tokenizer class ``TokenizersBackend``, a name 4.x (and the engines' converters,
+    which pin 4.x) cannot load; the portable ``PreTrainedTokenizerFast`` loads the same tokenizer.json in both."""
+    out = {}
     for name in COPIED_FILES:
         if not (src_dir / name).is_file():
             continue
-        shutil.copy2(src_dir / name, out / name)
+        data = (src_dir / name).read_bytes()
         if name == "tokenizer_config.json":
-            config = json.loads((out / name).read_text())
-            if config.get("tokenizer_class") == "TokenizersBackend":
+            try:
+                config = json.loads(data)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise ValueError(f"{src_dir / name} is not valid JSON: {exc}") from None
+            if isinstance(config, dict) and config.get("tokenizer_class") == "TokenizersBackend":
                 config["tokenizer_class"] = "PreTrainedTokenizerFast"
-                (out / name).write_text(json.dumps(config, indent=2) + "\n")
+                data = (json.dumps(config, indent=2) + "\n").encode()
                 log.info("tokenizer_class TokenizersBackend written as PreTrainedTokenizerFast (transformers 4.x)")
+        out[name] = data
+    return out
 
 
-def source_fingerprint(src_dir: Path) -> str:
-    """sha256 of config.json and, for every weight file, its size and first and last MiB: the same for a
-    copy of the checkpoint anywhere, different for other weights (``verify`` checks DST against SRC)."""
+def copy_side_files(src_dir: Path, out: Path) -> None:
+    """Write ``side_files(src_dir)`` into ``out``."""
+    for name, data in side_files(src_dir).items():
+        (out / name).write_bytes(data)
+
+
+def source_fingerprint(src_dir: Path, progress: bool = False) -> str:
+    """sha256 over config.json and every byte of every weight file (name, size, bytes; streamed 16 MiB at a
+    time): the same for a copy of the checkpoint anywhere, different for any other byte (``verify`` checks DST
+    against SRC with it before measuring anything)."""
     import hashlib
 
     h = hashlib.sha256((src_dir / "config.json").read_bytes())
-    files = sorted([*src_dir.glob("*.safetensors"), *src_dir.glob("*.bin")], key=lambda p: p.name)
-    for path in files:
-        size = path.stat().st_size
-        h.update(f"{path.name}:{size}".encode())
-        with open(path, "rb") as f:
-            h.update(f.read(2**20))
-            f.seek(max(0, size - 2**20))
-            h.update(f.read(2**20))
+    files = sorted([*src_dir.glob("*.safetensors"), *src_dir.glob("*.bin"), *src_dir.glob("*.index.json")],
+                   key=lambda p: p.name)
+    bar = progress_bar(sum(p.stat().st_size for p in files), "fingerprint", enabled=progress, unit="B",
+                       unit_scale=True)
+    try:
+        for path in files:
+            h.update(f"{path.name}:{path.stat().st_size}".encode())
+            with open(path, "rb") as f:
+                while chunk := f.read(16 << 20):
+                    h.update(chunk)
+                    bar.update(len(chunk))
+    finally:
+        bar.close()
     return h.hexdigest()
 
 
@@ -167,11 +188,81 @@ def _publish(tmp: Path, dst: Path, force: bool) -> None:
             old.unlink(missing_ok=True)
 
 
+@dataclass
+class Derivation:
+    """Everything ``convert`` writes for a source and a request, described before any tensor's byte is read:
+    the completed request (dtype, calibrated advantages), the plan, the source, the target, the layout numbers
+    recorded in ``ropebridge.json``, the tensors (a ``ShardWriter`` holding each one's name, shape and producer,
+    in the output dtype), config.json and the side files. ``convert`` writes it; ``verify`` derives it again from
+    SRC and compares it with DST, byte for byte."""
+
+    request: PlanRequest
+    plan: EmulationPlan
+    model: SourceModel
+    target: Target
+    geometry: dict[str, Any]
+    writer: ShardWriter
+    config: dict[str, Any]
+    side_files: dict[str, bytes]
+
+    def record(self, source_name: str, fingerprint: str) -> dict[str, Any]:
+        """``ropebridge.json``: versions, the source and its fingerprint, the request (every option the plan and
+        the tensors depend on; ``verify`` derives the checkpoint again from it), the layout and the plan."""
+        return {
+            "ropebridge_version": __version__,
+            "source": source_name,
+            "source_family": self.model.info.family,
+            "source_fingerprint": fingerprint,
+            "target": self.target.name,
+            "dtype": self.plan.dtype,
+            "torch_version": torch.__version__,
+            "request": recorded_request(self.request),
+            "layout": self.geometry,
+            "plan": self.plan.to_dict(),
+            "accepted_error": not self.plan.meets_tolerance,
+        }
+
+
+def recorded_request(request: PlanRequest) -> dict[str, Any]:
+    """The request as ``ropebridge.json`` records it: every field that decides the plan or the tensors (not how
+    the ladder is fitted: ``jobs``, ``progress``)."""
+    out = request.to_dict()
+    for key in ("jobs", "progress"):
+        out.pop(key)
+    return out
+
+
+def derive(src_dir: Path, request: PlanRequest, source_name: str, max_shard_bytes: int = 2000 * 2**20,
+           accept_error: bool = True) -> Derivation:
+    """The ``Derivation`` of checkpoint directory ``src_dir`` for ``request`` (``planning.prepare`` then
+    ``emulation.plan``; the target's code lays out and describes the tensors). A plan whose prediction exceeds
+    its tolerance is refused (``ValueError``, saying what would fit) unless ``accept_error``."""
+    request, model, source = prepare(src_dir, request)
+    if model is None:
+        raise FileNotFoundError(f"no weights (*.safetensors or *.bin) in {src_dir}")
+    plan = dataclasses.replace(emulation.plan(source, request), source=source_name)
+    if not plan.meets_tolerance:
+        miss = (f"the plan predicts a worst error of {plan.worst_head.predicted_error:.3g} logits (head "
+                f"{plan.worst_head.head}), above the {plan.dtype} tolerance {plan.tolerance:g}; "
+                f"{what_would_fit(plan, request.kernel)}")
+        if not accept_error:
+            raise ValueError(miss + ", or pass --accept-error")
+        log.warning("%s (accepted with --accept-error)", miss)
+    target = TARGETS[request.target]
+    code = target.code()
+    layout = code.layout(model, plan)
+    geometry = code.geometry(model, layout)
+    writer = ShardWriter(Path("."), DTYPES[plan.dtype], max_shard_bytes)  # directory: set when written
+    code.add_tensors(model, layout, writer)  # describes the tensors; nothing is read yet
+    return Derivation(request, plan, model, target, geometry, writer, code.config(model, layout, plan, plan.dtype),
+                      side_files(src_dir))
+
+
 def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None, *, accept_error: bool = False,
             force: bool = False, max_shard_mb: float = 2000.0) -> ConversionResult:
-    """Convert SRC (directory or hub id) into a stock RoPE checkpoint at DST (module doc) with the plan
-    ``planning.plan_checkpoint`` computes for ``request`` (default ``PlanRequest()``); a plan whose prediction exceeds
-    its tolerance is refused unless ``accept_error``."""
+    """Convert SRC (directory or hub id) into a stock RoPE checkpoint at DST (module doc): ``derive`` with
+    ``request`` (default ``PlanRequest()``), then written; a plan whose prediction exceeds its tolerance is
+    refused unless ``accept_error``."""
     start = time.perf_counter()
     request = PlanRequest() if request is None else request
     max_shard_mb = _checks.positive("max_shard_mb", max_shard_mb)
@@ -180,29 +271,22 @@ def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None
         raise FileExistsError(f"{dst} exists; pass --force to replace it")
     src_dir = resolve_source(src)
     _check_destination(src_dir, dst, force)  # (DST = SRC is named as such before "exists")
-    plan, model = plan_checkpoint(src_dir, request, source_name=str(src))
-    if model is None:
-        raise FileNotFoundError(f"no weights (*.safetensors or *.bin) in {src_dir}")
-    dtype = plan.dtype
-    if not plan.meets_tolerance:
-        miss = (f"the plan predicts a worst error of {plan.worst_head.predicted_error:.3g} logits (head "
-                f"{plan.worst_head.head}), above the {dtype} tolerance {plan.tolerance:g}; {what_would_fit(plan, request.kernel)}")
-        if not accept_error:
-            raise ValueError(miss + ", or pass --accept-error")
-        log.warning("%s (accepted with --accept-error)", miss)
-    target = TARGETS[request.target]
-    code = target.code()
-    layout = code.layout(model, plan)
-    geometry = code.geometry(model, layout)
-    log.info("plan: %s heads, %s, worst predicted error %.3g", len(plan.heads), geometry,
+    d = derive(src_dir, request, str(src), int(max_shard_mb * 2**20), accept_error)
+    plan, writer = d.plan, d.writer
+    log.info("plan: %s heads, %s, worst predicted error %.3g", len(plan.heads), d.geometry,
              plan.worst_head.predicted_error)
-
-    writer = ShardWriter(dst.parent, DTYPES[dtype], int(max_shard_mb * 2**20))  # directory: the temporary one below
-    code.add_tensors(model, layout, writer)  # describes the tensors; nothing is read yet
-    check_free_space(dst.parent, writer.total_bytes() + sum(
-        (src_dir / name).stat().st_size for name in COPIED_FILES if (src_dir / name).is_file()))
+    check_free_space(dst.parent, writer.total_bytes() + sum(len(b) for b in d.side_files.values()))
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700; DST gets what a plain mkdir would give
+    with _interrupt.removed_if_interrupted(tmp):
+        _write(d, src, src_dir, dst, tmp, request, force)
+    return ConversionResult(dst, plan, d.target.name, plan.dtype, time.perf_counter() - start, writer.total_bytes())
+
+
+def _write(d: Derivation, src: str | Path, src_dir: Path, dst: Path, tmp: Path, request: PlanRequest,
+           force: bool) -> None:
+    """Write the derivation into ``tmp`` and publish it as ``dst``; ``tmp`` is removed on any failure."""
+    plan, writer = d.plan, d.writer
     try:
         writer.directory = tmp
         writer.progress = progress_bar(writer.total_bytes(), "convert", enabled=request.progress, unit="B",
@@ -211,25 +295,14 @@ def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None
             writer.write({"ropebridge": __version__})
         finally:
             writer.progress.close()  # clears its line: an error starts a line of its own
-        (tmp / "config.json").write_text(json.dumps(code.config(model, layout, plan, dtype), indent=1))
+        (tmp / "config.json").write_text(json.dumps(d.config, indent=1))
         copy_side_files(src_dir, tmp)
-        record = {
-            "ropebridge_version": __version__,
-            "source": str(src),
-            "source_family": model.info.family,
-            "source_fingerprint": source_fingerprint(src_dir),
-            "target": target.name,
-            "dtype": dtype,
-            "torch_version": torch.__version__,
-            "layout": geometry,
-            "plan": plan.to_dict(),
-            "accepted_error": not plan.meets_tolerance,
-        }
+        record = d.record(str(src), source_fingerprint(src_dir))
         (tmp / "ropebridge.json").write_text(json.dumps(record, indent=1))
-        (tmp / "README.md").write_text(model_card(str(src), dst.name, plan, target, request,
+        (tmp / "README.md").write_text(model_card(str(src), dst.name, plan, d.target, request,
                                                   hub_id=not Path(src).is_dir()))
-        _publish(tmp, dst, force)
+        with _interrupt.uninterrupted():
+            _publish(tmp, dst, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return ConversionResult(dst, plan, target.name, dtype, time.perf_counter() - start, writer.total_bytes())

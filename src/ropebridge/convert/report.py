@@ -56,6 +56,13 @@ def write_report(report, out: Path, native, converted, ids: torch.Tensor) -> Non
     from ..checkpoint.reference import reference_logits
 
     out.mkdir(parents=True, exist_ok=True)
+    if not report.measured:  # the bytes differ: nothing was run, the failures are the report
+        (out / "report.json").write_text(json.dumps(report.to_dict(), indent=1))
+        (out / "report.md").write_text("\n".join(["# ropebridge verify: FAILED", "",
+                                                   f"- source: `{report.source}`", f"- converted: `{report.converted}`",
+                                                   f"- functional check skipped: {report.functional_skipped}", "",
+                                                   *(f"- failure: {f}" for f in report.failures)]) + "\n")
+        return
     _position_figure(report).savefig(out / "error_by_position.png", dpi=110)
     ids = ids[:, :512]  # attention maps grow with s^2
     eager = AutoModelForCausalLM.from_pretrained(report.converted, dtype=converted.dtype, attn_implementation="eager").eval()
@@ -80,8 +87,9 @@ def write_report(report, out: Path, native, converted, ids: torch.Tensor) -> Non
         "",
         "| check | value | threshold |",
         "|---|---|---|",
-        f"| max \\|Δ logit\\| (converted vs native) | {r.max_abs_logit_diff:.3e} | {r.thresholds['max_abs_logit_diff']:g} |",
-        f"| left-padded batch, max \\|Δ logit\\| | {r.padded_max_abs_logit_diff:.3e} | {r.thresholds['max_abs_logit_diff']:g} |",
+        f"| bytes against what convert writes from SRC | {r.byte_check.get('mode')} | identical |",
+        f"| max \\|Δ logit\\| (converted vs native) | {r.max_abs_logit_diff:.3e} | reported |",
+        f"| left-padded batch, max \\|Δ logit\\| | {r.padded_max_abs_logit_diff:.3e} | {r.thresholds['limit']:.3g} + both models' error |",
         f"| mean KL(native ‖ converted) | {r.mean_kl:.3e} | |",
         f"| top-1 agreement | {r.top1_agreement:.4f} | |",
         f"| greedy generation ({len(r.greedy_native)} tokens, KV cache) | "
@@ -96,7 +104,7 @@ def write_report(report, out: Path, native, converted, ids: torch.Tensor) -> Non
     if r.reference_native_max_err is not None:
         lines += [
             f"| native vs exact float64 ALiBi, max \\|Δ logit\\| | {r.reference_native_max_err:.3e} | |",
-            f"| converted vs exact float64 ALiBi, max \\|Δ logit\\| | {r.reference_converted_max_err:.3e} | |",
+            f"| converted vs exact float64 ALiBi, max \\|Δ logit\\| | {r.reference_converted_max_err:.3e} | {r.thresholds['limit']:.3g} |",
         ]
     lines += ["", *(f"- failure: {f}" for f in r.failures), "",
               "![error by position](error_by_position.png)", "", "![attention by layer](attention_by_layer.png)", ""]

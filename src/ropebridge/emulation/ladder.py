@@ -17,6 +17,8 @@ explained, with their measurements, in ``docs/decisions.md``.
 
 from __future__ import annotations
 
+import itertools
+
 import math
 from collections.abc import Sequence
 
@@ -39,7 +41,18 @@ def rotary_dim_for(head_dim: int, kernel: str = "any", minimum: int = MIN_ROTARY
     fa3: hd 128 -> 64 (192); flashinfer: hd 64 -> 64 (128)."""
     head_dim = _checks.positive_int("head_dim", head_dim)
     _checks.choice("kernel", kernel, tuple(KERNELS))
-    return next(rotary_dims(kernel, head_dim, _checks.positive_int("rotary_dim", minimum, even=True)))
+    return _ladder_sizes(kernel, head_dim, _checks.positive_int("rotary_dim", minimum, even=True), 1)[0]
+
+
+def _ladder_sizes(kernel: str, head_dim: int, minimum: int, count: int) -> list[int]:
+    """The first ``count`` rotary dims R >= ``minimum`` with hd + R a size the kernel runs natively; ``ValueError``
+    naming the head dim when there is none (an odd head dim plus an even R is never a multiple of 2)."""
+    sizes = list(itertools.islice(rotary_dims(kernel, head_dim, minimum), count))
+    if not sizes:
+        raise ValueError(f"head dim {head_dim}: no rotary dim R makes {head_dim} + R a size --kernel {kernel} runs "
+                         f"natively ({KERNELS[kernel].sizes}); the ladder cannot be served on it: use --emulation "
+                         "single or --dtype float32")
+    return sizes
 
 
 def default_cutoff(window: int, dtype: str) -> float:
@@ -170,8 +183,7 @@ def plan_ladder(source, request) -> EmulationPlan:
     if request.rotary_dim is not None:
         sizes = [request.rotary_dim]
     else:
-        candidates = rotary_dims(request.kernel, source.head_dim, MIN_ROTARY_DIM)
-        sizes = [next(candidates), next(candidates)]
+        sizes = _ladder_sizes(request.kernel, source.head_dim, MIN_ROTARY_DIM, 2)
     plans = []
     for r in sizes:
         plans.append(ladder_on(source, request, r, floors, cutoff))

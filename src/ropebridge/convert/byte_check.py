@@ -1,0 +1,237 @@
+"""verify's byte check: DST against the checkpoint ``convert`` writes from SRC, derived again.
+
+From SRC and the options DST records (its request: every option the plan and the tensors depend on),
+``pipeline.derive`` describes again what ``convert`` writes: every tensor (produced block by block by the same
+producers, the same bounded memory), config.json (every key, the legacy ones other engines read included),
+the tokenizer and generation files, and the plan. Each is compared with DST: tensors value for value in their
+stored bytes, the set of files, the config and the side files exactly, the recorded plan field by field. DST's
+record supplies only the options; nothing it says of the result is trusted. A DST written by another ropebridge
+version is compared within the dtype's rounding (``Tolerance``), and the check says so.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import __version__
+from .._progress import progress_bar
+from ..checkpoint.tensor_io import CheckpointReader
+from ..emulation import PlanRequest
+from .pipeline import Derivation
+
+FIXED_FILES = ("config.json", "ropebridge.json", "README.md", "model.safetensors.index.json")
+# In a record of another version, numbers of the plan and the config agree to this relative difference: both
+# sides compute them in float64 from the same inputs, but a fit may take other solver steps.
+OTHER_VERSION_RTOL = 1e-6
+
+
+@dataclass
+class ByteCheck:
+    """What the byte check compared: ``mode`` exact (DST of this version), rounding (another version: tensors
+    within the dtype's rounding) or skipped (``--quick``: the tensors' bytes not read, everything else compared);
+    ``failures``: the first difference of each kind, naming the tensor, key or file and its size."""
+
+    mode: str
+    tensors: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    failures: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def request_of(record: dict[str, Any]) -> PlanRequest:
+    """The ``PlanRequest`` DST was converted with, from its record: the recorded request (ropebridge 0.2 on), or,
+    for an older record, the options its plan shows (window, dtype, target, strategy, fixed base, rotary dim,
+    pairs, per-head floors, cutoff, tolerance). ``ValueError`` naming what is malformed."""
+    recorded = record.get("request")
+    if recorded is not None:
+        if not isinstance(recorded, dict):
+            raise ValueError("its record's request is not an object")
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()
+                  if k in PlanRequest.__dataclass_fields__ and k not in ("jobs", "progress", "calibration_text")}
+        try:
+            return PlanRequest(**fields, jobs=os.cpu_count() or 1)  # how the ladder is fitted, not what
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"its record's request is not one convert takes: {exc}") from None
+    plan = record["plan"]
+    try:
+        mode = plan["mode"]
+        strategy = mode if mode in ("ladder", "fixed-base") else "single"
+        options: dict[str, Any] = dict(window=plan["window"], dtype=plan["dtype"],
+                                       target=record.get("target", "gpt-neox"), emulation=strategy,
+                                       cutoff=plan.get("cutoff"), tolerance=plan.get("tolerance"))
+        if strategy == "fixed-base":
+            options.update(rope_base=plan["base"], rotary_dim=plan.get("rotary_dim") or plan.get("rope_dim"),
+                           pairs=plan.get("pairs_per_head", 1))
+        elif strategy == "ladder":
+            options.update(rotary_dim=plan.get("rotary_dim") or plan.get("rope_dim"),
+                           floor=tuple((h.get("ladder") or h)["floor"] for h in plan["heads"]))
+            if plan.get("base") is not None:
+                from ..emulation.ladder import free_base
+
+                if not math.isclose(plan["base"], free_base(plan["window"], options["rotary_dim"])):
+                    options["rope_base"] = plan["base"]
+        elif mode == "theta":
+            options["theta"] = plan["heads"][0]["theta"]
+        elif mode == "max-phase":
+            options["max_phase"] = max(p["theta"] for h in plan["heads"] for p in h["pairs"]) * plan["window"]
+        return PlanRequest(**options, jobs=os.cpu_count() or 1)
+    except (KeyError, TypeError, IndexError, ValueError) as exc:
+        raise ValueError(f"its record's plan does not say how it was made ({type(exc).__name__}: {exc})") from None
+
+
+def first_difference(recorded: Any, derived: Any, where: str = "", rtol: float = 0.0) -> str | None:
+    """The first place where two JSON values differ, as ``where: recorded ... , derived ...``; numbers within
+    ``rtol`` relative agree (0: exactly). None when they agree."""
+    if isinstance(derived, dict) and isinstance(recorded, dict):
+        for key in sorted(set(derived) | set(recorded), key=str):
+            if key not in recorded or key not in derived:
+                side = "DST lacks" if key not in recorded else "DST adds"
+                return f"{where + '.' if where else ''}{key}: {side} it"
+            found = first_difference(recorded[key], derived[key], f"{where + '.' if where else ''}{key}", rtol)
+            if found:
+                return found
+        return None
+    if isinstance(derived, (list, tuple)) and isinstance(recorded, (list, tuple)):
+        if len(derived) != len(recorded):
+            return f"{where}: {len(recorded)} entries in DST, {len(derived)} derived"
+        for i, (a, b) in enumerate(zip(recorded, derived)):
+            found = first_difference(a, b, f"{where}[{i}]", rtol)
+            if found:
+                return found
+        return None
+    numbers = (int, float)
+    if isinstance(derived, numbers) and isinstance(recorded, numbers) and not isinstance(derived, bool) \
+            and not isinstance(recorded, bool):
+        if recorded == derived or (rtol and math.isclose(recorded, derived, rel_tol=rtol)):
+            return None
+        return f"{where}: DST has {recorded!r}, SRC gives {derived!r}"
+    if recorded == derived and type(recorded) is type(derived):
+        return None
+    return f"{where}: DST has {_short(recorded)}, SRC gives {_short(derived)}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def compare(derived: Derivation, dst: Path, record: dict[str, Any], *, quick: bool = False,
+            progress: bool = False) -> ByteCheck:
+    """DST against ``derived`` (module doc): files, config, side files, the plan, then (unless ``quick``) every
+    tensor. Stops reading tensors at the first that differs."""
+    start = time.perf_counter()
+    same_version = record.get("ropebridge_version") == __version__
+    rtol = 0.0 if same_version else OTHER_VERSION_RTOL
+    check = ByteCheck("skipped" if quick else ("exact" if same_version else "rounding"))
+    fail = check.failures.append
+    found = first_difference(record.get("plan"), _comparable_plan(derived, record), "plan", rtol)
+    if found:
+        fail(f"its recorded plan is not the one SRC gives with its options: {found}")
+    for key, value in (("target", derived.target.name), ("dtype", derived.plan.dtype),
+                       ("source_family", derived.model.info.family), ("layout", derived.geometry)):
+        found = first_difference(record.get(key), value, key, rtol)
+        if found:
+            fail(f"its record differs from the conversion SRC gives: {found}")
+    try:
+        import json
+
+        config = json.loads((dst / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        config, _ = None, fail(f"its config.json does not read: {exc}")
+    if config is not None:
+        found = first_difference(config, derived.config, "config.json", rtol)
+        if found:
+            fail(f"its config differs from what convert writes: {found}")
+    for name, data in derived.side_files.items():
+        path = dst / name
+        if not path.is_file():
+            fail(f"it lacks {name}, which convert copies from SRC")
+        elif path.read_bytes() != data:
+            fail(f"its {name} differs from what convert writes from SRC's")
+    try:
+        reader = CheckpointReader(dst)
+    except (OSError, ValueError) as exc:
+        fail(f"its weights do not read: {exc}")
+        check.seconds = time.perf_counter() - start
+        return check
+    expected = {"model.safetensors.index.json", *FIXED_FILES, *derived.side_files,
+                *(f.name for f in reader.files())}
+    extra = sorted(p.name for p in dst.iterdir() if p.is_file() and p.name not in expected)
+    if extra:
+        fail(f"it holds {extra[0]}, a file convert does not write (an engine may read it)")
+    _compare_tensors(derived, reader, check, quick, progress)
+    check.seconds = time.perf_counter() - start
+    return check
+
+
+def _comparable_plan(derived: Derivation, record: dict[str, Any]) -> dict[str, Any]:
+    """The derived plan as DST would record it: its ``source`` is whatever name SRC was given at convert, and
+    its ``version`` the writing version."""
+    plan = derived.plan.to_dict()
+    recorded = record.get("plan") if isinstance(record.get("plan"), dict) else {}
+    plan["source"] = recorded.get("source")
+    plan["version"] = recorded.get("version", plan["version"])
+    return plan
+
+
+def _compare_tensors(derived: Derivation, reader: CheckpointReader, check: ByteCheck, quick: bool,
+                     progress: bool) -> None:
+    """Names, shapes and dtypes of every tensor, then (unless ``quick``) every value, block by block."""
+    writer, fail = derived.writer, check.failures.append
+    names = {p.name for p in writer.pending}
+    stored = set(reader.names())
+    if stored != names:
+        extra, missing = sorted(stored - names), sorted(names - stored)
+        fail(f"its tensors differ from convert's: {'it adds ' + extra[0] if extra else 'it lacks ' + missing[0]}")
+        return
+    for p in writer.pending:
+        if reader.dtype(p.name) != writer.dtype or tuple(reader.shape(p.name)) != p.shape:
+            fail(f"tensor {p.name} is {str(reader.dtype(p.name))[6:]} {list(reader.shape(p.name))}; convert writes "
+                 f"{str(writer.dtype)[6:]} {list(p.shape)}")
+            return
+    if quick:
+        return
+    u = torch.finfo(writer.dtype).eps / 2  # unit roundoff
+    bar = progress_bar(writer.total_bytes(), "verify: bytes", enabled=progress, unit="B", unit_scale=True)
+    try:
+        for p in writer.pending:
+            offset = 0
+            for out in writer.blocks(p):  # (n,) in the output dtype
+                got = reader.read_elements(p.name, offset, offset + out.numel())  # (n,) as DST stores it
+                if check.mode == "exact":
+                    same = torch.equal(got.view(torch.uint8), out.view(torch.uint8))
+                else:
+                    ref = out.double()
+                    same = bool(((got.double() - ref).abs() <= 2 * u * ref.abs() + u * ref.abs().max()).all())
+                if not same:
+                    fail(_describe(p.name, got, out, offset))
+                    return
+                offset += out.numel()
+                bar.update(out.numel() * out.element_size())
+            check.tensors += 1
+            check.bytes += writer.nbytes(p)
+    finally:
+        bar.close()
+
+
+def _describe(name: str, got: torch.Tensor, out: torch.Tensor, offset: int) -> str:
+    """One line: which tensor differs, in how many values of the block, by how much, where first."""
+    g, o = got.double(), out.double()
+    diff = (g - o).abs()
+    bad = (got.view(torch.uint8).view(-1, got.element_size()) != out.view(torch.uint8).view(-1, out.element_size())
+           ).any(-1)
+    first = int(bad.nonzero()[0]) if bool(bad.any()) else 0
+    size = float(diff[torch.isfinite(diff)].max()) if bool(torch.isfinite(diff).any()) else float("nan")
+    return (f"tensor {name} differs from what convert writes from SRC: {int(bad.sum())} of {got.numel()} values in "
+            f"the block from element {offset}, max |difference| {size:.4g} (first at element {offset + first}: "
+            f"DST {float(g[first]):.6g}, SRC gives {float(o[first]):.6g})")
