@@ -61,6 +61,29 @@ reader.join()
 """
 
 
+FINGERPRINT = "import sys; from pathlib import Path; from ropebridge.convert.pipeline import source_fingerprint; " \
+              "source_fingerprint(Path(sys.argv[1]))"
+
+
+def verify_bytes(src: Path, dst: Path) -> tuple[float, float, dict]:
+    """``ropebridge verify`` with the least functional work (16 tokens, no greedy, no reference) in a child:
+    (wall seconds, peak RSS MiB, its report's byte check: mode, tensors, bytes, seconds)."""
+    import json
+
+    wrapper = [sys.executable, "-c",
+               "import resource,subprocess,sys,time;t=time.perf_counter();r=subprocess.run(sys.argv[1:],"
+               "stdout=subprocess.PIPE);w=time.perf_counter()-t;m=resource.getrusage(resource.RUSAGE_CHILDREN)"
+               ".ru_maxrss;sys.stdout.buffer.write(r.stdout);print(f'{w} {m}',file=sys.stderr)",
+               sys.executable, "-m", "ropebridge", "verify", str(src), str(dst), "--context", "16",
+               "--greedy-tokens", "0", "--reference-max-params", "0", "--json"]
+    out = subprocess.run(wrapper, capture_output=True, text=True)
+    wall, kib = out.stderr.strip().splitlines()[-1].split()
+    report = json.loads(out.stdout)
+    if not report["passed"]:
+        raise SystemExit(f"verify failed on an untouched conversion: {report['failures']}")
+    return float(wall), int(kib) / 1024, report["byte_check"]
+
+
 def logits_max_diff(native_dir: Path, converted_dir: Path, context: int, seed: int = 0) -> float:
     """max |native - converted| over every logit of ``context`` random tokens, the head applied in chunks."""
     import transformers as T
@@ -124,6 +147,10 @@ def main() -> int:
     out_bytes = out_nbytes / 2**20
     diff = logits_max_diff(src, work / "rope", context)
     settle()
+    fp_wall, fp_rss = child_peak_rss_mb([sys.executable, "-c", FINGERPRINT, str(src)])
+    settle()
+    verify_wall, verify_rss, checked = verify_bytes(src, work / "rope")
+    settle()
     floor_wall, floor_rss = child_peak_rss_mb([sys.executable, "-c", IO_FLOOR, str(src), str(work / "floor"),
                                                str(out_nbytes)])
     rows = [
@@ -132,11 +159,19 @@ def main() -> int:
         {"what": "ropebridge convert", "seconds": conv_wall, "peak_rss_mb": conv_rss},
         {"what": "I/O floor: python reads the source, writes the output's bytes", "seconds": floor_wall,
          "peak_rss_mb": floor_rss},
+        {"what": "fingerprint: sha256 of every source byte (python + imports)", "seconds": fp_wall,
+         "peak_rss_mb": fp_rss},
+        {"what": "verify: byte check (inside verify, its own timer)", "seconds": checked["seconds"]},
+        {"what": "ropebridge verify --context 16 --greedy-tokens 0 (whole)", "seconds": verify_wall,
+         "peak_rss_mb": verify_rss},
     ]
     print(f"checkpoint: {layers} layers, vocab {vocab}, {len(shards)} shards, {total:.0f} MiB, "
           f"largest {largest:.0f} MiB")
     print(table(rows, ["what", "seconds", "peak_rss_mb"]))
     summary = {
+        "byte_check_over_convert_time": checked["seconds"] / conv_wall,
+        "byte_check_and_fingerprint_over_convert_time": (checked["seconds"] + fp_wall - base_wall) / conv_wall,
+        "byte_check_mode": checked["mode"],
         "conversion_over_copy_time": conv_wall / cp_wall,
         "io_floor_over_copy_time": floor_wall / cp_wall,
         "peak_rss_over_largest_shard": conv_rss / largest,

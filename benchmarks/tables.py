@@ -87,7 +87,8 @@ def _side_by_side(names: dict[str, str], unit: str, rss_key: str) -> str:
     whats = list(dict.fromkeys(w for rows in runs.values() for w in rows))
     out = ["| | " + " | ".join(runs) + " |", "|---|" + "---|" * len(runs)]
     for w in whats:
-        cells = [f"{rows[w]['seconds']:.3g} s, {_g(rows[w][rss_key])} {unit}" if w in rows else "" for rows in runs.values()]
+        cells = [f"{rows[w]['seconds']:.3g} s" + (f", {_g(rows[w][rss_key])} {unit}" if rows[w].get(rss_key) is not None
+                                                 else "") if w in rows else "" for rows in runs.values()]
         out.append(f"| {w} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
