@@ -7,7 +7,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ropebridge"
 # lowest first: a module may import its own layer and those below
 LAYERS = [
-    {"__init__", "__version__", "_checks", "_progress", "alibi", "rope", "frequencies", "analysis"},
+    {"__init__", "__version__", "_checks", "_progress", "_interrupt", "alibi", "rope", "frequencies", "analysis"},
     {"checkpoint"},
     {"targets"},
     {"emulation"},
