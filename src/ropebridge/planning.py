@@ -33,17 +33,17 @@ def plan_source(source, request: PlanRequest) -> EmulationPlan:
     return emulation.plan(source, request.with_dtype("float32"))
 
 
-def prepare(src_dir, request: PlanRequest) -> tuple[PlanRequest, SourceModel | None, Any]:
+def prepare(src_dir, request: PlanRequest,
+            model: SourceModel | None = None) -> tuple[PlanRequest, SourceModel | None, Any]:
     """The request completed for a checkpoint directory (or its config.json), the checkpoint read as a
     ``SourceModel`` (None for a config without weights) and its ``AlibiSource``, the config read once: the dtype
     defaults to the checkpoint's; the tensors' shapes are checked against the config (headers only);
     ``calibration_text`` is measured through the weights into per-head advantages (``checkpoint.calibration``), which
-    the completed request carries instead of the text."""
-    config = load_config(src_dir)
+    the completed request carries instead of the text. ``model``: the checkpoint already read (not read again)."""
+    config = load_config(src_dir) if model is None else model.config
     request = request.with_dtype(default_dtype(config))
     directory = Path(src_dir)
-    model = None
-    if directory.is_dir() and any(next(directory.glob(p), None) for p in WEIGHT_FILES):  # else planned from the config alone
+    if model is None and directory.is_dir() and any(next(directory.glob(p), None) for p in WEIGHT_FILES):  # else planned from the config alone
         model = SourceModel(directory, config)
     source = from_config(config) if model is None else model.info
     if request.calibration_text is not None:

@@ -131,15 +131,15 @@ def test_a_destination_claimed_meanwhile_is_not_replaced_without_force(bloom12, 
     import ropebridge.convert.pipeline as pipeline
 
     dst = tmp_path / "rope"
-    copy = pipeline.copy_side_files
+    copy = pipeline.write_side_files
 
-    def meanwhile(src_dir, tmp):
-        copy(src_dir, tmp)
+    def meanwhile(files, tmp):
+        copy(files, tmp)
         if not dst.exists():
             dst.mkdir()
             (dst / "other.txt").write_text("the other convert's")
 
-    monkeypatch.setattr(pipeline, "copy_side_files", meanwhile)
+    monkeypatch.setattr(pipeline, "write_side_files", meanwhile)
     assert main(["convert", str(bloom12), str(dst), "--window", "256"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "appeared while converting" in err[0], err

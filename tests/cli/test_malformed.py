@@ -16,9 +16,9 @@ from ropebridge.cli import main
 def sources(tmp_path_factory):
     root = tmp_path_factory.mktemp("malformed")
     bloom = build(root / "bloom", "bloom-4heads")
-    mpt = build(root / "mpt", "mpt", max_seq_len=512)
-    falcon = build(root / "falcon", "falcon-parallel-mq")  # bias=False: no linear biases
-    falcon_b = build(root / "falcon-b", "falcon-rw")  # bias=True
+    build(root / "mpt", "mpt", max_seq_len=512)
+    build(root / "falcon", "falcon-parallel-mq")  # bias=False: no linear biases
+    build(root / "falcon-b", "falcon-rw")  # bias=True
     assert main(["convert", str(bloom), str(root / "bloom-rope"), "--window", "256"]) == 0
     return root
 

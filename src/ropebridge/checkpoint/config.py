@@ -84,15 +84,15 @@ class Family:
     embedding_norm: str | None = None  # an embedding LayerNorm folded into the embedding rows
 
 
-def _key(c: Mapping[str, Any], key: str, default: Any, *, null_is_default: bool = False, positive: bool = True) -> Any:
-    """Config key ``key`` as a number (``default`` when absent, or null where the family reads null as its default);
-    ``ValueError`` naming the key for any other type or, with ``positive``, a value <= 0."""
+def _key(c: Mapping[str, Any], key: str, default: Any, *, null_is_default: bool = False) -> Any:
+    """Config key ``key`` as a positive number (``default`` when absent, or null where the family reads null as its
+    default); ``ValueError`` naming the key for any other type or a value <= 0."""
     value = c.get(key, default)
     if value is None and (null_is_default or key not in c):
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"config key {key} is {value!r}; expected a number")
-    return _checks.positive(key, value) if positive else _checks.number(key, value)
+    return _checks.positive(key, value)
 
 
 def _bloom(c, d, hd) -> dict[str, Any]:

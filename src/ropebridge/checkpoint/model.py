@@ -121,7 +121,6 @@ class SourceModel:
                                  f"{list(shape)} (hidden {self.info.hidden_size}, {self.info.n_heads} heads of "
                                  f"{self.info.head_dim}, vocabulary {self.info.vocab_size})")
 
-
     def _check_biases(self) -> None:
         """Refuse a checkpoint whose linear biases disagree with its config: transformers builds the biases the
         config declares (``config.declared_biases``) and ignores the others, so a bias tensor the config does not

@@ -90,8 +90,8 @@ class CheckpointReader:
         self.directory = Path(directory)
         self._infos: dict[str, TensorInfo] = {}
         self._bin: dict[str, torch.Tensor] = {}
-        files = self._weight_files()
-        for f in files:
+        self.files = self._weight_files()  # the weight files the tensors are read from (one, or an index's shards)
+        for f in self.files:
             if f.suffix == ".safetensors":
                 self._infos.update(_read_header(f))
             else:
@@ -129,10 +129,6 @@ class CheckpointReader:
             if (d / single).is_file():
                 return [d / single]
         raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin (or index) in {d}")
-
-    def files(self) -> list[Path]:
-        """The weight files the tensors were read from (one, or an index's shards)."""
-        return self._weight_files()
 
     def names(self) -> list[str]:
         return sorted([*self._infos, *self._bin])

@@ -68,9 +68,9 @@ def _handler(signum: int, frame) -> None:
 def _act(signum: int) -> None:
     if _state["armed"]:
         raise Stopped(signum)
-    for path in reversed(_interrupt.paths()):  # what was being written: once removed, nothing is
-        import shutil
+    import shutil
 
+    for path in reversed(_interrupt.paths()):  # what was being written: once removed, nothing is
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
         else:

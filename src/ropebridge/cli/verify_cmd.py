@@ -7,7 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..convert.verify import LOGIT_FACTOR, VerifyRequest, verify
+from ..convert.byte_check import describe
+from ..convert.verify import VerifyRequest, verify
 from ..emulation.error_model import DTYPES
 from ._options import add_verbose
 
@@ -63,21 +64,11 @@ def format_report(r) -> list[str]:
     """The report as ``verify`` prints it: the byte check, the measured numbers beside their limit, the verdict."""
     exact = "" if r.transformers_native_deviation is None else ", its ALiBi bias as the family defines it"
     lines = [f"{r.family} ({r.source_attention}{exact}) vs converted, {r.dtype}, {r.context} tokens"]
-    b = r.byte_check
-    if b.get("mode") == "skipped":
-        lines.append("  bytes                   not read (--quick); files, config, tokenizer and plan as convert writes")
-    elif b.get("failures"):
-        lines.append("  bytes                   differ from what convert writes from SRC")
-    else:
-        how = "identical" if b.get("mode") == "exact" else "within the dtype's rounding (written by another version)"
-        lines.append(f"  bytes                   {how} to what convert writes from SRC: {b.get('tensors')} tensors, "
-                     f"{b.get('bytes', 0) / 2**20:.1f} MiB")
+    lines.append(f"  bytes                   {describe(r.byte_check)}")
     if not r.measured:
         lines.append(f"  functional check        skipped: {r.functional_skipped}")
     else:
         t = r.thresholds
-        against = t["against"]
-        predicted = "" if r.predicted_error is None else f", {LOGIT_FACTOR:g} x predicted {r.predicted_error:.3g}"
         lines.append(f"  max |logit diff|        {r.max_abs_logit_diff:.3e}  (against native)")
         if r.transformers_native_max_abs_logit_diff is not None:
             lines.append(f"  ... against transformers' own {r.family} ({r.transformers_native_deviation}): "
@@ -95,7 +86,6 @@ def format_report(r) -> list[str]:
                          f"{r.reference_native_max_err:.3e} (reported)")
         else:
             lines.append(f"  vs exact float64 ALiBi  skipped: {r.reference_skipped}")
-        lines.append(f"  limit                   {t['limit']:.3g} against the {against} (tolerance "
-                     f"{t['max_abs_logit_diff']:g}{predicted})")
+        lines.append(f"  limit                   {t['limit']:.3g} against the {t['against']} ({r.limit_why})")
     lines.append("PASSED" if r.passed else "FAILED: " + "; ".join(r.failures))
     return lines

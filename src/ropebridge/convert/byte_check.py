@@ -6,11 +6,13 @@ producers, the same bounded memory), config.json (every key, the legacy ones oth
 the tokenizer and generation files, and the plan. Each is compared with DST: tensors value for value in their
 stored bytes, the set of files, the config and the side files exactly, the recorded plan field by field. DST's
 record supplies only the options; nothing it says of the result is trusted. A DST written by another ropebridge
-version is compared within the dtype's rounding (``Tolerance``), and the check says so.
+version is compared within the dtype's rounding (each value within 2u of the derived one plus u of its block's
+largest, u the unit roundoff; plan and config numbers within ``OTHER_VERSION_RTOL``), and the check says so.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -46,6 +48,16 @@ class ByteCheck:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def describe(check: dict[str, Any]) -> str:
+    """A byte check (``ByteCheck.to_dict``) in words, as the report, the CLI and the model card say it."""
+    if check.get("mode") == "skipped":
+        return "not read (--quick); files, config, tokenizer and plan as convert writes them"
+    if check.get("failures"):
+        return "differ from what convert writes from SRC"
+    how = "identical" if check.get("mode") == "exact" else "within the dtype's rounding (written by another version)"
+    return f"{how} to what convert writes from SRC: {check.get('tensors')} tensors, {check.get('bytes', 0) / 2**20:.1f} MiB"
 
 
 def request_of(record: dict[str, Any]) -> PlanRequest:
@@ -143,15 +155,11 @@ def compare(derived: Derivation, dst: Path, record: dict[str, Any], *, quick: bo
         if found:
             fail(f"its record differs from the conversion SRC gives: {found}")
     try:
-        import json
-
-        config = json.loads((dst / "config.json").read_text())
+        found = first_difference(json.loads((dst / "config.json").read_text()), derived.config, "config.json", rtol)
     except (OSError, ValueError) as exc:
-        config, _ = None, fail(f"its config.json does not read: {exc}")
-    if config is not None:
-        found = first_difference(config, derived.config, "config.json", rtol)
-        if found:
-            fail(f"its config differs from what convert writes: {found}")
+        found = f"it does not read ({exc})"
+    if found:
+        fail(f"its config differs from what convert writes: {found}")
     for name, data in derived.side_files.items():
         path = dst / name
         if not path.is_file():
@@ -164,8 +172,7 @@ def compare(derived: Derivation, dst: Path, record: dict[str, Any], *, quick: bo
         fail(f"its weights do not read: {exc}")
         check.seconds = time.perf_counter() - start
         return check
-    expected = {"model.safetensors.index.json", *FIXED_FILES, *derived.side_files,
-                *(f.name for f in reader.files())}
+    expected = {*FIXED_FILES, *derived.side_files, *(f.name for f in reader.files)}
     extra = sorted(p.name for p in dst.iterdir() if p.is_file() and p.name not in expected)
     if extra:
         fail(f"it holds {extra[0]}, a file convert does not write (an engine may read it)")

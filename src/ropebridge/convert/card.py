@@ -110,13 +110,11 @@ def record_verification(card: Path, report) -> None:
     text = card.read_text()
     head, _, rest = text.partition(f"\n{VERIFIED}\n")
     tail = rest[rest.find("\n## ") + 1:] if "\n## " in rest else ""
-    b = report.byte_check
-    bytes_row = ("not read (--quick)" if b.get("mode") == "skipped" else "differ from what convert writes"
-                 if b.get("failures") else f"identical to what convert writes ({b.get('tensors')} tensors)"
-                 if b.get("mode") == "exact" else "within the dtype's rounding (written by another version)")
+    from .byte_check import describe
+
     rows = [f"| verdict | {'PASSED' if report.passed else 'FAILED: ' + '; '.join(report.failures)} |",
             f"| tokens, dtype | {report.context}, {report.dtype} |",
-            f"| bytes against SRC | {bytes_row} |"]
+            f"| bytes | {describe(report.byte_check)} |"]
     if report.measured:
         against = report.thresholds["against"]
         rows += [f"| max \\|Δlogit\\| against native | {report.max_abs_logit_diff:.3g} |",

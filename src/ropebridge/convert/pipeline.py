@@ -89,9 +89,9 @@ def side_files(src_dir: Path) -> dict[str, bytes]:
     return out
 
 
-def copy_side_files(src_dir: Path, out: Path) -> None:
-    """Write ``side_files(src_dir)`` into ``out``."""
-    for name, data in side_files(src_dir).items():
+def write_side_files(files: dict[str, bytes], out: Path) -> None:
+    """Write the side files (``side_files``) into ``out``."""
+    for name, data in files.items():
         (out / name).write_bytes(data)
 
 
@@ -233,21 +233,14 @@ def recorded_request(request: PlanRequest) -> dict[str, Any]:
 
 
 def derive(src_dir: Path, request: PlanRequest, source_name: str, max_shard_bytes: int = 2000 * 2**20,
-           accept_error: bool = True) -> Derivation:
-    """The ``Derivation`` of checkpoint directory ``src_dir`` for ``request`` (``planning.prepare`` then
-    ``emulation.plan``; the target's code lays out and describes the tensors). A plan whose prediction exceeds
-    its tolerance is refused (``ValueError``, saying what would fit) unless ``accept_error``."""
-    request, model, source = prepare(src_dir, request)
+           model: SourceModel | None = None) -> Derivation:
+    """The ``Derivation`` of checkpoint directory ``src_dir`` (``model``: already read) for ``request``
+    (``planning.prepare`` then ``emulation.plan``; the target's code lays out and describes the tensors), whatever
+    its plan predicts."""
+    request, model, source = prepare(src_dir, request, model)
     if model is None:
         raise FileNotFoundError(f"no weights (*.safetensors or *.bin) in {src_dir}")
     plan = dataclasses.replace(emulation.plan(source, request), source=source_name)
-    if not plan.meets_tolerance:
-        miss = (f"the plan predicts a worst error of {plan.worst_head.predicted_error:.3g} logits (head "
-                f"{plan.worst_head.head}), above the {plan.dtype} tolerance {plan.tolerance:g}; "
-                f"{what_would_fit(plan, request.kernel)}")
-        if not accept_error:
-            raise ValueError(miss + ", or pass --accept-error")
-        log.warning("%s (accepted with --accept-error)", miss)
     target = TARGETS[request.target]
     code = target.code()
     layout = code.layout(model, plan)
@@ -271,8 +264,15 @@ def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None
         raise FileExistsError(f"{dst} exists; pass --force to replace it")
     src_dir = resolve_source(src)
     _check_destination(src_dir, dst, force)  # (DST = SRC is named as such before "exists")
-    d = derive(src_dir, request, str(src), int(max_shard_mb * 2**20), accept_error)
+    d = derive(src_dir, request, str(src), int(max_shard_mb * 2**20))
     plan, writer = d.plan, d.writer
+    if not plan.meets_tolerance:
+        miss = (f"the plan predicts a worst error of {plan.worst_head.predicted_error:.3g} logits (head "
+                f"{plan.worst_head.head}), above the {plan.dtype} tolerance {plan.tolerance:g}; "
+                f"{what_would_fit(plan, d.request.kernel)}")
+        if not accept_error:
+            raise ValueError(miss + ", or pass --accept-error")
+        log.warning("%s (accepted with --accept-error)", miss)
     log.info("plan: %s heads, %s, worst predicted error %.3g", len(plan.heads), d.geometry,
              plan.worst_head.predicted_error)
     check_free_space(dst.parent, writer.total_bytes() + sum(len(b) for b in d.side_files.values()))
@@ -296,7 +296,7 @@ def _write(d: Derivation, src: str | Path, src_dir: Path, dst: Path, tmp: Path, 
         finally:
             writer.progress.close()  # clears its line: an error starts a line of its own
         (tmp / "config.json").write_text(json.dumps(d.config, indent=1))
-        copy_side_files(src_dir, tmp)
+        write_side_files(d.side_files, tmp)
         record = d.record(str(src), source_fingerprint(src_dir))
         (tmp / "ropebridge.json").write_text(json.dumps(record, indent=1))
         (tmp / "README.md").write_text(model_card(str(src), dst.name, plan, d.target, request,

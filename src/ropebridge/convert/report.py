@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from .byte_check import describe
+
 
 def _attention_figure(native_probs, converted_probs, reference_probs):
     from ..plots import _figure
@@ -87,7 +89,7 @@ def write_report(report, out: Path, native, converted, ids: torch.Tensor) -> Non
         "",
         "| check | value | threshold |",
         "|---|---|---|",
-        f"| bytes against what convert writes from SRC | {r.byte_check.get('mode')} | identical |",
+        f"| bytes | {describe(r.byte_check)} | identical |",
         f"| max \\|Δ logit\\| (converted vs native) | {r.max_abs_logit_diff:.3e} | reported |",
         f"| left-padded batch, max \\|Δ logit\\| | {r.padded_max_abs_logit_diff:.3e} | {r.thresholds['limit']:.3g} + both models' error |",
         f"| mean KL(native ‖ converted) | {r.mean_kl:.3e} | |",

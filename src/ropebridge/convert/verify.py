@@ -36,7 +36,7 @@ import torch
 
 from .. import _checks
 from .._progress import progress_bar
-from ..checkpoint.config import load_config
+from ..checkpoint.config import SourceInfo, load_config
 from ..checkpoint.model import SourceModel
 from ..checkpoint.reference import reference_logits
 from ..emulation.error_model import DTYPES, TOLERANCE
@@ -94,6 +94,12 @@ class VerifyReport:
     @property
     def measured(self) -> bool:
         return self.functional_skipped is None
+
+    @property
+    def limit_why(self) -> str:
+        """Where the limit comes from, in words: the tolerance and, when known, the prediction times its factor."""
+        why = f"tolerance {self.thresholds['max_abs_logit_diff']:g}"
+        return why if self.predicted_error is None else f"{why}, {LOGIT_FACTOR:g} x predicted {self.predicted_error:.3g}"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "passed": self.passed}
@@ -172,14 +178,13 @@ def non_finite(report: "VerifyReport") -> list[str]:
             if value is not None and not math.isfinite(value)]
 
 
-def _check_pair(source: SourceModel, src: Path, dst: Path, record: dict[str, Any]) -> None:
+def _check_pair(info: SourceInfo, src: Path, dst: Path, record: dict[str, Any]) -> None:
     """Refuse a DST that was not converted from SRC, before anything is measured: its recorded plan must have
     SRC's heads, head dim and slopes, its config SRC's vocabulary and depth, and its record SRC's fingerprint
     (every byte of SRC's weights)."""
     dst_config = load_config(dst)
     if not isinstance(dst_config, dict):
         raise ValueError(f"{dst}/config.json is not a JSON object")
-    info = source.info
     plan = record["plan"]
     slopes = [h["slope"] for h in plan["heads"]]
     problems = []
@@ -246,9 +251,9 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
     record = _conversion_record(dst)
     if request.card and not (dst / "README.md").is_file():
         raise FileNotFoundError(f"--card: {dst} has no model card (README.md) to record the result in")
-    source = SourceModel(src)
-    _check_pair(source, src, dst, record)
-    derived = derive(src, byte_check.request_of(record), str(record.get("source", src)))
+    source = SourceModel(src)  # its shapes checked against its config before anything else
+    _check_pair(source.info, src, dst, record)
+    derived = derive(src, byte_check.request_of(record), str(record.get("source", src)), model=source)
     plan = derived.plan
     dtype = plan.dtype if request.dtype is None else request.dtype
     if request.context > plan.window:
@@ -376,15 +381,13 @@ def _limit(report: VerifyReport) -> float:
 def judge(report: VerifyReport) -> list[str]:
     """The failures of a measured report against its limit (``_limit``): any non-finite number; against the exact
     reference, the converted model's max |logit error| above the limit, and a padded batch that differs from
-    native by more than the limit plus both models' errors from exact (it compares the two models); without the reference, the max |logit diff| and the
-    padded batch's above the limit; in float32, greedy generations that differ. Native's error is never an
-    allowance for the converted model's."""
+    native by more than the limit plus both models' errors from exact (it compares the two models); without the
+    reference, the max |logit diff| and the padded batch's above the limit; in float32, greedy generations that
+    differ. Native's error is never an allowance for the converted model's."""
     failures = non_finite(report)
     limit, padded = report.thresholds["limit"], report.padded_max_abs_logit_diff
     ref_native, ref_conv = report.reference_native_max_err, report.reference_converted_max_err
-    what = (f"the limit {limit:.3g} (tolerance {report.thresholds['max_abs_logit_diff']:g}"
-            + ("" if report.predicted_error is None else f", {LOGIT_FACTOR:g} x predicted {report.predicted_error:.3g}")
-            + ")")
+    what = f"the limit {limit:.3g} ({report.limit_why})"
     if report.thresholds["against"] == "native":
         if report.max_abs_logit_diff > limit:
             failures.append(f"max |logit diff| {report.max_abs_logit_diff:.3g} > {what}")

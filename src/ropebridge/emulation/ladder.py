@@ -18,7 +18,6 @@ explained, with their measurements, in ``docs/decisions.md``.
 from __future__ import annotations
 
 import itertools
-
 import math
 from collections.abc import Sequence
 
