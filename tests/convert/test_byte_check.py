@@ -151,6 +151,19 @@ def test_the_record_is_not_trusted(pair, tmp_path):
     assert any("is float32" in f or "plan" in f for f in report.failures), report.failures
 
 
+def test_quick_never_takes_its_limit_from_the_record(pair, tmp_path):
+    # a record whose request and plan both say --tolerance 50 (consistent, so the plan comparison agrees) and a
+    # zeroed MLP: with --quick only the functional check sees the damage, and its limit is the dtype's default
+    # tolerance (or 3x the prediction), never the recorded 50
+    src, dst = tampered(pair, tmp_path)
+    edit_json(dst / "ropebridge.json", lambda r: (r["plan"].__setitem__("tolerance", 50.0),
+                                                  r["request"].__setitem__("tolerance", 50.0)))
+    edit_tensor(dst, "gpt_neox.layers.1.mlp.dense_4h_to_h.weight", torch.zeros_like)
+    report = verify(src, dst, context=64, greedy_tokens=0, quick=True)
+    assert report.thresholds["max_abs_logit_diff"] == 1e-3 and report.thresholds["limit"] < 1e-2
+    assert not report.passed and any("converted vs exact ALiBi" in f for f in report.failures), report.failures
+
+
 def test_a_file_convert_does_not_write_fails(pair, tmp_path):
     src, dst = tampered(pair, tmp_path)
     shutil.copy(src / "model.safetensors", dst / "model.safetensors")  # which would an engine load?

@@ -23,8 +23,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--text", metavar="FILE", help="a text file: compare on its tokens and report perplexities")
     p.add_argument("--greedy-tokens", type=int, default=32, help="tokens of greedy generation (default 32)")
     p.add_argument("--max-logit-diff", type=float,
-                   help="threshold in logits (default: the tolerance of the plan SRC gives with DST's recorded options: "
-                        "1e-3 float32, 2 bfloat16, 0.25 float16 unless --tolerance was given)")
+                   help="threshold in logits (default: the dtype's default tolerance at DST's window, whatever "
+                        "--tolerance the conversion used: 1e-3 float32 (more at long windows), 2 bfloat16, 0.25 "
+                        "float16); the limit is this or 3x the plan's predicted error, whichever is larger")
     p.add_argument("--reference-max-params", type=float, default=50e6,
                    help="run the exact float64 ALiBi reference for sources up to this many parameters (default 5e7; "
                         "it runs on the CPU)")

@@ -13,9 +13,9 @@ Three checks, in this order, each independent of what DST says of itself:
    definition (Falcon rounds its bias m*j to bfloat16 even in float32; MPT ignores ``alibi_bias_max``:
    ``native.NATIVE_DEVIATIONS``) the source runs as defined and transformers' own numbers are reported beside.
    For sources up to ``reference_max_params`` both are compared with ``reference.reference_logits``, an exact
-   float64 ALiBi forward pass: the converted model's max |logit error| from it must be within the tolerance or
-   ``LOGIT_FACTOR`` times the plan's predicted worst score error, whichever is larger (the plan, derived again
-   from SRC, not DST's record). Native's own error is reported beside, never used as an allowance. Without the
+   float64 ALiBi forward pass: the converted model's max |logit error| from it must be within the dtype's default
+   tolerance at the plan's window or ``LOGIT_FACTOR`` times the plan's predicted worst score error, whichever is
+   larger (the plan derived again from SRC; a ``--tolerance`` DST's record names is never the limit). Native's own error is reported beside, never used as an allowance. Without the
    reference the same bound applies to the difference from native.
 
 A byte difference fails without the functional check (it would measure a checkpoint ``convert`` did not write).
@@ -39,7 +39,7 @@ from .._progress import progress_bar
 from ..checkpoint.config import SourceInfo, load_config
 from ..checkpoint.model import SourceModel
 from ..checkpoint.reference import reference_logits
-from ..emulation.error_model import DTYPES, TOLERANCE
+from ..emulation.error_model import DTYPES, plan_tolerance
 from . import byte_check
 from .native import native_deviation
 from .pipeline import derive, resolve_source, source_fingerprint
@@ -209,8 +209,8 @@ def _check_pair(info: SourceInfo, src: Path, dst: Path, record: dict[str, Any]) 
 class VerifyRequest:
     """What ``verify`` is asked besides the two checkpoints, validated on construction: ``context`` tokens
     (random ids, or ``text`` through SRC's tokenizer), the ``dtype`` to run in (None: the one DST was converted
-    for), ``greedy_tokens`` generated with the KV cache (0: none), ``max_logit_diff`` (None: the tolerance of the
-    plan derived from SRC), the exact reference up to ``reference_max_params`` parameters, the ``seed`` of the ids,
+    for), ``greedy_tokens`` generated with the KV cache (0: none), ``max_logit_diff`` (None: the dtype's default
+    tolerance at DST's window, ``error_model.plan_tolerance``), the exact reference up to ``reference_max_params`` parameters, the ``seed`` of the ids,
     ``report_dir`` for report.md/json, ``card``: record the result in DST's model card, and ``quick``: skip
     reading the tensors' bytes (everything else is still compared)."""
 
@@ -263,8 +263,8 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
     if positions is not None and request.context > positions:
         raise ValueError(f"--context {request.context} is beyond the source's own limit of {positions} positions")
     threshold = request.max_logit_diff
-    if threshold is None:  # the tolerance of the plan SRC gives (one bar for plan and verify), in its dtype
-        threshold = plan.tolerance if dtype == plan.dtype else TOLERANCE[dtype]
+    if threshold is None:  # the dtype's default tolerance at this window: never a --tolerance DST's record names
+        threshold = plan_tolerance(dtype, source.info.slopes, plan.window)
     predicted = plan.worst_head.predicted_error if dtype == plan.dtype else None
     request = dataclasses.replace(request, dtype=dtype, max_logit_diff=threshold)
     checked = byte_check.compare(derived, dst, record, quick=request.quick, progress=progress)
