@@ -45,16 +45,16 @@ def window_guide() -> str:
 
 def verdicts() -> str:
     """Convert's verdict against verify's for the real-text models (``benchmarks/verdicts.py``)."""
-    out = ["| model | dtype | window | convert | predicted | tolerance | verify: converted | native | verdict |",
-           "|---|---|---:|---|---:|---:|---:|---:|---|"]
+    out = ["| model | dtype | window | convert | predicted | tolerance | verify: converted | limit | native "
+           "(reported) | verdict |", "|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
     for r in _rows("verdicts"):
         if not r["accepted"]:
-            out.append(f"| {r['model']} | {r['dtype']} | {r['window']:,} | refused | | | | | {r['refusal']} |")
+            out.append(f"| {r['model']} | {r['dtype']} | {r['window']:,} | refused | | | | | | {r['refusal']} |")
             continue
         verdict = "PASSED" if r.get("passed") else f"FAILED: {r.get('failures') or r.get('verify_error')}"
         out.append(f"| {r['model']} | {r['dtype']} | {r['window']:,} | accepted (R = {r['rotary_dim']}) | "
                    f"{r['predicted']:.3g} | {r['tolerance']:.3g} | {r.get('measured', float('nan')):.3g} | "
-                   f"{r.get('native', float('nan')):.3g} | {verdict} |")
+                   f"{r.get('limit', float('nan')):.3g} | {r.get('native', float('nan')):.3g} | {verdict} |")
     return "\n".join(out) + "\n"
 
 

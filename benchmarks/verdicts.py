@@ -6,7 +6,8 @@ for each dtype and window, then verified in that dtype on its own held-out text.
 
 Each row: the plan's predicted worst error and its tolerance (convert accepts the plan or refuses it), then
 ``ropebridge verify`` at CONTEXT tokens of the held-out text: the converted model's max |logit error| from
-exact float64 ALiBi, native's own, the threshold (the tolerance the plan recorded) and the verdict. The promise
+exact float64 ALiBi, native's own (reported), verify's limit (the dtype's default tolerance, or 3x the prediction
+where larger) and the verdict. The promise
 checked: what convert accepts, verify passes. Prints a table and writes benchmarks/results/verdicts.json;
 ``python benchmarks/tables.py`` puts the table into docs/verify.md.
 """
@@ -46,7 +47,8 @@ def run(src: Path, dtype: str, window: int, context: int, work: Path) -> dict:
         return {**row, "verify_error": ver.stderr.strip().splitlines()[-1]}
     report = json.loads(ver.stdout)
     row.update(measured=report["reference_converted_max_err"], native=report["reference_native_max_err"],
-               threshold=report["thresholds"]["max_abs_logit_diff"], passed=report["passed"],
+               threshold=report["thresholds"]["max_abs_logit_diff"], limit=report["thresholds"].get("limit"),
+               byte_check=report["byte_check"].get("mode"), passed=report["passed"],
                failures="; ".join(report["failures"]))
     return row
 
@@ -59,6 +61,7 @@ def main() -> int:
     p.add_argument("--dtypes", default="float32,bfloat16,float16")
     p.add_argument("--windows", default="8192,32768,131072")
     p.add_argument("--context", type=int, default=2048)
+    p.add_argument("--out", default="verdicts", help="results file name (default verdicts: the docs' table)")
     args = p.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as work:
@@ -67,10 +70,10 @@ def main() -> int:
                 for window in (int(w) for w in args.windows.split(",")):
                     rows.append(run(data_dir(name), dtype, window, args.context, Path(work)))
                     print(table(rows[-1:], list(rows[-1])), flush=True)
-    cols = ["model", "dtype", "window", "accepted", "predicted", "tolerance", "measured", "native", "threshold",
+    cols = ["model", "dtype", "window", "accepted", "predicted", "tolerance", "measured", "native", "limit",
             "passed"]
     print(table(rows, cols))
-    print(f"wrote {save('verdicts', {'command': ' '.join(sys.argv), 'rows': rows})}")
+    print(f"wrote {save(args.out, {'command': ' '.join(sys.argv), 'rows': rows})}")
     return 0
 
 
