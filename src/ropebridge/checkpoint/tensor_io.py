@@ -14,6 +14,7 @@ import os
 import queue
 import struct
 import threading
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,8 +96,8 @@ class CheckpointReader:
             if f.suffix == ".safetensors":
                 self._infos.update(_read_header(f))
             else:
-                try:
-                    state = torch.load(f, map_location="cpu", weights_only=True, mmap=True)
+                try:  # a memory map needs the zip format; a legacy (pre-1.6) file, which transformers loads, is read
+                    state = torch.load(f, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(f))
                 except Exception as exc:  # torch raises many types for a damaged archive
                     raise ValueError(f"cannot read {f.name} (weights_only=True): {exc}") from None
                 self._bin.update(state)

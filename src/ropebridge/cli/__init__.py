@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:  # bad input: files, permissions, values
         if signals.received() is not None:  # raised by the interruption (inside an import, a pool): it is the cause
             raise
-        print(f"ropebridge {args.command}: error: {exc}", file=sys.stderr)
+        print(f"ropebridge {args.command}: error: {' '.join(str(exc).split())}", file=sys.stderr)  # one line
         return 2
 
 

@@ -21,7 +21,8 @@ from ..targets.kernels import KERNELS
 
 
 def plot_and_json(args: argparse.Namespace, figure: Callable[[], Any], data: Callable[[], dict]) -> bool:
-    """``--plot FILE`` saves ``figure()``; ``--json`` prints ``data()`` and returns True (the table is skipped)."""
+    """``--plot FILE`` saves ``figure()`` (``check_plot`` has refused what it cannot be); ``--json`` prints ``data()``
+    and returns True (the table is skipped)."""
     if args.plot:
         figure().savefig(args.plot, dpi=120)
     if args.json:
@@ -29,6 +30,20 @@ def plot_and_json(args: argparse.Namespace, figure: Callable[[], Any], data: Cal
         print()
         return True
     return False
+
+
+def check_plot(args: argparse.Namespace) -> None:
+    """Refuse a ``--plot`` that names a directory or a file without a format matplotlib writes (matplotlib would
+    write ``NAME.png`` beside it), before any work is done."""
+    if args.plot is None:
+        return
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    path, formats = Path(args.plot), FigureCanvasBase.get_supported_filetypes()
+    if path.is_dir():
+        raise ValueError(f"--plot {path} is a directory; name a file in it, e.g. {path / 'plan.png'}")
+    if path.suffix.lstrip(".").lower() not in formats:
+        raise ValueError(f"--plot {path}: name a file ending in one of {', '.join('.' + f for f in sorted(formats))}")
 
 
 def add_verbose(p: argparse.ArgumentParser) -> None:

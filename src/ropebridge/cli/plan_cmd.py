@@ -9,7 +9,7 @@ from .. import plots
 from ..checkpoint.config import FAMILIES, from_heads
 from ..emulation.fixed_base import max_window_for_phase
 from ..planning import plan_checkpoint, plan_source, what_would_fit
-from ._options import add_planning_options, add_verbose, plan_request, plot_and_json
+from ._options import add_planning_options, add_verbose, check_plot, plan_request, plot_and_json
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -29,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_plot(args)
     if args.model is None and args.calibration_text is not None:
         raise ValueError("--calibration-text needs --model (a checkpoint with weights)")
     report_phase = args.max_phase

@@ -7,7 +7,7 @@ import argparse
 from .. import plots
 from ..analysis import analyse
 from ..frequencies import ROPE_TYPES
-from ._options import add_verbose, plot_and_json
+from ._options import add_verbose, check_plot, plot_and_json
 
 # flag -> rope_parameters key, for the numeric keys passed straight through
 _NUMERIC = {
@@ -90,6 +90,7 @@ def _fmt(x: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_plot(args)
     if args.context is not None and args.context <= 0:
         raise ValueError(f"context must be > 0, got {args.context}")
     try:

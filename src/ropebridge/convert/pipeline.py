@@ -181,8 +181,8 @@ def _publish(tmp: Path, dst: Path, force: bool) -> None:
             moved.append(old)
         except FileNotFoundError:  # another convert moved it first: try again
             pass
-    for old in moved:  # removed once the new checkpoint stands
-        if old.is_dir():
+    for old in moved:  # removed once the new checkpoint stands (a symbolic link itself, never what it points to)
+        if old.is_dir() and not old.is_symlink():
             shutil.rmtree(old, ignore_errors=True)
         else:
             old.unlink(missing_ok=True)

@@ -1,0 +1,71 @@
+"""The smaller cases a new user meets: a legacy (non-zip) PyTorch file, a pickle that is not plain weights, a hub
+id without a network, --force onto a symlink, --plot onto a directory: each has the outcome a user expects (it
+works, or one line and exit 2 with nothing written)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from pico import build
+
+from ropebridge.cli import main
+
+
+def _one_line(capsys, needle):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+
+
+def test_a_legacy_non_zip_pytorch_file_converts_and_verifies(tmp_path):
+    # transformers loads a file written with the pre-1.6 (non-zip) serialization; so does convert
+    src = build(tmp_path / "src", "bloom-4heads", safe_serialization=False)
+    state = torch.load(src / "pytorch_model.bin", weights_only=True)
+    torch.save(state, src / "pytorch_model.bin", _use_new_zipfile_serialization=False)
+    assert main(["convert", str(src), str(tmp_path / "rope"), "--window", "256"]) == 0
+    assert main(["verify", str(src), str(tmp_path / "rope"), "--context", "32", "--greedy-tokens", "4"]) == 0
+
+
+def test_a_pickle_that_is_not_plain_weights_is_one_line(tmp_path, capsys):
+    src = build(tmp_path / "src", "bloom-4heads", safe_serialization=False)
+    state = torch.load(src / "pytorch_model.bin", weights_only=True)
+    torch.save({**state, "hook": print}, src / "pytorch_model.bin")  # a global weights_only refuses
+    assert main(["convert", str(src), str(tmp_path / "rope"), "--window", "256"]) == 2
+    _one_line(capsys, "weights_only")
+    assert not (tmp_path / "rope").exists()
+
+
+def test_a_hub_id_without_a_network_is_one_line(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    proc = subprocess.run([sys.executable, "-m", "ropebridge", "convert", "bigscience/bloom-560m", str(tmp_path / "x")],
+                          capture_output=True, text=True, env=env)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "cannot fetch bigscience/bloom-560m" in lines[0], proc.stderr
+
+
+def test_force_onto_a_symlink_replaces_the_link_and_leaves_nothing_aside(tmp_path):
+    src = build(tmp_path / "src", "bloom-4heads")
+    real = tmp_path / "real"
+    assert main(["convert", str(src), str(real), "--window", "256"]) == 0
+    before = sorted(p.name for p in real.iterdir())
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    assert main(["convert", str(src), str(link), "--window", "256", "--force"]) == 0
+    assert link.is_dir() and not link.is_symlink() and (link / "config.json").is_file()
+    assert sorted(p.name for p in real.iterdir()) == before  # the link's target is not the link's to remove
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real", "src"]  # no .link.old-* left
+
+
+@pytest.mark.parametrize("where", ["directory", "no-suffix"])
+def test_plot_onto_a_directory_or_without_a_format_is_one_line(tmp_path, capsys, where):
+    target = tmp_path / ("plots" if where == "directory" else "figure")
+    if where == "directory":
+        target.mkdir()
+    argv = ["plan", "--heads", "4", "--head-dim", "64", "--window", "1024", "--plot", str(target)]
+    assert main(argv) == 2
+    _one_line(capsys, "--plot")
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["plots"] if where == "directory" else [])
+    assert main(["rope", "--head-dim", "64", "--plot", str(target)]) == 2  # rope's --plot alike
+    _one_line(capsys, "--plot")
+    assert main([*argv[:-1], str(tmp_path / "plan.png")]) == 0 and (tmp_path / "plan.png").is_file()
