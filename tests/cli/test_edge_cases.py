@@ -66,6 +66,6 @@ def test_plot_onto_a_directory_or_without_a_format_is_one_line(tmp_path, capsys,
     assert main(argv) == 2
     _one_line(capsys, "--plot")
     assert sorted(p.name for p in tmp_path.iterdir()) == (["plots"] if where == "directory" else [])
-    assert main(["rope", "--head-dim", "64", "--plot", str(target)]) == 2  # rope's --plot alike
+    assert main(["rope", "--head-dim", "64", "--context", "1024", "--plot", str(target)]) == 2  # rope's --plot alike
     _one_line(capsys, "--plot")
     assert main([*argv[:-1], str(tmp_path / "plan.png")]) == 0 and (tmp_path / "plan.png").is_file()
