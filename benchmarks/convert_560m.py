@@ -77,6 +77,8 @@ def verify_bytes(src: Path, dst: Path) -> tuple[float, float, dict]:
                sys.executable, "-m", "ropebridge", "verify", str(src), str(dst), "--context", "16",
                "--greedy-tokens", "0", "--reference-max-params", "0", "--json"]
     out = subprocess.run(wrapper, capture_output=True, text=True)
+    if not out.stdout.strip():
+        raise SystemExit(f"verify printed no report: {out.stderr.strip()[-500:]}")
     wall, kib = out.stderr.strip().splitlines()[-1].split()
     report = json.loads(out.stdout)
     if not report["passed"]:
@@ -125,11 +127,12 @@ def main() -> int:
     work = cache / "work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
-    def settle() -> None:
+    def settle(keep: tuple[str, ...] = ()) -> None:
         """Same start for every timed command: no dirty pages to flush; the source in the page cache (warm)
-        or not (``--cold``, where the kernel lets us drop caches)."""
+        or not (``--cold``, where the kernel lets us drop caches); the outputs not in ``keep`` removed."""
         for name in ("warm", "copy", "rope", "floor"):
-            shutil.rmtree(work / name, ignore_errors=True)
+            if name not in keep:
+                shutil.rmtree(work / name, ignore_errors=True)
         os.sync()
         if args.cold:
             Path("/proc/sys/vm/drop_caches").write_text("3\n")
@@ -146,9 +149,9 @@ def main() -> int:
     out_nbytes = sum(f.stat().st_size for f in (work / "rope").glob("*.safetensors"))
     out_bytes = out_nbytes / 2**20
     diff = logits_max_diff(src, work / "rope", context)
-    settle()
+    settle(keep=("rope",))
     fp_wall, fp_rss = child_peak_rss_mb([sys.executable, "-c", FINGERPRINT, str(src)])
-    settle()
+    settle(keep=("rope",))
     verify_wall, verify_rss, checked = verify_bytes(src, work / "rope")
     settle()
     floor_wall, floor_rss = child_peak_rss_mb([sys.executable, "-c", IO_FLOOR, str(src), str(work / "floor"),
