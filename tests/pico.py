@@ -16,6 +16,11 @@ FAMILIES = {
     "bloom-12heads": lambda: T.BloomConfig(n_layer=2, hidden_size=144, n_head=12, vocab_size=320),
     "bloom-hd96": lambda: T.BloomConfig(n_layer=2, hidden_size=192, n_head=2, vocab_size=320),
     "mpt": lambda: T.MptConfig(n_layers=2, d_model=120, n_heads=6, vocab_size=320),
+    # transformers' own departures from the family (convert.native): BLOOM's slice-by-slice dense drops its bias,
+    # MPT builds no bias at all (the tensors are added by ``build``)
+    "bloom-tp2": lambda: T.BloomConfig(n_layer=2, hidden_size=128, n_head=4, vocab_size=320, pretraining_tp=2,
+                                       slow_but_exact=True),
+    "mpt-biases": lambda: T.MptConfig(n_layers=2, d_model=120, n_heads=6, vocab_size=320, no_bias=False),
     "falcon-rw": lambda: T.FalconConfig(num_hidden_layers=2, hidden_size=144, num_attention_heads=12, vocab_size=320,
                                         alibi=True, new_decoder_architecture=False, multi_query=False,
                                         parallel_attn=False, bias=True),
@@ -41,10 +46,25 @@ def build(directory: Path, family: str, *, seed: int = 0, safe_serialization: bo
             else:
                 p.normal_(0.0, std)
     model.save_pretrained(directory)
+    if family == "mpt-biases":
+        _add_mpt_biases(model, Path(directory), std)
     if not safe_serialization:  # transformers 5 always writes safetensors: make the legacy PyTorch file by hand
         torch.save({k: v.contiguous() for k, v in model.state_dict().items()}, Path(directory) / "pytorch_model.bin")
         (Path(directory) / "model.safetensors").unlink()
     return Path(directory)
+
+
+def _add_mpt_biases(model, directory: Path, std: float) -> None:
+    """Store a random bias for every block Linear and LayerNorm and the final norm of an MPT (``no_bias: false``,
+    as the family defines it), which transformers' MPT does not build."""
+    from safetensors.torch import load_file, save_file
+
+    path = directory / "model.safetensors"
+    tensors = load_file(path)
+    for name, module in model.named_modules():
+        if isinstance(module, (torch.nn.Linear, torch.nn.LayerNorm)) and name.startswith("transformer."):
+            tensors[name + ".bias"] = std * torch.randn(module.weight.shape[0])
+    save_file(tensors, path, metadata={"format": "pt"})
 
 
 def tree_hash(directory: Path) -> str:

@@ -1,7 +1,6 @@
 """The source model: the canonical view of every family against transformers' own numbers, the config taken as
 given (read once), and shapes checked before bytes."""
 
-import contextlib
 import json
 
 import pytest
@@ -20,14 +19,14 @@ def test_the_canonical_model_computes_what_transformers_computes(tmp_path, famil
     # (Falcon's bias computed as the family defines it: transformers rounds it to bfloat16). transformers builds
     # the ALiBi bias in float32, so the logits agree to float32's rounding of a bias of size m L, not float64's;
     # a layout read wrong moves them by O(1).
-    from ropebridge.convert.native import native_deviation
+    from ropebridge.convert.native import as_defined
 
     src = build(tmp_path / family, family)
     ids = torch.randint(0, 320, (1, 64), generator=torch.Generator().manual_seed(1))
     model = SourceModel(src)
-    deviation = native_deviation(model.info.family, model.config)
-    with torch.no_grad(), (deviation.patch() if deviation else contextlib.nullcontext()):
-        theirs = T.AutoModelForCausalLM.from_pretrained(src, dtype=torch.float64).eval()(ids).logits
+    theirs = T.AutoModelForCausalLM.from_pretrained(src, dtype=torch.float64).eval()
+    with torch.no_grad(), as_defined(theirs, model):
+        theirs = theirs(ids).logits
     ours = reference_logits(model, ids)
     bias = max(model.info.slopes) * ids.shape[1]  # the largest bias, logits
     assert float((ours - theirs).abs().max()) < 64 * 2.0**-24 * max(bias, float(theirs.abs().max()))

@@ -19,6 +19,7 @@ def sources(tmp_path_factory):
     build(root / "mpt", "mpt", max_seq_len=512)
     build(root / "falcon", "falcon-parallel-mq")  # bias=False: no linear biases
     build(root / "falcon-b", "falcon-rw")  # bias=True
+    build(root / "mpt-b", "mpt-biases", max_seq_len=512)  # no_bias=False: every linear and LayerNorm has one
     assert main(["convert", str(bloom), str(root / "bloom-rope"), "--window", "256"]) == 0
     return root
 
@@ -36,6 +37,20 @@ def _header(d, fn):
     (n,) = struct.unpack("<Q", raw[:8])
     new = json.dumps(fn(json.loads(raw[8:8 + n]))).encode()
     path.write_bytes(struct.pack("<Q", len(new)) + new + raw[8 + n:])
+
+
+def _tensors(d, fn):
+    """Rewrite model.safetensors with ``fn(tensors)`` (a dict edited in place)."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(d / "model.safetensors")
+    fn(tensors)
+    save_file(tensors, d / "model.safetensors", metadata={"format": "pt"})
+
+
+def _only_norm_biases(d):
+    _config(d, lambda c: c.update(no_bias=True))
+    _tensors(d, lambda t: [t.pop(k) for k in list(t) if k.endswith(".bias") and "norm" not in k])
 
 
 def _entry(name, fn):
@@ -71,6 +86,7 @@ CASES = {
     "falcon-undeclared-bias": ("falcon-b", lambda d: _config(d, lambda c: c.update(bias=False)), "declares none"),
     "falcon-missing-bias": ("falcon", lambda d: _config(d, lambda c: c.update(bias=True)), "declares linear biases"),
     "mpt-missing-bias": ("mpt", lambda d: _config(d, lambda c: c.update(no_bias=False)), "declares linear biases"),
+    "mpt-undeclared-norm-bias": ("mpt-b", _only_norm_biases, "norm_f.bias' is a bias, but config no_bias = True"),
 }
 
 

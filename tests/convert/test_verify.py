@@ -7,7 +7,8 @@ from pico import build
 
 from ropebridge.cli import main
 from ropebridge.convert import convert, verify
-from ropebridge.convert.native import native_deviation
+from ropebridge.convert import native
+from ropebridge.convert.native import native_deviations
 from ropebridge.emulation import PlanRequest
 
 
@@ -21,10 +22,49 @@ def mpt16(tmp_path_factory):
     return src
 
 
+def _whats(family, config):
+    return [d.what for d in native_deviations(family, config)]
+
+
 def test_native_deviations_are_named_per_config(mpt16):
-    assert native_deviation("mpt", json.loads((mpt16 / "config.json").read_text())).what.startswith("alibi_bias_max")
-    assert native_deviation("mpt", {"attn_config": {"alibi_bias_max": 8}}) is None
-    assert native_deviation("bloom", {}) is None and native_deviation("falcon", {}) is not None
+    assert _whats("mpt", json.loads((mpt16 / "config.json").read_text())) == ["alibi_bias_max ignored (always 8)"]
+    assert _whats("mpt", {"attn_config": {"alibi_bias_max": 8}}) == []
+    assert _whats("mpt", {"no_bias": False}) == ["bias tensors ignored (no_bias false)"]
+    assert _whats("bloom", {}) == [] and _whats("bloom", {"pretraining_tp": 2}) == []
+    assert _whats("bloom", {"pretraining_tp": 2, "slow_but_exact": True}) == [
+        "dense biases dropped (pretraining_tp > 1, slow_but_exact)"]
+    assert _whats("bloom", {"pretraining_tp": 1, "slow_but_exact": True}) == []
+    assert _whats("falcon", {}) == ["bias rounded to bfloat16"]
+
+
+@pytest.mark.parametrize("family, what", [("bloom-tp2", "dense biases dropped (pretraining_tp > 1, slow_but_exact)"),
+                                          ("mpt-biases", "bias tensors ignored (no_bias false)")])
+def test_a_source_transformers_reads_otherwise_is_verified_as_defined(tmp_path, capsys, family, what):
+    # transformers drops biases these sources hold; verify names the deviation, runs the source as defined, and
+    # holds it to the exact reference in float32: the named deviation is the whole difference
+    src = build(tmp_path / family, family)
+    dst = convert(src, tmp_path / "rope", PlanRequest(window=256, dtype="float32")).destination
+    report = verify(src, dst, context=128, greedy_tokens=4)
+    assert report.passed, report.failures
+    assert report.transformers_native_deviation == what
+    limit = report.thresholds["limit"]
+    assert report.native_reading_max_err <= limit / 10 < limit < report.transformers_reading_max_err
+    assert main(["verify", str(src), str(dst), "--context", "64", "--greedy-tokens", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "run as the family defines it" in out and f"against transformers' own {family.split('-')[0]}" in out, out
+    assert what in out, out
+    assert "reading of SRC          native vs exact, first 256 tokens" in out and "transformers' own" in out, out
+
+
+def test_a_deviation_left_unnamed_fails_the_reading(tmp_path, monkeypatch):
+    # without the MPT bias deviation, transformers' MPT (no biases) and ropebridge's reading (biases) are two
+    # models: the converted checkpoint matches ropebridge's, and the reading check fails
+    src = build(tmp_path / "mpt", "mpt-biases")
+    dst = convert(src, tmp_path / "rope", PlanRequest(window=256, dtype="float32")).destination
+    monkeypatch.setitem(native.NATIVE_DEVIATIONS, "mpt", native.NATIVE_DEVIATIONS["mpt"][:1])
+    report = verify(src, dst, context=128, greedy_tokens=4)
+    assert report.reference_converted_max_err < 1e-3  # the conversion is right
+    assert any("SRC is read as two models" in f for f in report.failures), report.failures
 
 
 def test_mpt_alibi_bias_max_is_judged_as_defined_and_transformers_deviation_reported(mpt16, tmp_path, capsys):

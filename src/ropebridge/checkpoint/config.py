@@ -159,15 +159,16 @@ FAMILIES = {f.name: f for f in (
 )}
 
 
-def declared_biases(family: str, config: Mapping[str, Any]) -> tuple[str, bool]:
-    """Whether the config says the linear layers carry biases, and the key that says so (transformers builds them
-    from it, and ignores bias tensors it did not build): Falcon ``bias`` (default false), MPT ``no_bias`` (default
-    true), BLOOM always."""
+def declared_biases(family: str, config: Mapping[str, Any]) -> tuple[str, bool, bool]:
+    """The key that says whether the linear layers carry biases, whether they do, and whether the key covers the
+    LayerNorms too (a bias tensor the key does not declare would be read by ropebridge and ignored by the family's
+    own code): Falcon ``bias`` (default false; its LayerNorms always have one), MPT ``no_bias`` (default true;
+    linears and LayerNorms), BLOOM always."""
     if family == "falcon":
-        return "bias", bool(config.get("bias", False))
+        return "bias", bool(config.get("bias", False)), False
     if family == "mpt":
-        return "no_bias", not config.get("no_bias", True)
-    return "", True
+        return "no_bias", not config.get("no_bias", True), True
+    return "", True, False
 
 
 def family_slopes(family: str, n_heads: int, head_dim: int, max_bias: float = 8.0) -> tuple[float, ...]:

@@ -122,19 +122,20 @@ class SourceModel:
                                  f"{self.info.head_dim}, vocabulary {self.info.vocab_size})")
 
     def _check_biases(self) -> None:
-        """Refuse a checkpoint whose linear biases disagree with its config: transformers builds the biases the
-        config declares (``config.declared_biases``) and ignores the others, so a bias tensor the config does not
-        declare, or a declared one missing, would make transformers and this reader two different models."""
-        key, declared = declared_biases(self.info.family, self.config)
+        """Refuse a checkpoint whose biases disagree with its config: the family builds the biases its config
+        declares (``config.declared_biases``) and ignores the others, so a bias tensor the config does not declare,
+        or a declared linear bias missing, would make the family's code and this reader two different models."""
+        key, declared, norms = declared_biases(self.info.family, self.config)
         names = [self._names(i)[k] + ".bias" for i in range(self.info.n_layers) for k in ("qkv", "o", "up", "down")]
-        present = [n for n in names if n in self.reader]
+        covered = [n for n in self.expected_shapes() if n.endswith(".bias")] if norms else names
+        present = [n for n in covered if n in self.reader]
         if not declared and present:
             raise ValueError(f"tensor {present[0]!r} is a bias, but config {key} = {self.config.get(key)!r} declares "
                              "none: transformers ignores it and ropebridge would read it; fix the config or the "
                              "checkpoint")
-        if declared and key and len(present) != len(names):
-            missing = next(n for n in names if n not in present)
-            raise ValueError(f"config {key} = {self.config.get(key)!r} declares linear biases, but tensor {missing!r} "
+        missing = [n for n in names if n not in self.reader]
+        if declared and key and missing:
+            raise ValueError(f"config {key} = {self.config.get(key)!r} declares linear biases, but tensor {missing[0]!r} "
                              "is missing: transformers would initialise it and ropebridge would read zeros")
 
     # -- canonical access ---------------------------------------------------------------------------------------

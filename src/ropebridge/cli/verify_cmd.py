@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..convert.byte_check import describe
+from ..convert.verdict import READING_TOKENS
 from ..convert.verify import VerifyRequest, verify
 from ..emulation.error_model import DTYPES
 from ._options import add_verbose
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
 def format_report(r) -> list[str]:
     """The report as ``verify`` prints it: the byte check, the measured numbers beside their limit, the verdict."""
-    exact = "" if r.transformers_native_deviation is None else ", its ALiBi bias as the family defines it"
+    exact = "" if r.transformers_native_deviation is None else ", run as the family defines it"
     lines = [f"{r.family} ({r.source_attention}{exact}) vs converted, {r.dtype}, {r.context} tokens"]
     lines.append(f"  bytes                   {describe(r.byte_check)}")
     if not r.measured:
@@ -87,6 +88,11 @@ def format_report(r) -> list[str]:
                          f"{r.reference_native_max_err:.3e} (reported)")
         else:
             lines.append(f"  vs exact float64 ALiBi  skipped: {r.reference_skipped}")
+        if r.native_reading_max_err is not None and r.dtype == "float32":  # judged in float32 only
+            own = "" if r.transformers_reading_max_err is None else \
+                f"; transformers' own {r.transformers_reading_max_err:.3e}"
+            lines.append(f"  reading of SRC          native vs exact, first {READING_TOKENS} tokens "
+                         f"{r.native_reading_max_err:.3e}{own}")
         lines.append(f"  limit                   {t['limit']:.3g} against the {t['against']} ({r.limit_why})")
     lines.append("PASSED" if r.passed else "FAILED: " + "; ".join(r.failures))
     return lines

@@ -1,11 +1,22 @@
 """Where transformers' ALiBi models depart from their family's definition, and how ``verify`` runs them as
-defined: Falcon rounds its bias m*j to bfloat16 even in float32 models; MPT ignores ``alibi_bias_max`` (its
-slopes always use 8). Each deviation is a ``NativeDeviation``: when it applies to a config, and a context
-manager that patches transformers to compute the bias as the family defines it."""
+defined. Each departure is a ``NativeDeviation`` (``NATIVE_DEVIATIONS``, per family): when it applies to a
+source config, what it is in words, and a context manager that makes a loaded transformers model compute the
+definition:
+
+- Falcon rounds its bias m*j to bfloat16 even in float32 models;
+- MPT ignores ``attn_config.alibi_bias_max`` (its slopes always use 8);
+- MPT builds no bias at all: with ``no_bias: false`` the checkpoint's bias tensors are ignored;
+- BLOOM with ``pretraining_tp > 1`` and ``slow_but_exact`` sums ``dense`` and ``dense_4h_to_h`` slice by slice
+  and drops their biases (the definition, Megatron's row-parallel linear, adds them).
+
+``verify`` checks in float32 that a source run as defined agrees with the exact reference to float32's rounding,
+so the named deviations are the only difference between transformers' reading and ropebridge's.
+"""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +26,7 @@ from .. import alibi
 
 
 @contextmanager
-def falcon_exact_bias():
+def falcon_exact_bias(model: torch.nn.Module, source) -> Iterator[None]:
     """transformers' Falcon with its ALiBi bias computed exactly: ``bf16(m) * j`` in float32, cast once."""
     from transformers.models.falcon import modeling_falcon as mf
 
@@ -35,7 +46,7 @@ def falcon_exact_bias():
 
 
 @contextmanager
-def mpt_configured_bias():
+def mpt_configured_bias(model: torch.nn.Module, source) -> Iterator[None]:
     """transformers' MPT with its ALiBi slopes from the config's ``attn_config.alibi_bias_max``: its
     ``build_mpt_alibi_tensor`` is always called with the default 8."""
     from transformers.models.mpt import modeling_mpt as mm
@@ -52,6 +63,49 @@ def mpt_configured_bias():
         mm.MptModel.build_mpt_alibi_tensor = original
 
 
+@contextmanager
+def attached_biases(model: torch.nn.Module, source) -> Iterator[None]:
+    """``model`` with every bias tensor ``source`` reads (``SourceModel.expected_shapes``) attached where
+    transformers built its module without one (a ``Linear`` or ``LayerNorm`` whose ``bias`` is None), in the
+    module's dtype."""
+    attached = []
+    for name in source.expected_shapes():
+        if not name.endswith(".bias") or name not in source.reader:
+            continue
+        try:
+            module = model.get_submodule(name[: -len(".bias")])
+        except AttributeError:
+            continue
+        if getattr(module, "bias", False) is None:
+            bias = source.reader.read(name, dtype=module.weight.dtype).to(module.weight.device)
+            module.bias = torch.nn.Parameter(bias, requires_grad=False)
+            attached.append(module)
+    try:
+        yield
+    finally:
+        for module in attached:
+            module.bias = None
+
+
+@contextmanager
+def bloom_dense_with_bias(model: torch.nn.Module, source) -> Iterator[None]:
+    """transformers' BLOOM with ``slow_but_exact`` off, so ``dense`` and ``dense_4h_to_h`` run as one ``Linear``
+    with their bias (as defined; the slice-by-slice path computes the same product without it)."""
+    split = [m for m in model.modules() if getattr(m, "slow_but_exact", False)]
+    for module in split:
+        module.slow_but_exact = False
+    try:
+        yield
+    finally:
+        for module in split:
+            module.slow_but_exact = True
+
+
+def _tp(config: Mapping[str, Any]) -> int:
+    tp = config.get("pretraining_tp", 1)
+    return tp if isinstance(tp, int) else 1
+
+
 def _mpt_bias_max(config) -> float:
     attn = config.get("attn_config") if isinstance(config, dict) else getattr(config, "attn_config", None)
     value = attn.get("alibi_bias_max") if isinstance(attn, dict) else getattr(attn, "alibi_bias_max", None)
@@ -61,22 +115,34 @@ def _mpt_bias_max(config) -> float:
 @dataclass(frozen=True)
 class NativeDeviation:
     """Where transformers' implementation of a family departs from the family's own definition: ``applies``
-    to a source config, ``patch`` (a context manager) makes transformers compute the definition, and
-    ``what`` names the departure in the report."""
+    to a source config, ``patch(model, source)`` (a context manager) makes the loaded transformers ``model``
+    compute the definition of ``source`` (a ``SourceModel``), and ``what`` names the departure in the report."""
 
-    applies: Any
-    patch: Any
+    applies: Callable[[Mapping[str, Any]], bool]
+    patch: Callable[[torch.nn.Module, Any], AbstractContextManager]
     what: str
 
 
-NATIVE_DEVIATIONS = {
-    "falcon": NativeDeviation(lambda config: True, falcon_exact_bias, "bias rounded to bfloat16"),
-    "mpt": NativeDeviation(lambda config: _mpt_bias_max(config) != 8.0, mpt_configured_bias,
-                           "alibi_bias_max ignored (always 8)"),
+NATIVE_DEVIATIONS: dict[str, tuple[NativeDeviation, ...]] = {
+    "bloom": (NativeDeviation(lambda c: _tp(c) > 1 and bool(c.get("slow_but_exact")),
+                              bloom_dense_with_bias, "dense biases dropped (pretraining_tp > 1, slow_but_exact)"),),
+    "falcon": (NativeDeviation(lambda c: True, falcon_exact_bias, "bias rounded to bfloat16"),),
+    "mpt": (NativeDeviation(lambda c: _mpt_bias_max(c) != 8.0, mpt_configured_bias,
+                            "alibi_bias_max ignored (always 8)"),
+            NativeDeviation(lambda c: not c.get("no_bias", True), attached_biases,
+                            "bias tensors ignored (no_bias false)")),
 }
 
 
-def native_deviation(family: str, config) -> NativeDeviation | None:
-    """The deviation of transformers' ``family`` for this source config, if any (``NATIVE_DEVIATIONS``)."""
-    deviation = NATIVE_DEVIATIONS.get(family)
-    return deviation if deviation is not None and deviation.applies(config) else None
+def native_deviations(family: str, config: Mapping[str, Any]) -> tuple[NativeDeviation, ...]:
+    """The deviations of transformers' ``family`` that apply to this source config (``NATIVE_DEVIATIONS``)."""
+    return tuple(d for d in NATIVE_DEVIATIONS.get(family, ()) if d.applies(config))
+
+
+@contextmanager
+def as_defined(model: torch.nn.Module, source) -> Iterator[None]:
+    """Every deviation of ``source``'s family that applies to its config, patched into ``model`` at once."""
+    with ExitStack() as stack:
+        for deviation in native_deviations(source.info.family, source.config):
+            stack.enter_context(deviation.patch(model, source))
+        yield

@@ -99,7 +99,7 @@ def write_report(report, out: Path, native, converted, ids: torch.Tensor) -> Non
         f"{'identical' if r.thresholds['greedy_identical'] else 'reported'} |",
     ]
     if r.transformers_native_max_abs_logit_diff is not None:
-        lines.append(f"| converted vs transformers' own Falcon (ALiBi bias rounded to bfloat16) | "
+        lines.append(f"| converted vs transformers' own {r.family} ({r.transformers_native_deviation}) | "
                      f"{r.transformers_native_max_abs_logit_diff:.3e} | reported |")
     if r.ppl_native is not None:
         lines.append(f"| perplexity native / converted | {r.ppl_native:.6g} / {r.ppl_converted:.6g} | |")
@@ -111,7 +111,7 @@ def write_report(report, out: Path, native, converted, ids: torch.Tensor) -> Non
     lines += ["", *(f"- failure: {f}" for f in r.failures), "",
               "![error by position](error_by_position.png)", "", "![attention by layer](attention_by_layer.png)", ""]
     if r.transformers_native_deviation is not None:
-        lines.append(f"Native {r.family} runs with its ALiBi bias as the family defines it (transformers' own: "
+        lines.append(f"Native {r.family} runs as the family defines it (transformers' own: "
                      f"{r.transformers_native_deviation}; its numbers are reported separately).")
     if r.family == "falcon":
         lines.append("Falcon's eager path, the only one that returns attention maps, adds the bias twice, so its "

@@ -1,0 +1,52 @@
+"""The verdict: a measured report judged against its limit, the numbers set by hand so each rule is seen to
+pass and to fail."""
+
+import math
+
+import pytest
+
+from ropebridge.convert.verdict import LOGIT_FACTOR, READING_TOKENS, VerifyReport, judge, limit_of
+
+
+def _report(dtype="float32", **measured) -> VerifyReport:
+    numbers = dict(max_abs_logit_diff=1e-5, mean_kl=0.0, top1_agreement=1.0, padded_max_abs_logit_diff=1e-5,
+                   greedy_identical=True, reference_native_max_err=1e-5, reference_converted_max_err=1e-5,
+                   native_reading_max_err=1e-5)
+    report = VerifyReport("src", "dst", "bloom", dtype, 512, "eager", **{**numbers, **measured})
+    report.thresholds = {"max_abs_logit_diff": 1e-3, "greedy_identical": dtype == "float32",
+                         "against": "exact float64 reference"}
+    report.thresholds["limit"] = limit_of(report)
+    return report
+
+
+def test_the_limit_is_the_tolerance_or_the_factor_times_the_prediction():
+    assert limit_of(_report()) == 1e-3
+    report = _report()
+    report.predicted_error = 1e-3
+    assert limit_of(report) == LOGIT_FACTOR * 1e-3
+
+
+def test_an_untouched_report_passes_and_each_number_above_the_limit_fails():
+    assert judge(_report()) == []
+    assert "converted vs exact ALiBi" in judge(_report(reference_converted_max_err=2e-3))[0]
+    assert "left-padded batch" in judge(_report(padded_max_abs_logit_diff=1.0))[0]
+    assert "greedy generations differ" in judge(_report(greedy_identical=False))[0]
+
+
+def test_native_error_is_never_an_allowance():
+    # native 10 logits from exact does not excuse a converted model 2e-3 from it
+    failures = judge(_report(reference_native_max_err=10.0, reference_converted_max_err=2e-3))
+    assert len(failures) == 1 and "converted vs exact ALiBi" in failures[0]
+
+
+def test_the_reading_of_the_source_is_judged_in_float32_only():
+    failures = judge(_report(native_reading_max_err=2e-3))
+    assert len(failures) == 1 and f"first {READING_TOKENS} tokens" in failures[0]
+    assert "SRC is read as two models" in failures[0]
+    assert judge(_report("bfloat16", native_reading_max_err=2e-3)) == []  # half precision: reported
+
+
+@pytest.mark.parametrize("name", ["native_reading_max_err", "reference_converted_max_err", "mean_kl"])
+def test_a_non_finite_number_fails(name):
+    failures = judge(_report(**{name: math.nan}))
+    assert any(f"{name} is nan" in f for f in failures), failures
