@@ -58,6 +58,18 @@ def verdicts() -> str:
     return "\n".join(out) + "\n"
 
 
+def verdicts_8k() -> str:
+    """verify at the whole 8K window of the real-text models' held-out text (``verdicts.py --context 8192``)."""
+    out = ["| model | dtype | predicted | verify: converted | limit | native (reported) | reading of SRC, first 256 "
+           "tokens | verdict |", "|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in _rows("verdicts_8k"):
+        verdict = "PASSED" if r.get("passed") else f"FAILED: {r.get('failures') or r.get('verify_error')}"
+        judged = "" if r["dtype"] == "float32" else " (reported)"
+        out.append(f"| {r['model']} | {r['dtype']} | {r['predicted']:.3g} | {r['measured']:.3g} | {r['limit']:.3g} "
+                   f"| {r['native']:.3g} | {r['reading']:.3g}{judged} | {verdict} |")
+    return "\n".join(out) + "\n"
+
+
 def default_shapes() -> str:
     """The default float32 conversion of the larger supported shapes, end to end (``default_shapes.py``)."""
     out = ["| shape (one layer) | convert | predicted | verify: max \\|Δlogit\\| | threshold | against | verdict |",
@@ -260,7 +272,8 @@ def engines_ladder() -> str:
     return "\n".join(out) + "\n"
 
 
-TABLES = {"window-guide": window_guide, "verdicts": verdicts, "default-shapes": default_shapes,
+TABLES = {"window-guide": window_guide, "verdicts": verdicts, "verdicts-8k": verdicts_8k,
+          "default-shapes": default_shapes,
           "convert-560m": convert_560m, "convert-width": convert_width, "speed-memory": speed_memory,
           "speed-ladder": speed_ladder, "fidelity": fidelity, "arch-floor": arch_floor,
           "rounding-budget": rounding_budget, "rounding-widths": rounding_widths,

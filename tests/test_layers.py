@@ -1,59 +1,121 @@
-"""The package's layers: no module imports one above its own (function-level imports included; imports only for
-type checking excepted), so nothing runs up a floor and there is no cycle."""
+"""The package's layers (docs/architecture.md): no module imports one above its own floor (relative or absolute,
+at module level, inside functions or for type checking), and within a floor the imports form no cycle."""
 
 import ast
+import re
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ropebridge"
-# lowest first: a module may import its own layer and those below
-LAYERS = [
-    {"__init__", "__version__", "_checks", "_progress", "_interrupt", "alibi", "rope", "frequencies", "analysis"},
-    {"checkpoint"},
-    {"targets"},
-    {"emulation"},
-    {"planning", "serving", "plots", "demo_report"},
-    {"convert"},
-    {"demo"},
-    {"cli", "__main__"},
-]
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "ropebridge"
 
 
-def _layer(module: str) -> int:
+def read_layers(doc: Path = ROOT / "docs" / "architecture.md") -> list[set[str]]:
+    """The floors of the table under "## Layers", lowest first: the backticked names of each row's modules."""
+    section = doc.read_text().split("## Layers", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|") for line in section.splitlines() if re.match(r"\|\s*\d+\s*\|", line)]
+    return [set(re.findall(r"`([\w.]+)`", row[2])) for row in rows]
+
+
+LAYERS = read_layers()
+
+
+def _layer(module: str, layers: list[set[str]]) -> int:
     top = module.split(".")[0]
-    return next(i for i, names in enumerate(LAYERS) if top in names)
+    found = [i for i, names in enumerate(layers) if top in names]
+    assert found, f"{top} is on no floor of docs/architecture.md"
+    return found[0]
 
 
-def _imports(path: Path) -> set[str]:
-    """ropebridge modules ``path`` imports, as dotted names below the package, outside ``if TYPE_CHECKING``."""
+def imports(path: Path, package: Path = PACKAGE) -> set[str]:
+    """The package's modules ``path`` imports, as dotted names below the package (``a.b`` for ``ropebridge.a.b``;
+    a name imported from a package counts as its submodule when one exists)."""
     tree = ast.parse(path.read_text())
-    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for n in ast.walk(node)}
-    here = path.relative_to(PACKAGE).with_suffix("").parts
+    here = path.relative_to(package).with_suffix("").parts
+    if here[-1] == "__init__":
+        here = here[:-1] + ("__init__",)
     out = set()
     for node in ast.walk(tree):
-        if id(node) in skip or not isinstance(node, ast.ImportFrom) or node.level == 0:
-            continue
-        base = list(here[: len(here) - node.level])
-        target = ".".join(base + ([node.module] if node.module else []))
-        if target:
-            out.add(target)
-        else:  # from . import x (the package itself): each name is a module
-            out.update(a.name for a in node.names)
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".", 1)[1] for a in node.names if a.name.startswith(package.name + "."))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                if not (node.module or "").startswith(package.name):
+                    continue
+                base = (node.module or "").split(".")[1:]
+            else:
+                base = list(here[: len(here) - node.level]) + ((node.module or "").split(".") if node.module else [])
+            for alias in node.names:
+                sub = base + [alias.name]
+                is_module = (package.joinpath(*sub).with_suffix(".py").exists() or package.joinpath(*sub).is_dir())
+                target = ".".join(sub if is_module else base)
+                if target:
+                    out.add(target)
     return out
 
 
-def test_no_module_imports_a_layer_above_its_own():
-    wrong = []
+def _module(path: Path, package: Path) -> str:
+    parts = path.relative_to(package).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 1 else parts)
+
+
+def violations(package: Path = PACKAGE, layers: list[set[str]] = LAYERS) -> list[str]:
+    """Every import that runs up a floor, and every cycle of imports within a floor."""
+    graph = {}
+    for path in sorted(package.rglob("*.py")):
+        graph[_module(path, package)] = {t for t in imports(path, package) if t != _module(path, package)}
+    wrong = [f"{m} imports {t}" for m, targets in graph.items() for t in sorted(targets)
+             if _layer(t, layers) > _layer(m, layers)]
+    # a cycle: a module that reaches itself through imports within its own floor
+    for start in graph:
+        seen, stack = set(), [(start, (start,))]
+        while stack:
+            node, trail = stack.pop()
+            for t in graph.get(node, ()):
+                if _layer(t, layers) != _layer(start, layers):
+                    continue
+                if t == start:
+                    wrong.append("cycle: " + " -> ".join((*trail, t)))
+                    stack = []
+                    break
+                if t not in seen:
+                    seen.add(t)
+                    stack.append((t, (*trail, t)))
+    return sorted(set(wrong))
+
+
+def test_no_module_imports_a_floor_above_its_own_and_no_floor_has_a_cycle():
+    assert violations() == []
+
+
+def test_every_module_is_on_a_floor():
     for path in PACKAGE.rglob("*.py"):
-        module = ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
-        if module in ("__init__", ):
-            continue
-        for target in _imports(path):
-            if target and _layer(target) > _layer(module):
-                wrong.append(f"{module} imports {target}")
-    assert wrong == []
+        _layer(_module(path, PACKAGE), LAYERS)
 
 
 def test_the_check_can_fail(tmp_path):
-    assert _layer("convert.verify") > _layer("planning") > _layer("checkpoint.model")
-    assert "checkpoint.model" in _imports(PACKAGE / "planning.py")
+    # a package with an upward import under TYPE_CHECKING, an absolute one in a function, and a cycle in a floor
+    pkg = tmp_path / "ropebridge"
+    (pkg / "low").mkdir(parents=True)
+    files = {
+        "__init__.py": "",
+        "low/__init__.py": "",
+        "low/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..high import H\n",
+        "low/b.py": "def f():\n    import ropebridge.high\n",
+        "low/c.py": "from . import d\n",
+        "low/d.py": "from .c import x\n",
+        "high.py": "from .low import a\n",
+    }
+    for name, text in files.items():
+        (pkg / name).write_text(text)
+    found = violations(pkg, [{"__init__", "low"}, {"high"}])
+    assert "low.a imports high" in found and "low.b imports high" in found
+    assert any(v.startswith("cycle: low.c -> low.d -> low.c") for v in found), found
+    assert violations(pkg, [{"__init__", "low", "high"}]) != []  # the cycle stays
+    (pkg / "low/d.py").write_text("x = 1\n")
+    for name in ("low/a.py", "low/b.py"):
+        (pkg / name).write_text("")
+    assert violations(pkg, [{"__init__", "low"}, {"high"}]) == []
+
+
+def test_the_layers_come_from_the_architecture_page():
+    assert LAYERS[0] >= {"numerics", "_checks", "alibi", "rope"} and {"cli", "__main__"} <= LAYERS[-1]

@@ -5,7 +5,7 @@ import pytest
 
 from ropebridge.checkpoint.config import from_heads
 from ropebridge.emulation import PlanRequest, ladder
-from ropebridge.emulation.error_model import half_ulp, plan_tolerance
+from ropebridge.numerics import half_ulp, plan_tolerance
 from ropebridge.emulation.request import DEFAULT_WINDOW
 from ropebridge.planning import plan_checkpoint, plan_source, what_would_fit
 

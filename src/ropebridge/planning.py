@@ -17,7 +17,7 @@ from . import emulation
 from .checkpoint.config import from_config, load_config
 from .checkpoint.model import SourceModel
 from .emulation import EmulationPlan, PlanRequest
-from .emulation.error_model import DTYPES
+from .numerics import DTYPES
 
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.index.json")  # a directory with none of these holds a config only
 

@@ -51,7 +51,9 @@ class Geometry:
         of ``targets.TARGETS``, read by the target's own ``shapes``)."""
         target = of_model_type(config.get("model_type"))
         if target is not None:
-            return cls(target.name, **target.code().shapes(config))
+            from .writers import writer_for
+
+            return cls(target.name, **writer_for(target).shapes(config))
         from .checkpoint.config import from_config
 
         info = from_config(config)  # an ALiBi source, or ValueError naming what it is
@@ -104,11 +106,14 @@ def converted_checkpoint(src_dir: str | Path, request) -> tuple[int, dict]:
     from .planning import plan_checkpoint
 
     plan, model = plan_checkpoint(src_dir, request)
-    code = TARGETS[request.target].code()
-    layout = code.layout(model, plan)
+    from .writers import writer_for
+
+    target = TARGETS[request.target]
+    code = writer_for(target)
+    layout = code.layout(model, plan, target)
     writer = ShardWriter(Path(src_dir), torch.bfloat16, 2**62)  # never written: only its descriptions count
     code.add_tensors(model, layout, writer)
-    return sum(torch.Size(p.shape).numel() for p in writer.pending), code.config(model, layout, plan, plan.dtype)
+    return sum(torch.Size(p.shape).numel() for p in writer.pending), code.config(model, layout, plan)
 
 
 def checkpoint_tp_problems(directory: str | Path, tp: int) -> list[str]:

@@ -220,12 +220,14 @@ def test_plan_json_is_what_convert_records(models, tmp_path, capsys):
 
 
 def test_ctrl_c_is_one_line_and_130(models, tmp_path, capsys, monkeypatch):
-    import ropebridge.targets.gpt_neox as gpt_neox
+    import dataclasses
+
+    from ropebridge.writers import WRITERS
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(gpt_neox, "add_tensors", interrupted)
+    monkeypatch.setitem(WRITERS, "gpt-neox", dataclasses.replace(WRITERS["gpt-neox"], add_tensors=interrupted))
     assert main(["convert", str(models / "bloom"), str(tmp_path / "x"), "--window", "256"]) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["ropebridge convert: interrupted; nothing written"]

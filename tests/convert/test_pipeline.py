@@ -15,7 +15,7 @@ from ropebridge.checkpoint.model import SourceModel
 from ropebridge.checkpoint.reference import reference_logits
 from ropebridge.convert import convert, verify
 from ropebridge.emulation import PlanRequest
-from ropebridge.emulation.error_model import TOLERANCE
+from ropebridge.numerics import TOLERANCE
 from ropebridge.emulation.single import exact_rotation_theta
 
 FLOAT32_BAR = TOLERANCE["float32"]

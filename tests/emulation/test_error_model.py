@@ -6,19 +6,15 @@ import numpy as np
 import pytest
 import torch
 
+from oracles import measure
+
 from ropebridge.emulation import error_model
-from ropebridge.emulation.error_model import PairSpec, half_ulp, measure, predict, sine_error
-from ropebridge.emulation.fixed_base import frequency_set, multi_pair_amplitudes
+from ropebridge.emulation.error_model import PairSpec, predict, sine_error
+from ropebridge.emulation.fixed_base import frequency_set
+from ropebridge.emulation.pairs import multi_pair_amplitudes
+from ropebridge.numerics import DTYPES, Numerics, half_ulp
 
 SCALE = 1 / 8  # head_dim 64
-
-
-def test_half_ulp():
-    assert half_ulp(1.0, "float32") == 2.0**-24
-    assert half_ulp(1.5, "bfloat16") == 2.0**-8
-    assert half_ulp(0.75, "float16") == 2.0**-12
-    assert half_ulp(1e-7, "float16") == 2.0**-25  # subnormal floor
-    assert half_ulp(0.0, "float32") == 0.0
 
 
 def test_torch_sincos_within_the_modelled_accuracy():
@@ -56,9 +52,9 @@ def predicted_and_measured(m, theta, window, dtype):
     """One pair at theta, split when N exceeds the dtype's range."""
     pairs = single(m, theta)
     n = pairs[0].N
-    split = math.sqrt(n) if n > torch.finfo(error_model.DTYPES[dtype]).max else 1.0
-    return (predict(m, pairs, SCALE, window, dtype, split=split).total,
-            measure(m, pairs, SCALE, window, dtype, split=split))
+    split = math.sqrt(n) if n > torch.finfo(DTYPES[dtype]).max else 1.0
+    return (predict(m, pairs, Numerics(SCALE, window, dtype), split=split).total,
+            measure(m, pairs, Numerics(SCALE, window, dtype), split=split))
 
 
 @pytest.mark.parametrize("dtype, window, m, phase", GRID)
@@ -78,8 +74,8 @@ def test_power_of_two_theta_has_exact_angles(dtype, log2_theta):
     assert measured <= predicted <= 6 * measured, (predicted, measured)
     nudged = single(m, theta * (1 + 2**-20))  # the same theta but for its last bits: angles rounded again
     if dtype == "float32":
-        exact = predict(m, single(m, theta), SCALE, window, dtype).rounding
-        assert predict(m, nudged, SCALE, window, dtype).rounding > 1.2 * exact
+        exact = predict(m, single(m, theta), Numerics(SCALE, window, dtype)).rounding
+        assert predict(m, nudged, Numerics(SCALE, window, dtype)).rounding > 1.2 * exact
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
@@ -93,16 +89,16 @@ def test_multi_pair_prediction_bounds_measurement(dtype, k):
     for m in (0.5, 2**-5):
         amps = multi_pair_amplitudes(m, thetas)
         pairs = [PairSpec(float(t), float(a / SCALE)) for t, a in zip(thetas, amps)]
-        predicted = predict(m, pairs, SCALE, 512, dtype).total
-        measured = measure(m, pairs, SCALE, 512, dtype)
+        predicted = predict(m, pairs, Numerics(SCALE, 512, dtype)).total
+        measured = measure(m, pairs, Numerics(SCALE, 512, dtype))
         assert measured <= predicted <= factor * measured, (m, predicted, measured)
 
 
 def test_split_prediction_bounds_measurement():
     for s in (10.0, 1000.0):
         pairs = single(2**-0.5, 0.1 / 2048)
-        predicted = predict(2**-0.5, pairs, SCALE, 2048, "float16", split=s).total
-        measured = measure(2**-0.5, pairs, SCALE, 2048, "float16", split=s)
+        predicted = predict(2**-0.5, pairs, Numerics(SCALE, 2048, "float16"), split=s).total
+        measured = measure(2**-0.5, pairs, Numerics(SCALE, 2048, "float16"), split=s)
         assert measured <= predicted <= 4 * measured
 
 
@@ -112,22 +108,22 @@ def test_exact_rotation_regime_in_float32():
     m, window = 2**-0.5, 4096
     theta = 2.0**-24
     assert theta * window <= error_model.EXACT_TABLE_ANGLE
-    exact = predict(m, single(m, theta), SCALE, window, "float32")
-    generic = predict(m, single(m, theta * (1 + 2**-20)), SCALE, window, "float32")
+    exact = predict(m, single(m, theta), Numerics(SCALE, window, "float32"))
+    generic = predict(m, single(m, theta * (1 + 2**-20)), Numerics(SCALE, window, "float32"))
     assert exact.rounding < generic.rounding / 2
-    measured = measure(m, single(m, theta), SCALE, window, "float32")
+    measured = measure(m, single(m, theta), Numerics(SCALE, window, "float32"))
     assert measured <= exact.total, (measured, exact.total)
-    assert measure(m, single(m, theta * (1 + 2**-20)), SCALE, window, "float32") > 1.4 * measured
+    assert measure(m, single(m, theta * (1 + 2**-20)), Numerics(SCALE, window, "float32")) > 1.4 * measured
     # and when N * theta * scale has few bits too (m = 1/2, scale 1/8: N theta = 4), every product is an
     # exact integer: the emulated bias is ALiBi's to the last bit
-    assert measure(0.5, single(0.5, theta), SCALE, window, "float32") == 0.0
+    assert measure(0.5, single(0.5, theta), Numerics(SCALE, window, "float32")) == 0.0
 
 
 def test_float16_subnormal_term_grows_like_one_over_theta():
     # tiny angles: the float16 sin table is subnormal, absolute error 2^-25, cost (m/theta) 2^-25
     m = 2**-8
-    small = predict(m, single(m, 1e-9), SCALE, 512, "float16").rounding
-    smaller = predict(m, single(m, 1e-10), SCALE, 512, "float16").rounding
+    small = predict(m, single(m, 1e-9), Numerics(SCALE, 512, "float16")).rounding
+    smaller = predict(m, single(m, 1e-10), Numerics(SCALE, 512, "float16")).rounding
     assert smaller / small == pytest.approx(10, rel=0.2)
     assert small >= m / 1e-9 * 2.0**-25
 
@@ -149,8 +145,8 @@ def test_exact_rotation_prediction_within_4x_of_measurement(heads, head_dim, win
     ms = slopes(heads).tolist()
     for m in (max(ms), min(ms)):
         pairs = [PairSpec(theta, m / theta / scale)]
-        predicted = predict(m, pairs, scale, window, "float32").total
-        measured = measure(m, pairs, scale, window, "float32", queries=64 if window > 8192 else 256)
+        predicted = predict(m, pairs, Numerics(scale, window, "float32")).total
+        measured = measure(m, pairs, Numerics(scale, window, "float32"), queries=64 if window > 8192 else 256)
         assert measured <= predicted <= 4 * measured, (m, predicted, measured)
 
 
@@ -170,8 +166,8 @@ def test_single_pair_as_planned_within_4x_of_measurement(heads, head_dim, window
                                                                        emulation="single", target="starcoder2"))
     for h in (plan.heads[0], plan.heads[-1]):
         pairs = [PairSpec(h.theta, h.N)]
-        predicted = predict(h.slope, pairs, plan.scale, window, dtype, split=h.split).total
-        measured = measure(h.slope, pairs, plan.scale, window, dtype, split=h.split, queries=64)
+        predicted = predict(h.slope, pairs, Numerics(plan.scale, window, dtype), split=h.split).total
+        measured = measure(h.slope, pairs, Numerics(plan.scale, window, dtype), split=h.split, queries=64)
         assert measured <= predicted <= 4 * measured, (h.head, predicted, measured)
 
 
@@ -186,12 +182,11 @@ def test_fixed_base_as_planned_within_4x_of_measurement(heads, head_dim, window,
     # (1.0-2.4x)
     from ropebridge.alibi import slopes
     from ropebridge.emulation.fixed_base import fixed_base_heads
-    from ropebridge.emulation.single import CUTOFF, Numerics
 
     m = slopes(heads).tolist()
     scale = 1 / math.sqrt(head_dim)
-    planned = fixed_base_heads([m[0], m[-1]], 10000.0, 64, 1, Numerics(scale, window, dtype, CUTOFF))
+    planned = fixed_base_heads([m[0], m[-1]], 10000.0, 64, 1, Numerics(scale, window, dtype))
     for h in planned:
-        predicted = predict(h.slope, h.specs(), scale, window, dtype, split=h.split).total
-        measured = measure(h.slope, h.specs(), scale, window, dtype, split=h.split, queries=64)
+        predicted = predict(h.slope, h.specs(), Numerics(scale, window, dtype), split=h.split).total
+        measured = measure(h.slope, h.specs(), Numerics(scale, window, dtype), split=h.split, queries=64)
         assert measured <= predicted <= 4 * measured, (h.head, predicted, measured)

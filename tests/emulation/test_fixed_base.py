@@ -14,7 +14,6 @@ from ropebridge.emulation.fixed_base import (
     engine_frequencies,
     frequency_set,
     max_window_for_phase,
-    multi_pair_amplitudes,
 )
 
 
@@ -26,17 +25,6 @@ def test_fixed_base_limits():
     # slowest pair's phase over L ~ L/base: base 10000, R = 64 -> ~750; base 500000, R = 128 -> ~40.7K
     assert max_window_for_phase(10000, 64, 0.1) == pytest.approx(750, abs=2)
     assert max_window_for_phase(500000, 128, 0.1) == pytest.approx(40700, rel=2e-3)
-
-
-def test_multi_pair_fit_cancels_the_cubic_term():
-    thetas = frequency_set(10000.0, 16)[-2:]  # ~1e-3 and ~3.2e-4
-    assert thetas == pytest.approx([1e-3, 10**-3.5])
-    a = multi_pair_amplitudes(0.25, thetas)
-    assert a @ thetas == pytest.approx(0.25, rel=1e-14)
-    assert a @ thetas**3 == pytest.approx(0.0, abs=1e-14 * abs(a[1]) * thetas[1] ** 3)
-    t3 = frequency_set(10000.0, 16)[-3:]
-    three = multi_pair_amplitudes(0.25, t3)
-    assert three @ t3**5 == pytest.approx(0.0, abs=1e-12 * abs(three).max() * t3.max() ** 5)
 
 
 def test_multi_pair_moves_the_limit():

@@ -6,11 +6,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from oracles import measure_ladder
 
 from ropebridge.alibi import slopes as alibi_slopes
 from ropebridge.emulation import ladder, ladder_fit
-from ropebridge.emulation.error_model import DTYPES, TOLERANCE, matter_distance
+from ropebridge.emulation.error_model import matter_distance
 from ropebridge.emulation.fixed_base import engine_frequencies
+from ropebridge.numerics import DTYPES, TOLERANCE, Numerics
 from ropebridge.rope import apply_rope, cos_sin
 
 
@@ -103,7 +105,7 @@ def test_the_shift_spares_the_ladder_a_level(slope):
     assert rss[0] < 0.8 * rss[1], rss
     assert free.predicted_error < pinned.predicted_error
     # what the model computes in float64 is s - m d near, and at most s - C beyond W
-    assert max(ladder_fit.measure(free, thetas, window, "float32", scale=1 / 8)) <= free.fit_error + 1e-3
+    assert max(measure_ladder(free, thetas, Numerics(1 / 8, window, "float32"))) <= free.fit_error + 1e-3
 
 
 SWEEP = [(L, R) for L in (256, 4096, 131072) for R in (16, 32, 64)]
@@ -195,7 +197,7 @@ def test_error_model_against_measurement(slope, window, dtype):
     thetas = engine_frequencies(ladder.free_base(window, r), r)
     scale = 1 / math.sqrt(64 + r)
     fit = ladder_fit.fit_head(slope, thetas, window, 60.0, dtype, stored_scale=scale)
-    err, rise = ladder_fit.measure(fit, thetas, window, dtype, scale=scale)
+    err, rise = measure_ladder(fit, thetas, Numerics(scale, window, dtype))
     measured = max(err, rise)
     assert measured <= fit.predicted_error, (measured, fit)
     assert fit.predicted_error <= 3 * measured, (measured, fit)
@@ -215,7 +217,7 @@ def test_error_model_against_measurement_as_planned(head_dim, window, dtype):
     floor = ladder.default_cutoff(window, dtype) + ladder.DEFAULT_ADVANTAGE
     for slope in (float(alibi_slopes(112)[0]), 2**-8):
         fit = ladder_fit.fit_head(slope, thetas, window, floor, dtype, stored_scale=scale)
-        measured = max(ladder_fit.measure(fit, thetas, window, dtype, scale=scale, queries=64))
+        measured = max(measure_ladder(fit, thetas, Numerics(scale, window, dtype), queries=64))
         assert measured <= fit.predicted_error <= 3 * measured, (slope, measured, fit.predicted_error)
 
 
@@ -226,7 +228,7 @@ def test_rounding_does_not_grow_with_the_window_like_the_single_pair():
     for window in (1024, 8192):
         thetas = engine_frequencies(ladder.free_base(window, 16), 16)
         fit = ladder_fit.fit_head(m, thetas, window, 60.0, "bfloat16", stored_scale=scale)
-        errs.append(max(ladder_fit.measure(fit, thetas, window, "bfloat16", scale=scale, queries=32)))
+        errs.append(max(measure_ladder(fit, thetas, Numerics(scale, window, "bfloat16"), queries=32)))
     assert errs[1] < 2 * errs[0]
     assert errs[1] < 2**-8 * m * 8192  # below the single pair's u m L
 

@@ -8,7 +8,9 @@ import pytest
 from ropebridge.checkpoint.config import from_heads
 from ropebridge.emulation import PlanRequest, plan
 from ropebridge.emulation.error_model import emulated_bias
-from ropebridge.emulation.single import CUTOFF, Numerics, evaluate, exact_rotation_theta, shared_theta
+from ropebridge.emulation.pairs import evaluate
+from ropebridge.emulation.single import exact_rotation_theta, shared_theta
+from ropebridge.numerics import Numerics
 
 BLOOM_560M = from_heads(16, 64)
 
@@ -39,7 +41,7 @@ def test_emulated_bias_is_alibi_in_the_small_angle_limit():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_the_shared_error_optimal_theta_beats_the_fixed_rules_on_the_worst_head(dtype):
     source = from_heads(16, 64)
-    num = Numerics(1 / 8, 2048, dtype, CUTOFF)
+    num = Numerics(1 / 8, 2048, dtype)
     theta = shared_theta(source.slopes, num)
     best = max(evaluate(h, m, [theta], [None], num).predicted_error for h, m in enumerate(source.slopes))
     for phase in (1e-3, 0.1, 1.0):

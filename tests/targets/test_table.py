@@ -1,8 +1,14 @@
-"""targets.TARGETS: each entry's transformers class and config model_type agree with transformers' own."""
+"""targets.TARGETS: each entry's transformers class and config model_type agree with transformers' own, each row
+is one writer's, and its facts are checked on construction."""
 
 import transformers as T
 
-from ropebridge.targets import TARGETS, of_model_type
+import dataclasses
+
+import pytest
+
+from ropebridge.targets import TARGETS, carrying, of_model_type
+from ropebridge.writers import WRITERS
 
 
 def test_each_target_names_its_transformers_class_and_model_type():
@@ -10,3 +16,24 @@ def test_each_target_names_its_transformers_class_and_model_type():
         assert getattr(T, target.architecture).config_class.model_type == target.model_type, target.name
         assert of_model_type(target.model_type) is target
     assert of_model_type("bloom") is None and of_model_type(None) is None
+
+
+def test_every_target_has_one_writer_and_every_writer_a_target():
+    assert set(WRITERS) == set(TARGETS)
+
+
+def test_a_row_with_an_unknown_convention_is_refused():
+    with pytest.raises(ValueError, match="pair_dims"):
+        dataclasses.replace(TARGETS["nemotron"], pair_dims="last-two")
+    with pytest.raises(ValueError, match="layer_norm"):
+        dataclasses.replace(TARGETS["nemotron"], layer_norm="rmsnorm-1p")
+
+
+def test_the_targets_carrying_a_strategy_come_from_the_rows():
+    assert carrying("ladder") == ("gpt-neox", "nemotron") and carrying("fixed-base") == ("gpt-neox",)
+
+
+def test_the_served_head_dim():
+    neox, nemotron = TARGETS["gpt-neox"], TARGETS["nemotron"]
+    assert neox.served_head_dim(64, 4, "single") == 68 and nemotron.served_head_dim(64, 4, "single") == 66
+    assert nemotron.served_head_dim(64, 32, "ladder") == 96 and nemotron.served_head_dim(64, None, "single") == 66

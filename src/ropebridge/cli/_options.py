@@ -11,11 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..emulation.error_model import DTYPES, FLOAT32_BIAS_HALF_ULPS, TOLERANCE
 from ..emulation.fixed_base import ROTARY_DIM as FIXED_BASE_ROTARY_DIM
 from ..emulation.ladder import DEFAULT_ADVANTAGE
 from ..emulation.request import DEFAULT_WINDOW, EMULATIONS, PlanRequest
-from ..emulation.single import CUTOFF as SINGLE_CUTOFF
+from ..numerics import DEFAULT_CUTOFF, DTYPES, FLOAT32_BIAS_HALF_ULPS, TOLERANCE
 from ..targets import TARGETS
 from ..targets.kernels import KERNELS
 
@@ -85,7 +84,7 @@ def add_planning_options(p: argparse.ArgumentParser) -> None:
                        help="ladder: measure C per head on this text through the source model (needs its weights)")
     p.add_argument("--cutoff", type=float,
                    help="logits below -cutoff carry no weight (default: ladder ln(window / dtype's unit roundoff), "
-                        f"13-18; single {SINGLE_CUTOFF:g})")
+                        f"13-18; single {DEFAULT_CUTOFF:g})")
     p.add_argument("--jobs", type=_count, default=os.cpu_count() or 1,
                    help="ladder: processes fitting heads at once (default: the core count, here "
                         f"{os.cpu_count() or 1}); the plan is the same whatever --jobs")

@@ -7,10 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from ..convert.byte_check import describe
-from ..convert.verdict import READING_TOKENS
+from ..convert.verdict import READING_TOKENS, describe
 from ..convert.verify import VerifyRequest, verify
-from ..emulation.error_model import DTYPES
+from ..numerics import DTYPES
 from ._options import add_verbose
 
 

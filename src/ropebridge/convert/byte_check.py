@@ -50,16 +50,6 @@ class ByteCheck:
         return asdict(self)
 
 
-def describe(check: dict[str, Any]) -> str:
-    """A byte check (``ByteCheck.to_dict``) in words, as the report, the CLI and the model card say it."""
-    if check.get("mode") == "skipped":
-        return "not read (--quick); files, config, tokenizer and plan as convert writes them"
-    if check.get("failures"):
-        return "differ from what convert writes from SRC"
-    how = "identical" if check.get("mode") == "exact" else "within the dtype's rounding (written by another version)"
-    return f"{how} to what convert writes from SRC: {check.get('tensors')} tensors, {check.get('bytes', 0) / 2**20:.1f} MiB"
-
-
 def request_of(record: dict[str, Any]) -> PlanRequest:
     """The ``PlanRequest`` DST was converted with, from its record: the recorded request (ropebridge 0.2 on), or,
     for an older record, the options its plan shows (window, dtype, target, strategy, fixed base, rotary dim,

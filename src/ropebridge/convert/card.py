@@ -6,29 +6,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .. import __version__, _interrupt
+from ..emulation import EmulationPlan
 from ..emulation.request import PlanRequest
 from ..targets import Target
-
-if TYPE_CHECKING:
-    from ..emulation import EmulationPlan
-
-# what each target is served with (``targets.TARGETS`` says which engines run it); DST and the dtype filled in
-SERVING = {
-    "gpt-neox": [
-        "transformers: `AutoModelForCausalLM.from_pretrained(\"{dst}\")` (4.x and 5.x)",
-        "vLLM: `vllm serve {dst} --dtype {dtype} --max-model-len {window}`",
-        "llama.cpp: `convert_hf_to_gguf.py {dst}` drops the RoPE base; set `gptneox.rope.freq_base` to {base} in "
-        "the GGUF, or convert with `--rope-base 10000` (docs/targets.md in ropebridge)",
-    ],
-    "nemotron": [
-        "transformers: `AutoModelForCausalLM.from_pretrained(\"{dst}\")` (5.x; 4.x with the ladder)",
-        "vLLM: `vllm serve {dst} --dtype {dtype} --max-model-len {window}`",
-    ],
-    "starcoder2": ["transformers 5.x: `AutoModelForCausalLM.from_pretrained(\"{dst}\")`"],
-}
 
 
 def command_flags(request: PlanRequest) -> list[str]:
@@ -55,7 +37,7 @@ def model_card(src: str, dst_name: str, plan: EmulationPlan, target: Target, req
                hub_id: bool = False) -> str:
     """The card's text (markdown with a YAML header); ``hub_id``: SRC is a hub id (then the card's base model)."""
     command = " ".join(["ropebridge convert", src, dst_name, *command_flags(request)])
-    served = target.served_head_dim(plan)
+    served = target.served_head_dim(plan.head_dim, plan.rotary_dim, plan.strategy)
     base = "free theta" if plan.base is None else f"{plan.base:.6g}"
     w = plan.worst_head
     header = ["---", "library_name: transformers", "pipeline_tag: text-generation",
@@ -64,7 +46,7 @@ def model_card(src: str, dst_name: str, plan: EmulationPlan, target: Target, req
         header.append(f"base_model: {src}")
     header.append("---")
     serving = "\n".join(f"- {line.format(dst=dst_name, dtype=plan.dtype, window=plan.window, base=base)}"
-                        for line in SERVING[target.name])
+                        for line in target.serving)
     return "\n".join(header) + f"""
 
 # {dst_name}
@@ -110,7 +92,7 @@ def record_verification(card: Path, report) -> None:
     text = card.read_text()
     head, _, rest = text.partition(f"\n{VERIFIED}\n")
     tail = rest[rest.find("\n## ") + 1:] if "\n## " in rest else ""
-    from .byte_check import describe
+    from .verdict import describe
 
     rows = [f"| verdict | {'PASSED' if report.passed else 'FAILED: ' + '; '.join(report.failures)} |",
             f"| tokens, dtype | {report.context}, {report.dtype} |",

@@ -26,9 +26,10 @@ from .._progress import progress_bar
 from ..checkpoint.model import SourceModel
 from ..checkpoint.tensor_io import ShardWriter
 from ..emulation import EmulationPlan, PlanRequest
-from ..emulation.error_model import DTYPES
+from ..numerics import DTYPES
 from ..planning import prepare, what_would_fit
 from ..targets import TARGETS, Target
+from ..writers import writer_for
 from .card import model_card
 
 log = logging.getLogger(__name__)
@@ -235,19 +236,19 @@ def recorded_request(request: PlanRequest) -> dict[str, Any]:
 def derive(src_dir: Path, request: PlanRequest, source_name: str, max_shard_bytes: int = 2000 * 2**20,
            model: SourceModel | None = None) -> Derivation:
     """The ``Derivation`` of checkpoint directory ``src_dir`` (``model``: already read) for ``request``
-    (``planning.prepare`` then ``emulation.plan``; the target's code lays out and describes the tensors), whatever
+    (``planning.prepare`` then ``emulation.plan``; the target's writer lays out and describes the tensors), whatever
     its plan predicts."""
     request, model, source = prepare(src_dir, request, model)
     if model is None:
         raise FileNotFoundError(f"no weights (*.safetensors or *.bin) in {src_dir}")
     plan = dataclasses.replace(emulation.plan(source, request), source=source_name)
     target = TARGETS[request.target]
-    code = target.code()
-    layout = code.layout(model, plan)
+    code = writer_for(target)
+    layout = code.layout(model, plan, target)
     geometry = code.geometry(model, layout)
     writer = ShardWriter(Path("."), DTYPES[plan.dtype], max_shard_bytes)  # directory: set when written
     code.add_tensors(model, layout, writer)  # describes the tensors; nothing is read yet
-    return Derivation(request, plan, model, target, geometry, writer, code.config(model, layout, plan, plan.dtype),
+    return Derivation(request, plan, model, target, geometry, writer, code.config(model, layout, plan),
                       side_files(src_dir))
 
 

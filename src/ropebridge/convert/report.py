@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from .byte_check import describe
+from .verdict import describe
 
 
 def _attention_figure(native_probs, converted_probs, reference_probs):

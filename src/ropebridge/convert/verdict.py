@@ -82,6 +82,16 @@ def non_finite(report: VerifyReport) -> list[str]:
             if value is not None and not math.isfinite(value)]
 
 
+def describe(check: dict[str, Any]) -> str:
+    """A byte check (``ByteCheck.to_dict``) in words, as the report, the CLI and the model card say it."""
+    if check.get("mode") == "skipped":
+        return "not read (--quick); files, config, tokenizer and plan as convert writes them"
+    if check.get("failures"):
+        return "differ from what convert writes from SRC"
+    how = "identical" if check.get("mode") == "exact" else "within the dtype's rounding (written by another version)"
+    return f"{how} to what convert writes from SRC: {check.get('tensors')} tensors, {check.get('bytes', 0) / 2**20:.1f} MiB"
+
+
 def limit_of(report: VerifyReport) -> float:
     """The largest logit error the functional check accepts: the threshold, or ``LOGIT_FACTOR`` times the plan's
     predicted worst score error where that is larger (module doc)."""

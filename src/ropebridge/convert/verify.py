@@ -42,7 +42,7 @@ from .._progress import progress_bar
 from ..checkpoint.config import SourceInfo, load_config
 from ..checkpoint.model import SourceModel
 from ..checkpoint.reference import reference_logits
-from ..emulation.error_model import DTYPES, plan_tolerance
+from ..numerics import DTYPES, plan_tolerance
 from . import byte_check
 from .native import as_defined, native_deviations
 from .pipeline import derive, resolve_source, source_fingerprint
@@ -146,7 +146,7 @@ class VerifyRequest:
     """What ``verify`` is asked besides the two checkpoints, validated on construction: ``context`` tokens
     (random ids, or ``text`` through SRC's tokenizer), the ``dtype`` to run in (None: the one DST was converted
     for), ``greedy_tokens`` generated with the KV cache (0: none), ``max_logit_diff`` (None: the dtype's default
-    tolerance at DST's window, ``error_model.plan_tolerance``), the exact reference up to ``reference_max_params`` parameters, the ``seed`` of the ids,
+    tolerance at DST's window, ``numerics.plan_tolerance``), the exact reference up to ``reference_max_params`` parameters, the ``seed`` of the ids,
     ``report_dir`` for report.md/json, ``card``: record the result in DST's model card, and ``quick``: skip
     reading the tensors' bytes (everything else is still compared)."""
 

@@ -21,12 +21,12 @@ STRATEGIES = {"single": plan_single, "fixed-base": plan_fixed_base, "ladder": pl
 
 def plan(source, request: PlanRequest) -> EmulationPlan:
     """The plan of ``source`` for ``request`` (whose dtype must be known: ``PlanRequest.with_dtype``), by the
-    strategy it asks for; the tolerance defaults to ``error_model.plan_tolerance``. A plan whose served head dim the
+    strategy it asks for; the tolerance defaults to ``numerics.plan_tolerance``. A plan whose served head dim the
     request's kernel does not run is refused (``targets.kernels``)."""
     import dataclasses
 
+    from ..numerics import plan_tolerance
     from ..targets.kernels import check_head_dim
-    from .error_model import plan_tolerance
 
     if request.dtype is None:
         raise ValueError("the request names no dtype: complete it with PlanRequest.with_dtype")
@@ -34,7 +34,8 @@ def plan(source, request: PlanRequest) -> EmulationPlan:
         request = dataclasses.replace(request, tolerance=plan_tolerance(request.dtype, source.slopes, request.window))
     result = STRATEGIES[request.strategy](source, request)
     forced = "" if request.rotary_dim is None else f" with --rotary-dim {request.rotary_dim}"
-    check_head_dim(request.kernel, request.target_spec.served_head_dim(result),
+    served = request.target_spec.served_head_dim(result.head_dim, result.rotary_dim, result.strategy)
+    check_head_dim(request.kernel, served,
                    f"the {result.strategy} plan on --target {request.target}{forced}")
     return result
 

@@ -45,8 +45,8 @@ which should equal ALiBi's -m d, d = i - j. Two things separate the computed log
    cost A 2^-25 = m 2^-25 / theta grows like 1/theta, while e_sin grows like theta^2: an optimum.
 
 The predicted error of a head is ``max over d in [0, D] of e_sin(d) + e_round(L, L - d)`` (query at
-the last position, where every position-dependent term is largest). ``measure`` computes the same
-logits with real torch tensors in the dtype and returns the worst deviation from float64 -m d.
+the last position, where every position-dependent term is largest). The tests check it against the same
+logits computed with real torch tensors in the dtype (``tests/oracles.py``).
 """
 
 from __future__ import annotations
@@ -56,49 +56,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from ..rope import apply_rope, cos_sin
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# Per dtype, the one tolerance of a conversion, in logits. ``plan`` predicts the worst error of the emulated
-# bias (worst head, worst distance, as an eager attention computes the scores) and ``convert`` refuses a plan
-# above it; ``verify`` measures the converted model's output logits against exact ALiBi and fails above the
-# tolerance the plan recorded (or above native's own error, where that is larger). Two quantities, one bar:
-# a conversion whose scores are within it is accepted, and its logits must then be within it too
-# (``docs/verify.md``; ``benchmarks/verdicts.py`` checks the three real-text models up to 131072 tokens).
-# float32 1e-3 (and ``plan_tolerance``'s bias resolution); half precision the same 2^9 units of roundoff in
-# both dtypes (float16 u = 2^-11: 0.25; bfloat16 u = 2^-8: 2.0), about eight half-ulps of a 60-logit score.
-TOLERANCE = {"float32": 1e-3, "bfloat16": 2.0, "float16": 0.25}
-# float32 also allows this many half-ulps of the largest bias m L the window reaches (``plan_tolerance``)
-FLOAT32_BIAS_HALF_ULPS = 4
-
-
-def plan_tolerance(dtype: str, slopes: Sequence[float], window: int) -> float:
-    """The default tolerance of a plan: ``TOLERANCE[dtype]``, and in float32 at least
-    ``FLOAT32_BIAS_HALF_ULPS`` half-ulps of the largest bias ``m L`` of the window. Any float32 computation of
-    ALiBi's bias rounds it by up to half an ulp of m j (the source's own ``slope * position`` does), and the
-    exact rotation's error grows the same way (u m L; ``_exact_rotation_rounding``): past ~16K tokens a fixed
-    1e-3 would refuse conversions as exact as float32 itself resolves the bias there."""
-    tolerance = TOLERANCE[dtype]
-    if dtype == "float32":
-        tolerance = max(tolerance, FLOAT32_BIAS_HALF_ULPS * float(half_ulp(max(slopes) * window, "float32")))
-    return tolerance
-# (precision p in bits incl. the implicit one, minimum normal exponent)
-_FORMATS = {"float32": (24, -126), "bfloat16": (8, -126), "float16": (11, -14)}
-
+from ..numerics import Numerics, half_ulp
 
 # torch's float32 sin/cos on CPU: measured within 1.2 half-ulps (0.6 ulp) of the float64 value over
-# 6M angles in (1e-8, 1.6); tests/test_error_model.py checks that this machine's torch still meets it.
+# 6M angles in (1e-8, 1.6); tests/emulation/test_error_model.py checks that this machine's torch still meets it.
 SINCOS_HALF_ULPS = 1.25
-
-
-def half_ulp(x: np.ndarray | float, dtype: str) -> np.ndarray:
-    """Largest rounding error of round-to-nearest at |x| in ``dtype`` (0 at 0), float64 array."""
-    p, e_min = _FORMATS[dtype]
-    a = np.abs(np.asarray(x, dtype=np.float64))
-    _, e = np.frexp(a)  # a = f * 2^e with f in [0.5, 1): floor(log2 a) = e - 1
-    return np.where(a > 0, np.ldexp(1.0, np.maximum(e - 1, e_min) - p), 0.0)
 
 
 EXACT_TABLE_ANGLE = 2.0**-12  # float32 cos(x) = 1 and sin(x) = x exactly for an exact x <= 2^-12
@@ -255,78 +218,15 @@ class ErrorPrediction:
     rounding: float
 
 
-def predict(
-    slope: float,
-    pairs: Sequence[PairSpec],
-    scale: float,
-    window: int,
-    dtype: str,
-    *,
-    cutoff: float = 40.0,
-    split: float = 1.0,
-) -> ErrorPrediction:
-    """``max over d <= D of e_sin(d) + e_round(L, L - d)`` for one head (module doc). In the exact-rotation
-    regime there is no sine error: float32's sin(x) is x itself there, so the rotation is linear in d."""
-    d = distance_grid(matter_distance(slope, window, cutoff), 513)  # (n,)
+def predict(slope: float, pairs: Sequence[PairSpec], num: Numerics, split: float = 1.0) -> ErrorPrediction:
+    """``max over d <= D of e_sin(d) + e_round(L, L - d)`` for one head (module doc), at ``num``'s scale, window,
+    dtype and cutoff; ``split`` the k value s. In the exact-rotation regime there is no sine error: float32's
+    sin(x) is x itself there, so the rotation is linear in d."""
+    scale, window, dtype = num.scale, num.window, num.dtype
+    d = distance_grid(matter_distance(slope, window, num.cutoff), 513)  # (n,)
     i = np.unique(np.concatenate([np.linspace(0, window, 33).round(), window - np.arange(4)]))[:, None]  # (m, 1)
     linear = _exact_rotation(pairs, dtype, float(window), split)
     sine = np.zeros_like(d) if linear else sine_error(slope, pairs, scale, d)  # (n,)
     rounding = rounding_bound(pairs, scale, i, i - d[None, :], dtype, split)  # (m, n)
     rounding = np.where(i - d[None, :] >= 0, rounding, 0.0).max(axis=0)  # worst query position per distance
     return ErrorPrediction(float(np.max(sine + rounding)), float(np.max(sine)), float(np.max(rounding)))
-
-
-def sample_positions(window: int, queries: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Query positions ``(s,)``: the last ``queries`` up to ``window`` and as many random ones; every key
-    position 0..window ``(t,)``."""
-    g = torch.Generator().manual_seed(seed)
-    last = torch.arange(max(0, window - queries + 1), window + 1)
-    rand = torch.randint(0, window + 1, (queries,), generator=g)
-    return torch.unique(torch.cat([last, rand])), torch.arange(window + 1)
-
-
-def model_logits(
-    q_pairs: torch.Tensor, k_pairs: torch.Tensor, thetas: Sequence[float], qpos: torch.Tensor, kpos: torch.Tensor,
-    dtype: str, scale: float,
-) -> torch.Tensor:
-    """The logits constant rotary q and k entries produce, computed as a model does in ``dtype``: float32
-    angles, cos/sin cast to the dtype, the rotation in the dtype, q.k with float32 accumulation, the result
-    in the dtype times the scale. ``q_pairs``, ``k_pairs``: ``(2K,)`` float64 values in the "half" layout
-    (pair k is dims (k, k + K)), cast to the dtype once. Returns float64 ``(s, t)``."""
-    dt = DTYPES[dtype]
-    freqs = torch.tensor(list(thetas), dtype=torch.float64).float()  # engines keep inv_freq in float32
-    q = q_pairs.to(dt).expand(len(qpos), -1)  # (s, 2K)
-    k = k_pairs.to(dt).expand(len(kpos), -1)  # (t, 2K)
-    q = apply_rope(q, *cos_sin(freqs, qpos, dtype=dt, angle_dtype=torch.float32), layout="half")  # (s, 2K)
-    k = apply_rope(k, *cos_sin(freqs, kpos, dtype=dt, angle_dtype=torch.float32), layout="half")  # (t, 2K)
-    return ((q @ k.T) * torch.tensor(scale, dtype=torch.float64).to(dt)).to(torch.float64)  # (s, t)
-
-
-def measure(
-    slope: float,
-    pairs: Sequence[PairSpec],
-    scale: float,
-    window: int,
-    dtype: str,
-    *,
-    cutoff: float = 40.0,
-    split: float = 1.0,
-    queries: int = 256,
-    seed: int = 0,
-) -> float:
-    """Worst |computed logit + m d| over sampled queries (the last ``queries`` positions up to ``window``
-    and as many random ones) and every key with 0 <= d <= D, computed the way a model does in ``dtype``.
-
-    Pairs use the "half" layout: pair k is dims (k, k + K) of a 2K-dim q and k.
-    """
-    K = len(pairs)
-    qpos, kpos = sample_positions(window, queries, seed)
-    q_pairs = torch.zeros(2 * K, dtype=torch.float64)
-    k_pairs = torch.zeros(2 * K, dtype=torch.float64)
-    q_pairs[:K] = torch.tensor([-p.N / split for p in pairs], dtype=torch.float64)
-    k_pairs[K:] = split
-    logits = model_logits(q_pairs, k_pairs, [p.theta for p in pairs], qpos, kpos, dtype, scale)  # (s, t)
-    d = (qpos[:, None] - kpos[None, :]).to(torch.float64)  # (s, t)
-    err = (logits.to(torch.float64) + slope * d).abs()
-    matters = (d >= 0) & (d <= matter_distance(slope, window, cutoff))
-    return float(err[matters].max())

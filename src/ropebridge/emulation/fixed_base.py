@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from .. import _checks
 from ..frequencies import geometric
+from ..numerics import Numerics
+from .pairs import evaluate
 from .plan import HALF_PI, EmulationPlan
-
-if TYPE_CHECKING:
-    from .single import Numerics
 
 ROTARY_DIM = 16  # the rotary dim of a fixed base unless --rotary-dim says otherwise
 
@@ -80,33 +78,6 @@ def max_window_for_phase(base: float, rotary_dim: int, phase: float) -> int:
     return int(math.floor(phase / frequency_set(base, rotary_dim)[-1]))
 
 
-def multi_pair_amplitudes(slope: float, thetas: Sequence[float]) -> np.ndarray:
-    """Logit amplitudes A_k with ``sum_k A_k theta_k^(2n+1) = m [n = 0]`` for n = 0 .. K-1, float64 ``(K,)``.
-
-    Rows are divided by theta_max^(2n+1) so the (Vandermonde-like) system is solved in O(1) units.
-    """
-    t = np.asarray(thetas, dtype=np.float64)
-    if len(np.unique(t)) != len(t) or (t <= 0).any():
-        raise ValueError(f"pair frequencies must be distinct and > 0, got {list(t)}")
-    top = t.max()
-    powers = 2 * np.arange(len(t))[:, None] + 1  # (K, 1)
-    system = (t[None, :] / top) ** powers  # (K, K)
-    rhs = np.zeros(len(t))
-    rhs[0] = slope / top
-    return np.linalg.solve(system, rhs)
-
-
-def is_non_increasing(amplitudes: Sequence[float], thetas: Sequence[float], window: int) -> bool:
-    """Whether the emulated bias ``-sum A_k sin(theta_k d)`` never rises over d in [0, window].
-
-    Its derivative is ``-sum A_k theta_k cos(theta_k d)``; checked on a grid of 4097 points, and at the end.
-    One pair: equivalent to theta * window <= pi/2.
-    """
-    d = np.linspace(0.0, float(window), 4097)
-    a, t = np.asarray(amplitudes)[:, None], np.asarray(thetas)[:, None]
-    return bool((np.sum(a * t * np.cos(t * d[None, :]), axis=0) >= 0).all())
-
-
 def _candidates(base: float, rotary_dim: int, k: int) -> list[tuple[list[float], list[int]]]:
     """Every run of ``k`` consecutive pairs of the set: (frequencies, indices)."""
     freqs = frequency_set(base, rotary_dim)
@@ -117,8 +88,6 @@ def _candidates(base: float, rotary_dim: int, k: int) -> list[tuple[list[float],
 
 def _best(head: int, slope: float, candidates, num: Numerics):
     """The head's plan on its best run of pairs (least predicted error), or None when no run keeps it monotone."""
-    from .single import evaluate
-
     plans = []
     for thetas, idx in candidates:
         if len(thetas) == 1 and thetas[0] * num.window >= HALF_PI:
@@ -175,8 +144,6 @@ def fixed_base_max_window(slopes: Sequence[float], base: float, rotary_dim: int,
 def plan_fixed_base(source, request) -> EmulationPlan:
     """The fixed-base plan of ``source`` for a ``PlanRequest`` (``rope_base``, ``rotary_dim``, ``pairs``): every
     head on its best run of pairs, and the longest window within the tolerance (``max_window``)."""
-    from .single import Numerics
-
     num = Numerics.of(source, request)
     base, r, k = request.rope_base, request.rotary_dim or ROTARY_DIM, request.pairs
     heads = fixed_base_heads(source.slopes, base, r, k, num)

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import _checks
+from ..numerics import unit_roundoff
 from ..targets.kernels import KERNELS, rotary_dims
-from .error_model import _FORMATS, DTYPES
 from .fixed_base import engine_frequencies
 from .ladder_fit import HeadFit, fit_head
 from .plan import EmulationPlan, HeadPlan, LadderHead, PairTerm
@@ -57,8 +57,7 @@ def _ladder_sizes(kernel: str, head_dim: int, minimum: int, count: int) -> list[
 def default_cutoff(window: int, dtype: str) -> float:
     """``ln(L / u)``: the L keys of the window below -cutoff carry at most u of the softmax weight together,
     u = 2^-p the dtype's unit roundoff (module doc). bfloat16: 13.2 at 2K, 16.0 at 32K; float16: 15.2, 17.9."""
-    p, _ = _FORMATS[_checks.choice("dtype", dtype, tuple(DTYPES))]
-    return math.log(_checks.positive_int("window", window)) + p * math.log(2)
+    return math.log(_checks.positive_int("window", window)) - math.log(unit_roundoff(dtype))
 
 
 def free_base(window: int, rotary_dim: int) -> float:

@@ -21,7 +21,7 @@ dtype, the rotation's products and sums, float32 angles): standard deviation ``A
 A_r = sqrt(a_r^2 + b_r^2), u = 2^-p, ``K_DTYPE`` measured once with the real rotation. The predicted worst rounding
 over the n (query, key) pairs of the window is ``sqrt(2 ln n) sqrt(sum_r sigma_r^2 A_r^2)`` (the Gaussian extreme
 of n draws), plus the scores' own rounding where attention keeps them in the dtype (``cast_rounding``). A
-statistical prediction, not a bound; the tests check it against ``measure``.
+statistical prediction, not a bound; the tests check it against the rotation computed in the dtype (``tests/oracles.py``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ import numpy as np
 import torch
 
 from .. import _checks
-from .error_model import _FORMATS, DTYPES, half_ulp, matter_distance, model_logits, sample_positions
+from ..numerics import DTYPES, half_ulp, unit_roundoff
+from .error_model import matter_distance
 
 # Rounding standard deviation of one pair per unit amplitude and unit precision 2^-p (module doc).
 K_DTYPE = {"float32": 1.0, "bfloat16": 0.55, "float16": 0.55}
@@ -64,9 +65,8 @@ def rounding_sigma(thetas: np.ndarray, window: int, dtype: str) -> np.ndarray:
     """Standard deviation of a pair's rounding per unit amplitude A_r, shape ``(P,)``: the dtype's roundings
     (``K_DTYPE`` u) plus the float32 angles at the last position, ``2 hu32(L theta_r)/sqrt(3)`` (query and key
     angles round independently, uniformly within half an ulp)."""
-    p, _ = _FORMATS[dtype]
     angle = 2 * half_ulp(window * np.asarray(thetas), "float32") / math.sqrt(3)
-    return K_DTYPE[dtype] * 2.0**-p + angle
+    return K_DTYPE[dtype] * unit_roundoff(dtype) + angle
 
 
 def extreme_factor(window: int) -> float:
@@ -272,25 +272,3 @@ def fit_head(
     rounding_error = predicted_rounding(a, b, thetas, window, dtype) + cast_rounding(level, stored_scale, dtype)
     return HeadFit(float(slope), float(floor), w, tuple(a.tolist()), tuple(b.tolist()),
                    _worst(basis @ x - shift, slope, floor, w), rounding_error, shift)
-
-
-def measure(
-    fit: HeadFit, thetas: Sequence[float], window: int, dtype: str, *, scale: float, queries: int = 128,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """The head's emulated logits computed as a model does in ``dtype`` (float32 angles, tables cast to the
-    dtype, the rotation in the dtype, q.k with float32 accumulation, the scale): (worst |logit - s + m d| on
-    d <= W, worst rise above s - C beyond W; s the fit's shift), over the last ``queries`` positions and as many random ones.
-
-    Rounding only: the fit error is included (it is exact arithmetic), so subtract ``fit.fit_error`` bounds."""
-    P = len(thetas)
-    qpos, kpos = sample_positions(window, queries, seed)
-    q_pairs = torch.tensor([*fit.a, *fit.b], dtype=torch.float64) / scale  # x: sin amplitudes, y: cos amplitudes
-    k_pairs = torch.cat([torch.zeros(P, dtype=torch.float64), torch.ones(P, dtype=torch.float64)])
-    logits = model_logits(q_pairs, k_pairs, thetas, qpos, kpos, dtype, scale)  # (s, t)
-    d = (qpos[:, None] - kpos[None, :]).double()  # (s, t)
-    near = (d >= 0) & (d <= fit.exact_distance)
-    far = (d > fit.exact_distance)
-    err = float((logits - fit.shift + fit.slope * d)[near].abs().max())
-    rise = float((logits[far] - fit.shift + fit.floor).max()) if far.any() else 0.0
-    return err, max(rise, 0.0)

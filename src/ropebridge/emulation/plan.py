@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from .. import __version__, _checks
-from .error_model import DTYPES, PairSpec
+from ..numerics import DEFAULT_CUTOFF, DTYPES
+from .error_model import PairSpec
 
 MODES = ("error-optimal", "max-phase", "theta", "exact-rotation", "fixed-base", "ladder")
 HALF_PI = math.pi / 2
@@ -99,7 +100,7 @@ class EmulationPlan:
     dtype: str
     mode: str
     heads: tuple[HeadPlan, ...]
-    cutoff: float = 40.0
+    cutoff: float = DEFAULT_CUTOFF
     tolerance: float = 1e-3
     base: float | None = None
     rotary_dim: int | None = None

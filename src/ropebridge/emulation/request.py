@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _checks
-from ..targets import TARGETS, Target
+from ..numerics import DTYPES
+from ..targets import TARGETS, Target, carrying
 from ..targets.kernels import KERNELS
-from .error_model import DTYPES
 
 MAX_WINDOW = 2**24  # float32 holds every integer position up to 2^24 exactly (engines compute angles from them)
 DEFAULT_WINDOW = 8192
@@ -139,11 +139,12 @@ class PlanRequest:
         target = self.target_spec
         if strategy not in target.emulations:
             takes = " or ".join(target.emulations)
+            carriers = " or ".join(carrying(strategy))
             if strategy == "ladder":
                 raise ValueError(f"--target {self.target} takes the {takes} emulation; the ladder needs --target "
-                                 "gpt-neox or nemotron (or --emulation single)")
+                                 f"{carriers} (or --emulation single)")
             raise ValueError(f"--target {self.target} takes the {takes} emulation (its single pair turns at a free "
-                             "theta): --rope-base and --pairs with the single pair are for gpt-neox")
+                             f"theta): --rope-base and --pairs with the single pair are for {carriers}")
         if strategy == "ladder":
             if self.single_flags:
                 raise ValueError("--theta, --max-phase, --pairs and --split are for --emulation single; the ladder "

@@ -19,61 +19,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from .. import _checks
-from .error_model import DTYPES, EXACT_TABLE_ANGLE, PairSpec, predict
-from .fixed_base import check_engine_frequencies, fixed_base_heads, is_non_increasing, multi_pair_amplitudes
-from .plan import HALF_PI, EmulationPlan, HeadPlan, PairTerm
+from ..numerics import Numerics
+from .error_model import EXACT_TABLE_ANGLE
+from .fixed_base import check_engine_frequencies, fixed_base_heads
+from .pairs import evaluate
+from .plan import HALF_PI, EmulationPlan
 
 RULES = ("theta", "max-phase", "exact-rotation", "error-optimal")
-CUTOFF = 40.0  # logits below -40 carry no weight (the error model counts d <= 40/m)
 ROTARY_DIM = 4  # in a rotary block: pair 0 turns at 1 rad/token, pair 1 at base^(-1/2) = the planned theta
-
-
-@dataclass(frozen=True)
-class Numerics:
-    """What a head's error depends on besides its pairs: the logit ``scale`` 1/sqrt(hd), the ``window`` L, the
-    ``dtype``, the ``cutoff`` (logits below -cutoff carry no weight) and the ``split`` rule of N."""
-
-    scale: float
-    window: int
-    dtype: str
-    cutoff: float
-    split: float | str | None = None
-
-    @classmethod
-    def of(cls, source, request) -> Numerics:
-        """For ``source`` (its head dim) and a ``PlanRequest`` (window, dtype, cutoff, default ``CUTOFF``, split)."""
-        return cls(1.0 / math.sqrt(source.head_dim), request.window, request.dtype, request.cutoff or CUTOFF,
-                   request.split)
-
-
-def split_for(n_max: float, dtype: str, split: float | str | None) -> float:
-    """The k value s: None splits N only where the dtype cannot hold it (s = sqrt(N)), "sqrt" always, a number is s."""
-    if split is None:
-        return math.sqrt(n_max) if n_max > torch.finfo(DTYPES[dtype]).max else 1.0
-    if split == "sqrt":
-        return math.sqrt(n_max)
-    return _checks.positive("split", split)
-
-
-def evaluate(head: int, slope: float, thetas: Sequence[float], indices: Sequence[int | None],
-             num: Numerics) -> HeadPlan | None:
-    """The head's plan on the given pairs ``(K,)`` (amplitudes from ``multi_pair_amplitudes``), or None when their
-    bias would rise somewhere in the window."""
-    amplitudes = multi_pair_amplitudes(slope, thetas)  # (K,) logits
-    if len(thetas) > 1 and not is_non_increasing(amplitudes, thetas, num.window):
-        return None
-    ns = amplitudes / num.scale
-    s = split_for(float(np.abs(ns).max()), num.dtype, num.split)
-    specs = [PairSpec(float(t), float(n)) for t, n in zip(thetas, ns)]
-    err = predict(slope, specs, num.scale, num.window, num.dtype, cutoff=num.cutoff, split=s)
-    pairs = tuple(PairTerm(float(t), float(n), i) for t, n, i in zip(thetas, ns, indices))
-    return HeadPlan(head, slope, pairs, s, err.sine, err.rounding, err.total)
 
 
 def exact_rotation_theta(window: int) -> float:

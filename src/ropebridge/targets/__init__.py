@@ -1,43 +1,56 @@
-"""Targets: the stock architectures a converted checkpoint takes, as one table of entries with one interface.
+"""Targets: the stock architectures a converted checkpoint takes, as one table whose rows hold every fact of a
+target (``TARGETS``), and the attention kernels' head sizes (``kernels``).
 
-Each ``Target`` names its transformers class and ``model_type``, the emulations it can carry, whether it rotates a
-block of ``base^(-2r/R)`` pairs, and the engines that run it; its code (``Target.code()``, imported when a conversion
-needs it) provides ``layout(src, plan)``, ``add_tensors(src, layout, writer)``, ``config(src, layout, plan, dtype)``,
-``geometry(src, layout)`` (the numbers recorded in ``ropebridge.json``) and ``shapes(config)`` (what a converted
-``config.json`` says is served: layers, heads, kv_heads, head_dim, hidden, intermediate). ``docs/targets.md``
-compares them.
+A row names the transformers class and ``model_type``, the strategies it can carry, where it puts the emulation
+(a block of ``base^(-2r/R)`` pairs in the padded residual, or one pair per head on the ``pair_dims`` it rotates),
+its LayerNorm convention and MLP tensor names, the engines that run it and how each serves it. The code that writes
+a target's tensors and config sits above the planner (``writers``, one writer per target); ``docs/targets.md``
+compares the targets.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
-from types import ModuleType
+
+LAYER_NORMS = ("layernorm", "layernorm1p")  # weight as is; weight - 1 stored (Nemotron's LayerNorm1P)
+PAIR_DIMS = ("block", "first-and-middle", "first-two")  # gpt-neox's rotary block; (0, hd'/2); (0, 1)
 
 
 @dataclass(frozen=True)
 class Target:
+    """One stock architecture. ``emulations``: the strategies of ``emulation.STRATEGIES`` it can carry;
+    ``rotary_block``: it rotates a block of ``base^(-2r/R)`` pairs (else its single pair turns at a free theta);
+    ``pair_dims``: where a head's single pair sits (``PAIR_DIMS``); ``layer_norm`` (``LAYER_NORMS``) and ``mlp``
+    (the up and down projections' names) for its tensors; ``engines``: where it runs, in one line; ``serving``:
+    how each engine serves it, with ``{dst}``, ``{dtype}``, ``{window}`` and ``{base}`` filled in by the model
+    card."""
+
     name: str
     architecture: str  # the transformers class a converted checkpoint names
     model_type: str  # its config.json's model_type
-    emulations: tuple[str, ...]  # strategies of ``emulation.STRATEGIES`` it can carry
-    rotary_block: bool  # the single pair is a pair of a base^(-2r/R) block (else it turns at a free theta)
-    module: str  # its code, in this package
-    engines: str  # where it runs (one line, for ``convert``'s last line and the docs)
+    emulations: tuple[str, ...]
+    rotary_block: bool
+    pair_dims: str
+    layer_norm: str
+    mlp: tuple[str, str]
+    engines: str
+    serving: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if self.pair_dims not in PAIR_DIMS or self.layer_norm not in LAYER_NORMS:
+            raise ValueError(f"target {self.name}: pair_dims {self.pair_dims!r} and layer_norm {self.layer_norm!r} "
+                             f"must be of {PAIR_DIMS} and {LAYER_NORMS}")
 
     def default_emulation(self, dtype: str) -> str:
         """The ladder in half precision where the target carries it (its rounding does not grow with the context);
         the exact single pair in float32 and on targets that rotate one pair."""
         return "ladder" if dtype != "float32" and "ladder" in self.emulations else "single"
 
-    def served_head_dim(self, plan) -> int:
+    def served_head_dim(self, head_dim: int, rotary_dim: int | None, strategy: str) -> int:
         """The head dim this target serves a plan at: hd + R (the rotary block of gpt-neox, the ladder), or hd + 2
         (a compact target's single pair)."""
-        block = plan.rotary_dim is not None and (self.rotary_block or plan.strategy == "ladder")
-        return plan.head_dim + (plan.rotary_dim if block else 2)
-
-    def code(self) -> ModuleType:
-        return importlib.import_module(f"{__name__}.{self.module}")
+        block = rotary_dim is not None and (self.rotary_block or strategy == "ladder")
+        return head_dim + (rotary_dim if block else 2)
 
 
 def of_model_type(model_type: str | None) -> Target | None:
@@ -45,11 +58,23 @@ def of_model_type(model_type: str | None) -> Target | None:
     return next((t for t in TARGETS.values() if t.model_type == model_type), None)
 
 
+def carrying(strategy: str) -> tuple[str, ...]:
+    """The names of the targets that carry ``strategy``."""
+    return tuple(t.name for t in TARGETS.values() if strategy in t.emulations)
+
+
+_HF = "transformers{versions}: `AutoModelForCausalLM.from_pretrained(\"{{dst}}\")`{note}"
+_VLLM = "vLLM: `vllm serve {dst} --dtype {dtype} --max-model-len {window}`"
 TARGETS = {t.name: t for t in (
-    Target("gpt-neox", "GPTNeoXForCausalLM", "gpt_neox", ("ladder", "single", "fixed-base"), True, "gpt_neox",
-           "transformers 4.x/5.x, vLLM, TensorRT-LLM (TensorRT backend), llama.cpp, CTranslate2"),
-    Target("starcoder2", "Starcoder2ForCausalLM", "starcoder2", ("single",), False, "starcoder2",
-           "transformers 5.x"),
-    Target("nemotron", "NemotronForCausalLM", "nemotron", ("ladder", "single"), False, "nemotron",
-           "transformers 5.x (4.x with the ladder), vLLM"),
+    Target("gpt-neox", "GPTNeoXForCausalLM", "gpt_neox", ("ladder", "single", "fixed-base"), True, "block",
+           "layernorm", ("dense_h_to_4h", "dense_4h_to_h"),
+           "transformers 4.x/5.x, vLLM, TensorRT-LLM (TensorRT backend), llama.cpp, CTranslate2",
+           (_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
+            "llama.cpp: `convert_hf_to_gguf.py {dst}` drops the RoPE base; set `gptneox.rope.freq_base` to {base} "
+            "in the GGUF, or convert with `--rope-base 10000` (docs/targets.md in ropebridge)")),
+    Target("starcoder2", "Starcoder2ForCausalLM", "starcoder2", ("single",), False, "first-and-middle", "layernorm",
+           ("c_fc", "c_proj"), "transformers 5.x", (_HF.format(versions=" 5.x", note=""),)),
+    Target("nemotron", "NemotronForCausalLM", "nemotron", ("ladder", "single"), False, "first-two", "layernorm1p",
+           ("up_proj", "down_proj"), "transformers 5.x (4.x with the ladder), vLLM",
+           (_HF.format(versions="", note=" (5.x; 4.x with the ladder)"), _VLLM)),
 )}

@@ -1,4 +1,4 @@
-"""Compact targets: ``Starcoder2ForCausalLM`` and ``NemotronForCausalLM``, no padding.
+"""The compact targets' shared writing: ``Starcoder2ForCausalLM`` and ``NemotronForCausalLM``, no padding.
 
 Both take a ``head_dim`` free of ``hidden_size / heads``, so each head simply grows by its emulation dims
 (hd' = hd + r) and the residual stream keeps its width: only q, k, v and the attention output widen. The
@@ -27,16 +27,15 @@ import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ..checkpoint.model import SourceModel
 from ..checkpoint.tensor_io import ShardWriter, row_blocks, single
+from ..emulation import EmulationPlan
+from ..targets import Target
 from .gpt_neox import WORK, block_constants, check_plan, robust_fraction
-
-if TYPE_CHECKING:
-    from ..emulation import EmulationPlan
 
 @dataclass(frozen=True)
 class CompactLayout:
@@ -45,7 +44,7 @@ class CompactLayout:
     off the emulation dims), and the RoPE the config states: one pair at ``theta`` (single) or a block of R dims
     at ``base`` (ladder)."""
 
-    target: str
+    target: Target
     head_dim: int
     emulation: torch.Tensor
     content: torch.Tensor
@@ -60,13 +59,13 @@ class CompactLayout:
         return len(self.emulation)
 
 
-def layout(src: SourceModel, plan: EmulationPlan, target: str) -> CompactLayout:
-    """Place each head's planned pairs: the single pair on dims (0, hd'/2) (starcoder2) or (0, 1) (nemotron), the
-    ladder's R/2 pairs on dims (k, k + R/2) of the first R (nemotron)."""
+def layout(src: SourceModel, plan: EmulationPlan, target: Target) -> CompactLayout:
+    """Place each head's planned pairs: the single pair on the target's ``pair_dims``, (0, hd'/2) or (0, 1), the
+    ladder's R/2 pairs on dims (k, k + R/2) of the first R."""
     info = src.info
     if info.parallel:
-        raise ValueError(f"--target {target} has a sequential residual only; this {info.family} model is parallel "
-                         "(use --target gpt-neox)")
+        raise ValueError(f"--target {target.name} has a sequential residual only; this {info.family} model is "
+                         "parallel (use --target gpt-neox)")
     check_plan(src, plan)
     r = plan.rotary_dim if plan.strategy == "ladder" else 2
     hd, hd_out = info.head_dim, info.head_dim + r
@@ -80,8 +79,8 @@ def layout(src: SourceModel, plan: EmulationPlan, target: str) -> CompactLayout:
     else:
         thetas = {hp.theta for hp in plan.heads}
         if len(thetas) != 1 or any(len(hp.pairs) != 1 for hp in plan.heads):
-            raise ValueError(f"--target {target} rotates one pair at one theta for all heads")
-        px, py = (0, hd_out // 2) if target == "starcoder2" else (0, 1)
+            raise ValueError(f"--target {target.name} rotates one pair at one theta for all heads")
+        px, py = (0, hd_out // 2) if target.pair_dims == "first-and-middle" else (0, 1)
         emulation = torch.tensor([px, py])
         q_rot[:, px] = torch.tensor([-hp.N * n_scale / hp.split for hp in plan.heads], dtype=torch.float64)
         k_rot[:, py] = torch.tensor([hp.split for hp in plan.heads], dtype=torch.float64)
@@ -140,8 +139,8 @@ def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> No
     """Describe every target tensor to ``writer``, large ones in row (or head) blocks as in ``gpt_neox``."""
     info = src.info
     d, v, f, h = info.hidden_size, info.vocab_size, info.intermediate_size, info.n_heads
-    one_p = lay.target == "nemotron"  # LayerNorm1P stores weight - 1
-    up, down = ("c_fc", "c_proj") if lay.target == "starcoder2" else ("up_proj", "down_proj")
+    one_p = lay.target.layer_norm == "layernorm1p"  # LayerNorm1P stores weight - 1
+    up, down = lay.target.mlp
 
     ones = torch.ones(d, dtype=torch.float64)
 
@@ -193,11 +192,11 @@ def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> No
                row_blocks(lambda a, b: (src.head_rows(a, b) * scales(None, "ln_f")).to(writer.dtype), v, 8 * d))
 
 
-def config(src: SourceModel, lay: CompactLayout, plan: EmulationPlan, dtype: str) -> dict:
-    """config.json of the target (its RoPE as the module doc says)."""
-    info, c = src.info, src.config
-    prf = robust_fraction(lay.rotary_dim, lay.head_dim)
-    common = {
+def common_config(src: SourceModel, lay: CompactLayout, plan: EmulationPlan) -> dict[str, Any]:
+    """The config.json keys both compact targets share, in ``plan.dtype``: the target's writer adds its own
+    (``architectures`` and ``model_type`` first among them)."""
+    info, c, dtype = src.info, src.config, plan.dtype
+    return {
         "vocab_size": info.vocab_size, "hidden_size": info.hidden_size, "intermediate_size": info.intermediate_size,
         "num_hidden_layers": info.n_layers, "num_attention_heads": info.n_heads,
         "num_key_value_heads": info.n_heads, "head_dim": lay.head_dim, "hidden_act": info.activation,
@@ -205,19 +204,11 @@ def config(src: SourceModel, lay: CompactLayout, plan: EmulationPlan, dtype: str
         "bos_token_id": c.get("bos_token_id"), "eos_token_id": c.get("eos_token_id"),
         "pad_token_id": c.get("pad_token_id"), "torch_dtype": dtype, "dtype": dtype, "use_cache": True,
     }
-    if lay.target == "starcoder2":
-        return {**common, "architectures": ["Starcoder2ForCausalLM"], "model_type": "starcoder2",
-                "norm_epsilon": info.eps, "use_bias": True, "sliding_window": None, "residual_dropout": 0.0,
-                "embedding_dropout": 0.0,
-                "rope_parameters": {"rope_type": "proportional", "rope_theta": 10000.0, "factor": 1.0 / lay.theta,
-                                    "partial_rotary_factor": prf}}
-    nemotron = {**common, "architectures": ["NemotronForCausalLM"], "model_type": "nemotron", "norm_eps": info.eps,
-                "attention_bias": True, "mlp_bias": True, "partial_rotary_factor": prf}
-    if lay.base is not None:  # the ladder: a plain block at the plan's base, also where transformers 4.x reads it
-        return {**nemotron, "rope_theta": lay.base,
-                "rope_parameters": {"rope_type": "default", "rope_theta": lay.base, "partial_rotary_factor": prf}}
-    return {**nemotron, "rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 1.0 / lay.theta,
-                                            "partial_rotary_factor": prf}}
+
+
+def partial_rotary_factor(lay: CompactLayout) -> float:
+    """The fraction of the head the target rotates: R / hd' (exact when multiplied back, ``robust_fraction``)."""
+    return robust_fraction(lay.rotary_dim, lay.head_dim)
 
 
 def shapes(config: Mapping[str, Any]) -> dict:

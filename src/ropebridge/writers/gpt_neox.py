@@ -1,4 +1,4 @@
-"""Target: stock GPT-NeoX (``GPTNeoXForCausalLM``) with a padded residual stream.
+"""Writer of the ``gpt-neox`` target: stock GPT-NeoX (``GPTNeoXForCausalLM``) with a padded residual stream.
 
 GPT-NeoX ties the head dim to ``hidden_size / heads`` and rotates the *first* ``r`` dims of each head
 (half layout within them: pair k is dims (k, k + r/2), theta_k = base^(-2k/r)). Each head becomes
@@ -22,15 +22,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ..checkpoint.model import SourceModel
 from ..checkpoint.tensor_io import Producer, ShardWriter, row_blocks, rows_per_block, single
-
-if TYPE_CHECKING:
-    from ..emulation import EmulationPlan
+from ..emulation import EmulationPlan
+from ..targets import Target
+from .protocol import Writer
 
 # Tensors that are only copied or zero-padded are cast once from the source into the output dtype; those
 # whose rows are also averaged (the residual writers' pad rows) are read in float32, which holds any
@@ -87,7 +87,7 @@ def block_constants(plan: EmulationPlan, n_scale: float) -> tuple[torch.Tensor, 
     return q_rot, k_rot
 
 
-def layout(src: SourceModel, plan: EmulationPlan) -> NeoxLayout:
+def layout(src: SourceModel, plan: EmulationPlan, target: Target) -> NeoxLayout:
     """Place each head's planned pairs on the target's rotary dims."""
     info = src.info
     if plan.base is None or plan.rotary_dim is None:
@@ -208,10 +208,10 @@ def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter) -> None:
     writer.add("embed_out.weight", (v, dp), row_blocks(head_rows, v, 8 * dp))
 
 
-def config(src: SourceModel, lay: NeoxLayout, plan: EmulationPlan, dtype: str) -> dict:
-    """config.json of the target. Carries the legacy ``rotary_pct``/``rotary_emb_base`` keys too, so
-    transformers 4.x (which ignores ``rope_parameters``) reads the same rotary setting."""
-    info, c = src.info, src.config
+def config(src: SourceModel, lay: NeoxLayout, plan: EmulationPlan) -> dict:
+    """config.json of the target, in ``plan.dtype``. Carries the legacy ``rotary_pct``/``rotary_emb_base`` keys
+    too, so transformers 4.x (which ignores ``rope_parameters``) reads the same rotary setting."""
+    info, c, dtype = src.info, src.config, plan.dtype
     d, pads = info.hidden_size, lay.hidden_size - info.hidden_size
     pct = lay.rotary_pct
     return {
@@ -256,3 +256,6 @@ def geometry(src: SourceModel, lay: NeoxLayout) -> dict:
     return {"rotary_dim": lay.rotary_dim, "head_dim": lay.head_dim, "hidden_size": lay.hidden_size,
             "pad_dims": lay.hidden_size - src.info.hidden_size, "rope_base": lay.base,
             "content_q_scale": lay.content_scale}
+
+
+WRITER = Writer(layout, add_tensors, config, geometry, shapes)

@@ -9,6 +9,7 @@ from ropebridge.convert import convert
 from ropebridge.emulation import PlanRequest
 from ropebridge.planning import plan_checkpoint
 from ropebridge.targets import TARGETS
+from ropebridge.writers import writer_for
 
 WHOLE = 1 << 62  # one block per tensor
 TINY = 1  # one row (one head for the fused QKV) per block
@@ -46,8 +47,8 @@ def largest_block(src, target, block_bytes, monkeypatch, tmp_path):
     """Bytes of the largest block any producer yields when the converter writes ``src`` with ``block_bytes``."""
     monkeypatch.setattr(tensor_io, "BLOCK_BYTES", block_bytes)
     plan, model = plan_checkpoint(src, PlanRequest(window=128, dtype="float32", target=target))
-    code = TARGETS[target].code()
-    layout = code.layout(model, plan)
+    code = writer_for(TARGETS[target])
+    layout = code.layout(model, plan, TARGETS[target])
     tmp_path.mkdir()
     writer = tensor_io.ShardWriter(tmp_path, torch.float32, 1 << 30)
     code.add_tensors(model, layout, writer)

@@ -1,7 +1,7 @@
-"""The GPT-NeoX target: the padded layout the rotation sees, and its rotary fraction."""
+"""The gpt-neox writer: its rotary fraction survives the readers' truncation."""
 
 
-from ropebridge.targets.gpt_neox import robust_fraction
+from ropebridge.writers.gpt_neox import robust_fraction
 
 
 def test_rotary_fraction_survives_truncation():

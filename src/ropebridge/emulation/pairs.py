@@ -1,0 +1,73 @@
+"""A head's ALiBi bias on given rotary pairs, shared by the single pair and the fixed base: the amplitudes that
+match the bias's first odd Taylor moments, the check that the bias never rises, the split of N between q and k,
+and the head's plan with the error model's prediction.
+
+K pairs with logit amplitudes A_k add ``-sum_k A_k sin(theta_k d)``; matching ``sum_k A_k theta_k^(2n+1) =
+m [n = 0]`` for n < K makes the error O((theta d)^(2K+1)) (A. Litzenberger, "Emulating ALiBi with RoPE",
+https://alexlitzenberger.com/blog/emulating_alibi_with_rope; ``fixed_base`` module doc).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from .. import _checks
+from ..numerics import DTYPES, Numerics
+from .error_model import PairSpec, predict
+from .plan import HeadPlan, PairTerm
+
+
+def multi_pair_amplitudes(slope: float, thetas: Sequence[float]) -> np.ndarray:
+    """Logit amplitudes A_k with ``sum_k A_k theta_k^(2n+1) = m [n = 0]`` for n = 0 .. K-1, float64 ``(K,)``.
+
+    Rows are divided by theta_max^(2n+1) so the (Vandermonde-like) system is solved in O(1) units.
+    """
+    t = np.asarray(thetas, dtype=np.float64)
+    if len(np.unique(t)) != len(t) or (t <= 0).any():
+        raise ValueError(f"pair frequencies must be distinct and > 0, got {list(t)}")
+    top = t.max()
+    powers = 2 * np.arange(len(t))[:, None] + 1  # (K, 1)
+    system = (t[None, :] / top) ** powers  # (K, K)
+    rhs = np.zeros(len(t))
+    rhs[0] = slope / top
+    return np.linalg.solve(system, rhs)
+
+
+def is_non_increasing(amplitudes: Sequence[float], thetas: Sequence[float], window: int) -> bool:
+    """Whether the emulated bias ``-sum A_k sin(theta_k d)`` never rises over d in [0, window].
+
+    Its derivative is ``-sum A_k theta_k cos(theta_k d)``; checked on a grid of 4097 points, and at the end.
+    One pair: equivalent to theta * window <= pi/2.
+    """
+    d = np.linspace(0.0, float(window), 4097)
+    a, t = np.asarray(amplitudes)[:, None], np.asarray(thetas)[:, None]
+    return bool((np.sum(a * t * np.cos(t * d[None, :]), axis=0) >= 0).all())
+
+
+def split_for(n_max: float, dtype: str, split: float | str | None) -> float:
+    """The k value s: None splits N only where the dtype cannot hold it (s = sqrt(N)), "sqrt" always, a number is s."""
+    if split is None:
+        return math.sqrt(n_max) if n_max > torch.finfo(DTYPES[dtype]).max else 1.0
+    if split == "sqrt":
+        return math.sqrt(n_max)
+    return _checks.positive("split", split)
+
+
+def evaluate(head: int, slope: float, thetas: Sequence[float], indices: Sequence[int | None],
+             num: Numerics) -> HeadPlan | None:
+    """The head's plan on the given pairs ``(K,)`` (amplitudes from ``multi_pair_amplitudes``; ``indices`` their
+    places in the target's rotary block, None for a free theta), or None when their bias would rise somewhere in
+    the window."""
+    amplitudes = multi_pair_amplitudes(slope, thetas)  # (K,) logits
+    if len(thetas) > 1 and not is_non_increasing(amplitudes, thetas, num.window):
+        return None
+    ns = amplitudes / num.scale
+    s = split_for(float(np.abs(ns).max()), num.dtype, num.split)
+    specs = [PairSpec(float(t), float(n)) for t, n in zip(thetas, ns)]
+    err = predict(slope, specs, num, split=s)
+    pairs = tuple(PairTerm(float(t), float(n), i) for t, n, i in zip(thetas, ns, indices))
+    return HeadPlan(head, slope, pairs, s, err.sine, err.rounding, err.total)

@@ -1,0 +1,25 @@
+"""Writers: the code that turns a source model and its plan into one target's tensors and config, one per row of
+``targets.TARGETS``, each behind the one interface ``Writer`` (``WRITERS``, keyed by target name).
+
+A writer lays the plan out on the target (``layout``), describes every tensor to a ``ShardWriter`` as a producer
+that reads the source when written (``add_tensors``), gives ``config.json`` (``config``), the layout's numbers
+``ropebridge.json`` records (``geometry``), and reads back what a converted ``config.json`` serves
+(``shapes``: layers, heads, kv_heads, head_dim, hidden, intermediate). Adding a target is one row of
+``targets.TARGETS`` and one writer here.
+"""
+
+from __future__ import annotations
+
+from ..targets import Target
+from . import gpt_neox, nemotron, starcoder2
+from .protocol import Writer
+
+WRITERS: dict[str, Writer] = {"gpt-neox": gpt_neox.WRITER, "nemotron": nemotron.WRITER, "starcoder2": starcoder2.WRITER}
+
+
+def writer_for(target: Target) -> Writer:
+    """The writer of ``target`` (``WRITERS``)."""
+    return WRITERS[target.name]
+
+
+__all__ = ["WRITERS", "Writer", "writer_for"]

@@ -1,0 +1,55 @@
+"""The number formats: half-ulps and unit roundoff from the formats' definitions, against torch's own rounding;
+the tolerance per dtype; ``Numerics`` validated on construction."""
+
+import pytest
+import torch
+
+from ropebridge.alibi import slopes
+from ropebridge.numerics import DEFAULT_CUTOFF, DTYPES, TOLERANCE, Numerics, half_ulp, plan_tolerance, unit_roundoff
+
+
+def test_half_ulp():
+    assert half_ulp(1.0, "float32") == 2.0**-24
+    assert half_ulp(1.5, "bfloat16") == 2.0**-8
+    assert half_ulp(0.75, "float16") == 2.0**-12
+    assert half_ulp(1e-7, "float16") == 2.0**-25  # subnormal floor
+    assert half_ulp(0.0, "float32") == 0.0
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_unit_roundoff_is_half_of_torchs_epsilon(dtype):
+    assert unit_roundoff(dtype) == torch.finfo(DTYPES[dtype]).eps / 2
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_rounding_to_the_dtype_stays_within_half_an_ulp_and_reaches_it(dtype):
+    # torch's own round-to-nearest, normal and subnormal values alike: never beyond the half-ulp, and at a
+    # midpoint between two representable numbers exactly the half-ulp
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(20000, generator=g, dtype=torch.float64) * 10.0 ** torch.randint(-8, 5, (20000,), generator=g)
+    # (n,) float32 values, finite in the dtype: torch casts float64 to float16 through float32, which would round
+    # twice (a model's values reach half precision from float32 anyway)
+    x = x[x.abs() < torch.finfo(DTYPES[dtype]).max / 2]
+    x = x if dtype == "float32" else x.float().double()
+    assert (x.to(DTYPES[dtype]).double() != x).any()  # values that round
+    err = (x.to(DTYPES[dtype]).double() - x).abs().numpy()
+    assert (err <= half_ulp(x.numpy(), dtype)).all()
+    one = torch.tensor(1.0, dtype=DTYPES[dtype])
+    above = torch.nextafter(one, torch.tensor(2.0, dtype=DTYPES[dtype])).double()
+    mid = (1.0 + float(above)) / 2
+    assert abs(float(torch.tensor(mid, dtype=torch.float64).to(DTYPES[dtype])) - mid) == half_ulp(mid, dtype)
+
+
+def test_the_tolerance_is_fixed_in_half_precision_and_resolves_the_bias_in_float32():
+    m = slopes(8).tolist()  # steepest 0.5
+    assert plan_tolerance("bfloat16", m, 131072) == TOLERANCE["bfloat16"] == 2.0
+    assert plan_tolerance("float32", m, 2048) == TOLERANCE["float32"]
+    assert plan_tolerance("float32", m, 65536) == 4 * half_ulp(0.5 * 65536, "float32") == 2.0**-7
+
+
+def test_numerics_is_validated_once_naming_the_value():
+    assert Numerics(0.125, 512, "float16").cutoff == DEFAULT_CUTOFF
+    for bad, word in (({"dtype": "float8"}, "dtype"), ({"window": 0}, "window"), ({"scale": -1.0}, "scale"),
+                      ({"cutoff": 0.0}, "cutoff")):
+        with pytest.raises(ValueError, match=word):
+            Numerics(**{"scale": 0.125, "window": 512, "dtype": "float32", **bad})
