@@ -82,7 +82,7 @@ def amplitudes_by_width(plan: dict, widths: list[int]) -> dict:
     scale = 1 / math.sqrt(plan["head_dim"])  # N, M are stated for the source's 1/sqrt(hd)
     out = {}
     for r in widths:
-        p = make_plan(source, PlanRequest(window=plan["window"], dtype=plan["dtype"], emulation="ladder", rotary_dim=r,
+        p = make_plan(source, PlanRequest(window=plan["window"], dtype=plan["dtype"], strategy="ladder", rotary_dim=r,
                                           floor=floors))
         rss = [math.sqrt(sum((t.N**2 + t.M**2) * scale**2 for t in h.pairs)) for h in p.heads]
         out[r] = {"rss_worst_head": max(rss), "fit_error_worst_head": max(h.approximation_error for h in p.heads)}

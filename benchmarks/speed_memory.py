@@ -113,12 +113,12 @@ def main() -> int:
     ladder = cache / f"bloom560m-shaped-{layers}x{vocab}-ladder{max(lengths)}"
     if not (ladder / "config.json").exists():
         subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(ladder), "--window",
-                        str(max(lengths)), "--dtype", "float32", "--emulation", "ladder", "--tolerance", "2",
+                        str(max(lengths)), "--dtype", "float32", "--strategy", "ladder", "--tolerance", "2",
                         "--json", "--force"], check=True, capture_output=True)
     nemotron = cache / f"bloom560m-shaped-{layers}x{vocab}-nemotron{max(lengths)}"
     if not (nemotron / "config.json").exists():
         subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(nemotron), "--window",
-                        str(max(lengths)), "--dtype", "float32", "--emulation", "ladder", "--target", "nemotron",
+                        str(max(lengths)), "--dtype", "float32", "--strategy", "ladder", "--target", "nemotron",
                         "--tolerance", "2", "--json", "--force"], check=True, capture_output=True)
     rows = []
     measured = [] if args.decode_only else lengths  # prefill lengths this run measures

@@ -1,7 +1,7 @@
 """Digests of converted checkpoints, to prove a refactor leaves every written byte unchanged.
 
 Converts the pico models of every family (``tests/pico.py``, built here with fixed seeds) and the three
-real-text demo models in float32, bfloat16 and float16, plus the other emulations and targets, through the
+real-text demo models in float32, bfloat16 and float16, plus the other strategies and targets, through the
 CLI exactly as a user runs it, and records the sha256 of every file each conversion writes. In
 ``ropebridge.json`` and the model card the paths that name this run's temporary directory are blanked first,
 and the plan record is read in the current schema (``_plan_record``: ropebridge 0.1 named some of its fields
@@ -38,19 +38,24 @@ VARIANTS = (
     ("fixed-base-2pairs", "pico:mpt", ["--dtype", "float32", "--rope-base", "10000", "--rotary-dim", "16",
                                        "--pairs", "2", "--accept-error"]),
     ("max-phase", "pico:bloom-12heads", ["--dtype", "float32", "--max-phase", "0.1", "--accept-error"]),
-    ("theta-fp16", "pico:bloom-4heads", ["--dtype", "float16", "--emulation", "single"]),
+    ("theta-fp16", "pico:bloom-4heads", ["--dtype", "float16", "--strategy", "single"]),
     ("starcoder2", "pico:bloom-4heads", ["--dtype", "float32", "--target", "starcoder2"]),
     ("nemotron", "pico:mpt", ["--dtype", "float32", "--target", "nemotron"]),
-    ("nemotron-bf16", "pico:falcon-rw", ["--dtype", "bfloat16", "--target", "nemotron", "--emulation", "single"]),
+    ("nemotron-bf16", "pico:falcon-rw", ["--dtype", "bfloat16", "--target", "nemotron", "--strategy", "single"]),
     ("nemotron-ladder-bf16", "pico:falcon-rw", ["--dtype", "bfloat16", "--target", "nemotron"]),
     ("ladder-r64", "demo:demo", ["--dtype", "bfloat16", "--rotary-dim", "64", "--floor", "40"]),
 )
 
 
 def _plan_record(plan: dict) -> dict:
-    """The plan record in the current schema: 0.1's ``rope_dim``, ``sine_error``, per-head ``phase`` (now derived)
-    and per-head floor/exact_distance/shift (now the head's ``ladder`` part) read as today's fields."""
+    """The plan record in the current schema: 0.1's ``rope_dim``, the ``mode`` of 0.1 and early 0.2 (now
+    ``strategy`` and ``theta_rule``), 0.1's ``sine_error``, per-head ``phase`` (now derived) and per-head
+    floor/exact_distance/shift (now the head's ``ladder`` part) read as today's fields."""
     plan = {("rotary_dim" if k == "rope_dim" else k): v for k, v in plan.items()}
+    if "mode" in plan:  # written here, not imported, so that this script reads records of any version the same way
+        mode = plan.pop("mode")
+        plan["strategy"] = mode if mode in ("ladder", "fixed-base") else "single"
+        plan["theta_rule"] = None if mode in ("ladder", "fixed-base") else mode
     heads = []
     for row in plan["heads"]:
         row = {("approximation_error" if k == "sine_error" else k): v for k, v in row.items() if k != "phase"}
@@ -71,6 +76,8 @@ def _digest(directory: Path) -> dict[str, str]:
         if path.name == "ropebridge.json":
             record = json.loads(data)
             record["plan"] = _plan_record(record["plan"])
+            if "request" in record:  # early 0.2 recorded the strategy as ``emulation``
+                record["request"] = {("strategy" if k == "emulation" else k): v for k, v in record["request"].items()}
             record["source"] = record["plan"]["source"] = "<src>"
             data = json.dumps(record, sort_keys=True).encode()
         out[path.name] = hashlib.sha256(data).hexdigest()

@@ -13,8 +13,9 @@ import settings  # noqa: E402
 
 def _settings(row: dict) -> dict:
     settings = dict(row["settings"])
-    if "plan" in settings:  # stored before the planner named the base rope_base
-        settings["plan"] = {("rope_base" if k == "base" else k): v for k, v in settings["plan"].items()}
+    if "plan" in settings:  # stored before the planner named the base rope_base and the strategy so
+        names = {"base": "rope_base", "emulation": "strategy"}
+        settings["plan"] = {names.get(k, k): v for k, v in settings["plan"].items()}
     return settings
 
 

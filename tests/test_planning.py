@@ -12,7 +12,7 @@ from ropebridge.planning import plan_checkpoint, plan_source, what_would_fit
 
 def test_a_one_token_window_plans():
     plan = plan_source(from_heads(4, 64), PlanRequest(window=1, dtype="bfloat16"))
-    assert plan.mode == "ladder" and plan.meets_tolerance
+    assert plan.strategy == "ladder" and plan.meets_tolerance
     assert plan.base == ladder.free_base(2, plan.rotary_dim)
 
 
@@ -31,7 +31,7 @@ SHAPES = {  # attention shapes of the supported checkpoints: family, heads, head
 def test_the_default_float32_plan_of_every_supported_shape_is_accepted(name):
     family, heads, head_dim = SHAPES[name]
     plan = plan_source(from_heads(heads, head_dim, family), PlanRequest(dtype="float32"))
-    assert plan.window == DEFAULT_WINDOW and plan.mode == "exact-rotation"
+    assert plan.window == DEFAULT_WINDOW and plan.theta_rule == "exact-rotation"
     assert plan.meets_tolerance, (name, plan.worst_head.predicted_error)
 
 

@@ -25,7 +25,7 @@ FIXED_BASE = {"rope_base": 10000.0, "rotary_dim": 32, "pairs": 3}
 
 # Half precision: the frequency ladder on the base engines' converters assume (nothing set in the GGUF), the
 # engine's default settings, native BLOOM in the same GGUF type and settings beside it.
-LADDER = {"dtype": "float16", "emulation": "ladder", "rope_base": 10000.0, "rotary_dim": 32}
+LADDER = {"dtype": "float16", "strategy": "ladder", "rope_base": 10000.0, "rotary_dim": 32}
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ LADDER_RUNS = (  # converted checkpoint and GGUF file prefix, plan, GGUF types, 
 
 LADDERS = {prefix: plan for prefix, plan, *_ in LADDER_RUNS}
 # the ladder on Nemotron (residual stream at its width), float32: what transformers 4.x reads of its config
-NEMOTRON_LADDER = {"dtype": "float32", "emulation": "ladder", "target": "nemotron"}
+NEMOTRON_LADDER = {"dtype": "float32", "strategy": "ladder", "target": "nemotron"}
 
 
 def flags(plan: dict) -> str:

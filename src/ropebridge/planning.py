@@ -74,9 +74,9 @@ def what_would_fit(plan: EmulationPlan, kernel: str = "any") -> str:
         hints.append("try a shorter --window")
     if plan.dtype != "float32":
         hints.append("--dtype float32 (exact rotation)")
-    if plan.mode == "fixed-base":
+    if plan.strategy == "fixed-base":
         hints.append("more --pairs or a larger --rotary-dim")
-    elif plan.mode == "ladder":
+    elif plan.strategy == "ladder":
         hints.append(_ladder_that_fits(plan, kernel))
     return ", ".join(hints)
 
@@ -91,7 +91,7 @@ def _ladder_that_fits(plan: EmulationPlan, kernel: str) -> str:
     source = AlibiSource(plan.family or "bloom", len(plan.heads), plan.head_dim, 8.0, tuple(h.slope for h in plan.heads))
     fixed = None if math.isclose(plan.base, free_base(plan.window, plan.rotary_dim)) else plan.base
     for r in rotary_dims(kernel, plan.head_dim, plan.rotary_dim + 2, limit=64):
-        request = PlanRequest(window=plan.window, dtype=plan.dtype, emulation="ladder", rope_base=fixed,
+        request = PlanRequest(window=plan.window, dtype=plan.dtype, strategy="ladder", rope_base=fixed,
                               rotary_dim=r, floor=tuple(h.ladder.floor for h in plan.heads), cutoff=plan.cutoff,
                               tolerance=plan.tolerance, kernel=kernel)
         better = emulation.plan(source, request)

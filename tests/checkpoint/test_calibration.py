@@ -44,6 +44,6 @@ def test_calibrated_floors_are_the_cutoff_plus_the_measured_advantage():
         plan, _ = plan_checkpoint(src, PlanRequest(dtype="bfloat16", window=512, calibration_text=text, cutoff=cutoff,
                                                    tolerance=2.0))
         expected_cutoff = ladder.default_cutoff(512, "bfloat16") if cutoff is None else cutoff
-        assert plan.mode == "ladder" and plan.cutoff == expected_cutoff
+        assert plan.strategy == "ladder" and plan.cutoff == expected_cutoff
         for h, a in zip(plan.heads, adv.tolist()):
             assert h.ladder.floor == pytest.approx(expected_cutoff + DEFAULT_MARGIN * a, rel=1e-12)

@@ -94,10 +94,10 @@ CASES = [
     ("convert {root}/bloom {out}/x --rotary-dim 32", "--rope-base"),
     ("convert {root}/bloom {out}/x --pairs 2", "fixed base"),
     ("convert {root}/bloom {out}/x --target starcoder2 --rope-base 10000", "gpt-neox"),
-    ("convert {root}/bloom {out}/x --target starcoder2 --emulation ladder", "gpt-neox or nemotron"),
+    ("convert {root}/bloom {out}/x --target starcoder2 --strategy ladder", "gpt-neox or nemotron"),
     ("convert {root}/bloom {out}/x --kernel tpu", "invalid choice"),
     ("convert {root}/bloom {out}/x --dtype bfloat16 --kernel flashinfer --rotary-dim 40", "does not run"),
-    ("convert {root}/bloom {out}/x --dtype bfloat16 --target nemotron --emulation single --kernel fa2", "head dim 34"),
+    ("convert {root}/bloom {out}/x --dtype bfloat16 --target nemotron --strategy single --kernel fa2", "head dim 34"),
     ("convert {root}/bloom {out}/x --dtype bfloat16 --floor 5", "floor"),
     ("convert {root}/bloom {out}/x --calibration-text {root}/missing.txt", "missing.txt"),
     ("convert {root}/bloom {out}/x --tolerance -1", "tolerance"),
@@ -216,7 +216,7 @@ def test_plan_json_is_what_convert_records(models, tmp_path, capsys):
         planned.pop("source"), recorded.pop("source")  # as given on each command line
         planned.pop("max_window_at_phase", None)  # plan's one annotation beside the plan (fixed base)
         assert planned == recorded, flags
-    assert recorded["mode"] == "fixed-base"
+    assert recorded["strategy"] == "fixed-base" and recorded["theta_rule"] is None
 
 
 def test_ctrl_c_is_one_line_and_130(models, tmp_path, capsys, monkeypatch):

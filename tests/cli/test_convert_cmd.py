@@ -16,14 +16,23 @@ def test_cli_plan_ladder_and_convert_record_the_same_plan(bloom, tmp_path, capsy
     argv = ["--window", "512", "--dtype", "bfloat16"]
     assert main(["plan", "--model", str(bloom), *argv, "--json", "--plot", str(tmp_path / "l.png")]) == 0
     planned = json.loads(capsys.readouterr().out)
-    assert planned["mode"] == "ladder" and (tmp_path / "l.png").stat().st_size > 0
+    assert planned["strategy"] == "ladder" and (tmp_path / "l.png").stat().st_size > 0
     assert main(["convert", str(bloom), str(tmp_path / "dst"), *argv, "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     recorded = json.loads((tmp_path / "dst" / "ropebridge.json").read_text())["plan"]
-    assert summary["emulation"] == "ladder"
-    for key in ("base", "rotary_dim", "window", "dtype", "mode"):
+    assert summary["strategy"] == "ladder" and summary["theta_rule"] is None
+    for key in ("base", "rotary_dim", "window", "dtype", "strategy", "theta_rule"):
         assert recorded[key] == planned[key], key
     assert [h["pairs"] for h in recorded["heads"]] == [h["pairs"] for h in planned["heads"]]
+
+
+def test_the_strategy_flag_keeps_its_old_name(bloom, tmp_path, capsys):
+    # --emulation, the flag's name before 0.2, still takes a strategy
+    argv = ["plan", "--model", str(bloom), "--window", "256", "--dtype", "float32", "--json"]
+    assert main([*argv, "--emulation", "fixed-base", "--rope-base", "10000"]) == 0
+    assert json.loads(capsys.readouterr().out)["strategy"] == "fixed-base"
+    assert main([*argv, "--strategy", "fixed-base", "--rope-base", "10000"]) == 0
+    assert json.loads(capsys.readouterr().out)["strategy"] == "fixed-base"
 
 
 def test_cli_refusals(bloom, tmp_path, capsys):
@@ -33,10 +42,10 @@ def test_cli_refusals(bloom, tmp_path, capsys):
     assert main(["convert", str(bloom), str(dst), "--window", "256", "--dtype", "float16"]) == 0
     capsys.readouterr()
     cases = [
-        (["convert", str(bloom), str(tmp_path / "x"), "--target", "starcoder2", "--emulation", "ladder"], "gpt-neox"),
-        (["convert", str(bloom), str(tmp_path / "x"), "--emulation", "ladder", "--theta", "1e-5"], "single"),
+        (["convert", str(bloom), str(tmp_path / "x"), "--target", "starcoder2", "--strategy", "ladder"], "gpt-neox"),
+        (["convert", str(bloom), str(tmp_path / "x"), "--strategy", "ladder", "--theta", "1e-5"], "single"),
         (["convert", str(bloom), str(tmp_path / "x"), "--dtype", "float16", "--floor", "5"], "floor"),
-        (["convert", str(bloom), str(tmp_path / "x"), "--emulation", "single", "--floor", "60"], "ladder"),
+        (["convert", str(bloom), str(tmp_path / "x"), "--strategy", "single", "--floor", "60"], "ladder"),
         (["convert", str(bloom), str(tmp_path / "x"), "--calibration-text", str(tmp_path / "nope.txt")], "nope.txt"),
         (["verify", str(bloom), str(dst), "--context", "300"], "window 256"),
         (["plan", "--heads", "4", "--head-dim", "32", "--window", "64", "--ladder", "--theta", "1e-3"], "single"),

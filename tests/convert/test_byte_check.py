@@ -208,6 +208,23 @@ def test_another_versions_record_is_compared_within_rounding(pair, tmp_path, cap
     assert main(["verify", str(src), str(dst), "--context", "64", "--greedy-tokens", "4"]) == 1
 
 
+def test_a_record_in_early_0_2_names_is_read_and_compared_exactly(pair, tmp_path):
+    # early 0.2 recorded the strategy as the request's "emulation" and the plan's "mode"; the values are the same
+    src, dst = tampered(pair, tmp_path, "f32")
+
+    def as_early(r):
+        r["request"]["emulation"] = r["request"].pop("strategy")
+        r["plan"]["mode"] = r["plan"].pop("theta_rule") or r["plan"]["strategy"]
+        r["plan"].pop("strategy")
+
+    edit_json(dst / "ropebridge.json", as_early)
+    report = verify(src, dst, context=64, greedy_tokens=4)
+    assert report.passed and report.byte_check["mode"] == "exact", report.failures
+    edit_json(dst / "ropebridge.json", lambda r: r["plan"].update(mode="max-phase"))  # another rule: not SRC's
+    report = verify(src, dst, context=64, greedy_tokens=4)
+    assert not report.passed and "plan.theta_rule" in report.failures[0], report.failures
+
+
 def test_request_of_an_old_record_gives_the_same_plan(pair):
     src, _, bf16 = pair
     record = json.loads((bf16 / "ropebridge.json").read_text())

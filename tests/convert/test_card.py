@@ -15,7 +15,7 @@ def test_convert_writes_a_model_card(bloom, tmp_path, capsys):
     assert "library_name: transformers" in head and "- nemotron" in head and "base_model" not in head  # a local source
     command = f"ropebridge convert {bloom} bloom-rope --window 512 --dtype bfloat16 --target nemotron --kernel fa3"
     assert command in body  # the options that made it, --jobs left out
-    assert "| ladder (ladder) | bfloat16 | 512 | 32 | 64 |" in body and "vllm serve bloom-rope" in body
+    assert "| ladder | bfloat16 | 512 | 32 | 64 |" in body and "vllm serve bloom-rope" in body
     assert f"ropebridge verify {bloom} bloom-rope" in body
 
 

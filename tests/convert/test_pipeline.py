@@ -23,8 +23,8 @@ FLOAT32_BAR = TOLERANCE["float32"]
 
 def test_ladder_checkpoint_reproduces_the_exact_bias(bloom, tmp_path):
     # a float32 checkpoint with the ladder: what is left is the fit error, which the plan predicts
-    res = convert(bloom, tmp_path / "rope", PlanRequest(window=512, dtype="float32", emulation="ladder"))
-    assert res.plan.mode == "ladder"
+    res = convert(bloom, tmp_path / "rope", PlanRequest(window=512, dtype="float32", strategy="ladder"))
+    assert res.plan.strategy == "ladder"
     model = T.AutoModelForCausalLM.from_pretrained(res.destination).eval()
     cfg = model.config
     assert cfg.hidden_size // cfg.num_attention_heads == 32 + 32  # the head-dim rule: 64
@@ -40,7 +40,7 @@ def test_ladder_checkpoint_reproduces_the_exact_bias(bloom, tmp_path):
 
 def test_ladder_in_bfloat16_beats_native_bfloat16(bloom, tmp_path):
     res = convert(bloom, tmp_path / "rope16", PlanRequest(window=1024, dtype="bfloat16"))
-    assert res.plan.mode == "ladder"  # the half-precision default
+    assert res.plan.strategy == "ladder"  # the half-precision default
     ids = torch.randint(0, 320, (1, 1024), generator=torch.Generator().manual_seed(3))
     ref = reference_logits(SourceModel(bloom), ids)
     errs = {}
@@ -194,7 +194,7 @@ def test_112_heads_end_to_end_in_float32_and_the_half_precision_default(tmp_path
     src = build(tmp_path / "src", "bloom-4heads", n_head=112, hidden_size=112 * 8, n_layer=1)
     for dtype, window in (("float32", 256), ("bfloat16", 256)):
         res = convert(src, tmp_path / dtype, PlanRequest(window=window, dtype=dtype))
-        assert len(res.plan.heads) == 112 and res.plan.mode == ("exact-rotation" if dtype == "float32" else "ladder")
+        assert len(res.plan.heads) == 112 and res.plan.strategy_label == ("single (exact-rotation)" if dtype == "float32" else "ladder")
         report = verify(src, res.destination, context=256, greedy_tokens=8)
         assert report.passed, (dtype, report.failures)  # bfloat16: within 1.0 of exact ALiBi (or of native's error)
 
@@ -229,6 +229,6 @@ def test_default_float32_conversion_of_a_real_attention_shape_passes_verify(tmp_
 
     src = build(tmp_path / "src", family, std=0.02, **config)
     res = convert(src, tmp_path / "rope")
-    assert res.plan.window == 8192 and res.plan.mode == "exact-rotation" and res.plan.meets_tolerance
+    assert res.plan.window == 8192 and res.plan.theta_rule == "exact-rotation" and res.plan.meets_tolerance
     report = verify(src, res.destination, context=256, greedy_tokens=8)
     assert report.passed and report.thresholds["against"] == "exact float64 reference", report.failures

@@ -163,7 +163,7 @@ def test_single_pair_as_planned_within_4x_of_measurement(heads, head_dim, window
     from ropebridge.emulation import plan as make_plan
 
     plan = make_plan(from_heads(heads, head_dim, "bloom"), PlanRequest(window=window, dtype=dtype,
-                                                                       emulation="single", target="starcoder2"))
+                                                                       strategy="single", target="starcoder2"))
     for h in (plan.heads[0], plan.heads[-1]):
         pairs = [PairSpec(h.theta, h.N)]
         predicted = predict(h.slope, pairs, Numerics(plan.scale, window, dtype), split=h.split).total

@@ -14,7 +14,7 @@ from ropebridge.emulation.fixed_base import engine_frequencies
 def plan_ladder(slopes, head_dim, window, **kw):
     """The ladder plan of heads with these slopes (bfloat16 unless ``dtype`` says otherwise)."""
     source = AlibiSource("bloom", len(slopes), head_dim, 8.0, tuple(slopes))
-    return plan(source, PlanRequest(window=window, emulation="ladder", **{"dtype": "bfloat16", **kw}))
+    return plan(source, PlanRequest(window=window, strategy="ladder", **{"dtype": "bfloat16", **kw}))
 
 
 @pytest.mark.parametrize("head_dim, kernel, expected", [
@@ -74,7 +74,7 @@ def test_floors_are_the_cutoff_plus_the_advantage():
 def test_plan_serialises_and_respects_a_fixed_base():
     p = plan_ladder(alibi_slopes(4).tolist(), 32, 1024, dtype="float16", rope_base=10000.0, rotary_dim=32,
                        tolerance=0.25)
-    assert p.mode == "ladder" and p.base == 10000.0 and p.rotary_dim == 32 and p.pairs_per_head == 16
+    assert p.strategy == "ladder" and p.base == 10000.0 and p.rotary_dim == 32 and p.pairs_per_head == 16
     h = p.heads[0]
     assert len(h.pairs) == 16 and h.ladder.floor == ladder.default_cutoff(1024, "float16") + ladder.DEFAULT_ADVANTAGE
     assert [p.theta for p in h.pairs] == engine_frequencies(10000.0, 32).tolist()

@@ -43,12 +43,29 @@ def test_construction_refuses_what_cannot_be_served():
     pair = PairTerm(1e-3, 100.0)
     head = HeadPlan(0, 0.5, (pair,), 1.0, 0.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="pi/2"):  # a single pair must stay monotone over the window
-        EmulationPlan(64, 2000, "float32", "theta", (head,))
+        EmulationPlan(64, 2000, "float32", "single", (head,), theta_rule="theta")
     big = HeadPlan(0, 0.5, (PairTerm(1e-6, 1e6),), 1.0, 0.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="float16"):
-        EmulationPlan(64, 1000, "float16", "theta", (big,))
+        EmulationPlan(64, 1000, "float16", "single", (big,), theta_rule="theta")
     for bad, match in [({"theta": 0.0}, "theta"), ({"N": float("nan")}, "N")]:
         with pytest.raises(ValueError, match=match):
             PairTerm(**{"theta": 1e-3, "N": 1.0, **bad})
-    with pytest.raises(ValueError, match="mode"):
+    with pytest.raises(ValueError, match="strategy"):
         EmulationPlan(64, 1000, "float32", "guess", (head,))
+    with pytest.raises(ValueError, match="theta_rule"):  # the single pair says how its theta was chosen
+        EmulationPlan(64, 1000, "float32", "single", (head,))
+    with pytest.raises(ValueError, match="theta_rule"):  # and only the single pair has a rule
+        EmulationPlan(64, 1000, "float32", "ladder", (head,), theta_rule="theta")
+
+
+def test_older_records_read_mode_as_strategy_and_theta_rule():
+    # ropebridge 0.1 and early 0.2 named both in one field, "mode"
+    for strategy, request in REQUESTS.items():
+        p = plan(from_heads(2, 64), request)
+        old = {k: v for k, v in p.to_dict().items() if k not in ("strategy", "theta_rule")}
+        old["mode"] = p.theta_rule or strategy
+        assert EmulationPlan.from_dict(old) == p
+    with pytest.raises(ValueError, match="mode"):
+        EmulationPlan.from_dict({**old, "mode": "guess"})
+    assert p.strategy_label == "ladder" and plan(from_heads(2, 64), REQUESTS["single"]).strategy_label == (
+        "single (error-optimal)")

@@ -13,7 +13,7 @@ BAD = [
     ({"jobs": 0}, "jobs"),
     ({"dtype": "float8"}, "dtype"),
     ({"target": "llama"}, "target"),
-    ({"emulation": "guess"}, "emulation"),
+    ({"strategy": "guess"}, "strategy"),
     ({"theta": 0.0}, "theta"),
     ({"theta": 1.0}, "theta \\* window"),
     ({"theta": 1e-6, "max_phase": 0.1}, "not both"),
@@ -23,14 +23,14 @@ BAD = [
     ({"split": "half"}, "split"),
     ({"floor": 30.0, "calibration_text": "text"}, "not both"),
     ({"floor": -1.0}, "floor"),
-    ({"dtype": "bfloat16", "target": "starcoder2", "emulation": "ladder"}, "ladder needs --target gpt-neox"),
-    ({"dtype": "bfloat16", "emulation": "ladder", "theta": 1e-6}, "--emulation single"),
-    ({"dtype": "float32", "floor": 30.0}, "--floor and --calibration-text are for --emulation ladder"),
+    ({"dtype": "bfloat16", "target": "starcoder2", "strategy": "ladder"}, "ladder needs --target gpt-neox"),
+    ({"dtype": "bfloat16", "strategy": "ladder", "theta": 1e-6}, "--strategy single"),
+    ({"dtype": "float32", "floor": 30.0}, "--floor and --calibration-text are for --strategy ladder"),
     ({"dtype": "float32", "rotary_dim": 8}, "--rotary-dim needs --rope-base"),
     ({"dtype": "float32", "pairs": 2}, "--pairs > 1 needs a fixed base"),
     ({"dtype": "float32", "target": "starcoder2", "rope_base": 1e4}, "--rope-base and --pairs with the single pair are for gpt-neox"),
     ({"dtype": "float32", "rope_base": 1e4, "theta": 1e-6}, "not both"),
-    ({"emulation": "fixed-base", "dtype": "float32"}, "needs --rope-base"),
+    ({"strategy": "fixed-base", "dtype": "float32"}, "needs --rope-base"),
 ]
 
 
@@ -42,8 +42,8 @@ def test_bad_requests_are_refused_on_construction(kwargs, needle):
 
 def test_rules_that_need_the_dtype_are_checked_once_it_is_known():
     request = PlanRequest(floor=30.0)  # the ladder takes a floor: fine until the dtype says single pair
-    assert request.strategy is None
-    assert request.with_dtype("bfloat16").strategy == "ladder"
+    assert request.chosen_strategy is None
+    assert request.with_dtype("bfloat16").chosen_strategy == "ladder"
     with pytest.raises(ValueError, match="--floor"):
         request.with_dtype("float32")
 
@@ -53,15 +53,15 @@ def test_rules_that_need_the_dtype_are_checked_once_it_is_known():
     ({"dtype": "bfloat16", "target": "nemotron"}, "ladder"), ({"dtype": "bfloat16", "target": "starcoder2"}, "single"),
     ({"dtype": "bfloat16", "theta": 1e-6}, "single"),
     ({"dtype": "float32", "rope_base": 1e4}, "fixed-base"), ({"dtype": "bfloat16", "rope_base": 1e4}, "ladder"),
-    ({"dtype": "float32", "emulation": "single", "rope_base": 1e4}, "fixed-base"),
+    ({"dtype": "float32", "strategy": "single", "rope_base": 1e4}, "fixed-base"),
 ])
 def test_the_strategy_rule(kwargs, strategy):
-    assert PlanRequest(**kwargs).strategy == strategy
+    assert PlanRequest(**kwargs).chosen_strategy == strategy
 
 
 def test_values_are_normalised_once():
     r = PlanRequest(window=4096.0, split="2", jobs=2.0)
-    assert (r.window, r.split, r.jobs, r.strategy) == (4096, 2.0, 2, "single")
+    assert (r.window, r.split, r.jobs, r.chosen_strategy) == (4096, 2.0, 2, "single")
     ladder = PlanRequest(floor=[30, 40], dtype="bfloat16", calibration_text=None)
     assert ladder.floor == (30.0, 40.0) and "calibration_text" not in ladder.to_dict()
     assert check_window(2**24) == 2**24

@@ -28,7 +28,7 @@ def test_source_text_example():
     assert steep.theta == pytest.approx(1.526e-6, rel=1e-3)
     assert steep.N == pytest.approx(3.707e6, rel=1e-3)
     assert steep.N == pytest.approx(steep.slope * math.sqrt(64) / steep.theta, rel=1e-15)
-    assert p.mode == "max-phase" and all(h.phase(p.window) == pytest.approx(0.1) for h in p.heads)
+    assert p.theta_rule == "max-phase" and all(h.phase(p.window) == pytest.approx(0.1) for h in p.heads)
 
 
 def test_emulated_bias_is_alibi_in_the_small_angle_limit():
@@ -47,7 +47,7 @@ def test_the_shared_error_optimal_theta_beats_the_fixed_rules_on_the_worst_head(
     for phase in (1e-3, 0.1, 1.0):
         other = free(source, window=2048, dtype=dtype, max_phase=phase)
         assert best <= other.worst_head.predicted_error * 1.01
-    assert free(source, window=2048, dtype=dtype, emulation="single").mode == (
+    assert free(source, window=2048, dtype=dtype, strategy="single").theta_rule == (
         "exact-rotation" if dtype == "float32" else "error-optimal")
 
 
@@ -83,6 +83,6 @@ def test_float16_splits_n_and_refuses_the_unrepresentable():
 def test_on_a_rotary_block_the_pair_is_pair_1_of_4_dims_at_base_theta_squared_inverse():
     p = plan(BLOOM_560M, PlanRequest(window=2048, dtype="float32"))
     theta = exact_rotation_theta(2048)
-    assert (p.mode, p.rotary_dim, p.base) == ("exact-rotation", 4, theta**-2.0)
+    assert (p.strategy_label, p.rotary_dim, p.base) == ("single (exact-rotation)", 4, theta**-2.0)
     assert all([q.index for q in h.pairs] == [1] for h in p.heads)
     assert all(h.theta == pytest.approx(theta, rel=1e-15) for h in p.heads)

@@ -14,7 +14,7 @@ from ropebridge.writers import writer_for
 WHOLE = 1 << 62  # one block per tensor
 TINY = 1  # one row (one head for the fused QKV) per block
 
-CASES = [  # (family, target, dtype): every QKV layout (per head, [Q|K|V], multi-query), both targets, both emulations
+CASES = [  # (family, target, dtype): every QKV layout (per head, [Q|K|V], multi-query), both targets, both strategies
     ("bloom-12heads", "gpt-neox", "float32"),
     ("bloom-12heads", "gpt-neox", "bfloat16"),
     ("mpt", "gpt-neox", "float16"),

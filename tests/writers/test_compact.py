@@ -71,7 +71,7 @@ def test_what_nemotron_cannot_express_is_one_line_and_nothing_written(tmp_path, 
     src = build(tmp_path / "par", "falcon-parallel-mq")
     for argv, needle in [
         (["convert", str(src), str(tmp_path / "x"), "--target", "nemotron", "--dtype", "bfloat16"], "parallel"),
-        (["convert", str(src), str(tmp_path / "x"), "--target", "starcoder2", "--emulation", "ladder"], "ladder"),
+        (["convert", str(src), str(tmp_path / "x"), "--target", "starcoder2", "--strategy", "ladder"], "ladder"),
     ]:
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()

@@ -13,7 +13,8 @@ from typing import Any
 
 from ..emulation.fixed_base import ROTARY_DIM as FIXED_BASE_ROTARY_DIM
 from ..emulation.ladder import DEFAULT_ADVANTAGE
-from ..emulation.request import DEFAULT_WINDOW, EMULATIONS, PlanRequest
+from ..emulation.plan import STRATEGY_NAMES
+from ..emulation.request import DEFAULT_WINDOW, PlanRequest
 from ..numerics import DEFAULT_CUTOFF, DTYPES, FLOAT32_BIAS_HALF_ULPS, TOLERANCE
 from ..targets import TARGETS
 from ..targets.kernels import KERNELS
@@ -58,7 +59,7 @@ def add_planning_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=tuple(DTYPES),
                    help="dtype of the converted model (default: the source checkpoint's; float32 with --heads)")
     p.add_argument("--target", default="gpt-neox", choices=tuple(TARGETS), help="stock architecture (default gpt-neox)")
-    p.add_argument("--emulation", choices=EMULATIONS,
+    p.add_argument("--strategy", "--emulation", choices=STRATEGY_NAMES,
                    help="ladder (every pair of a rotary block; default for bfloat16/float16 on gpt-neox), single "
                         "(one slow pair per head; default for float32, the compact targets, and when --theta, "
                         "--max-phase, --pairs or --split is given) or fixed-base (single with --rope-base)")
@@ -129,7 +130,7 @@ def plan_request(args: argparse.Namespace, progress: bool) -> PlanRequest:
     text = None
     if args.calibration_text is not None:
         text = Path(args.calibration_text).read_text()
-    return PlanRequest(window=args.window, dtype=args.dtype, target=args.target, emulation=args.emulation,
+    return PlanRequest(window=args.window, dtype=args.dtype, target=args.target, strategy=args.strategy,
                        theta=args.theta, max_phase=args.max_phase, rope_base=args.rope_base,
                        rotary_dim=args.rotary_dim, pairs=args.pairs, split=args.split,
                        kernel=args.kernel, floor=floors(args.floor), calibration_text=text,

@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
     worst = res.plan.worst_head
     summary = {
         "destination": str(res.destination), "target": res.target, "dtype": res.dtype, "window": res.plan.window,
-        "rope_base": res.plan.base, "rotary_dim": res.plan.rotary_dim, "emulation": res.plan.mode, "seconds": res.seconds,
+        "rope_base": res.plan.base, "rotary_dim": res.plan.rotary_dim, "strategy": res.plan.strategy,
+        "theta_rule": res.plan.theta_rule, "seconds": res.seconds,
         "bytes_written": res.bytes_written, "worst_head": worst.head, "worst_predicted_error": worst.predicted_error,
     }
     if args.json:
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         rope = (f"RoPE base {res.plan.base:.6g}, rotary dim {res.plan.rotary_dim}" if res.plan.base is not None
                 else f"theta {worst.theta:.6g} on one pair")  # the compact targets scale one pair instead
         print(f"wrote {args.dst} ({res.target}, {res.dtype}, {res.bytes_written / 2**20:.1f} MiB) in "
-              f"{res.seconds:.1f} s; window {res.plan.window}, {res.plan.mode} emulation, {rope}; worst head "
+              f"{res.seconds:.1f} s; window {res.plan.window}, {res.plan.strategy_label} strategy, {rope}; worst head "
               f"{worst.head}: predicted max |error| {worst.predicted_error:.3e} logits")
         print(f"{res.target} runs in {TARGETS[res.target].engines}")
     return 0

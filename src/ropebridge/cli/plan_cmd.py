@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--head-dim", type=int, help="head dim (with --heads)")
     p.add_argument("--family", default="bloom", choices=tuple(FAMILIES), help="with --heads (default bloom)")
     add_planning_options(p)
-    p.add_argument("--ladder", dest="emulation", action="store_const", const="ladder", help="same as --emulation ladder")
+    p.add_argument("--ladder", dest="strategy", action="store_const", const="ladder", help="same as --strategy ladder")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--plot", metavar="FILE.png", help="ALiBi vs emulated bias and error vs distance for a few heads")
     add_verbose(p)
@@ -32,21 +32,19 @@ def run(args: argparse.Namespace) -> int:
     check_plot(args)
     if args.model is None and args.calibration_text is not None:
         raise ValueError("--calibration-text needs --model (a checkpoint with weights)")
-    report_phase = args.max_phase
-    if args.rope_base is not None and args.max_phase is not None:  # with a fixed base: the phase of the report only
-        args.max_phase = None
-    request = plan_request(args, progress=not args.json)
+    # with a fixed base, --max-phase is the phase the report measures windows by, not a planning option
+    planning = argparse.Namespace(**{**vars(args), "max_phase": None}) if args.rope_base is not None else args
+    request = plan_request(planning, progress=not args.json)
     if args.model is not None:
         plan, _ = plan_checkpoint(args.model, request)
     else:
         if args.head_dim is None:
             raise ValueError("--heads needs --head-dim")
         plan = plan_source(from_heads(args.heads, args.head_dim, args.family), request)
-    args.max_phase = report_phase
-    if plan.mode == "ladder":
+    if plan.strategy == "ladder":
         return _show_ladder(plan, args)
     phase_window = None
-    if plan.mode == "fixed-base":
+    if plan.strategy == "fixed-base":
         phase_window = max_window_for_phase(plan.base, plan.rotary_dim, args.max_phase or 0.1)
     def data() -> dict:
         out = plan.to_dict()
@@ -57,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if plot_and_json(args, lambda: plots.emulation_figure(plan), data):
         return 0
     print(f"{plan.family}: {len(plan.heads)} heads, head_dim {plan.head_dim}, window {plan.window}, "
-          f"{plan.dtype}, mode {plan.mode}" + (f", base {plan.base:g}, rotary_dim {plan.rotary_dim}, "
+          f"{plan.dtype}, strategy {plan.strategy_label}" + (f", base {plan.base:g}, rotary_dim {plan.rotary_dim}, "
                                               f"{plan.pairs_per_head} pair(s)/head" if plan.base else ""))
     print(f"{'head':>4} {'slope':>10} {'theta':>11} {'N':>11} {'phase':>8} {'approx_err':>10} {'round_err':>10} "
           f"{'predicted':>10}")

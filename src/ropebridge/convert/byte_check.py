@@ -26,6 +26,7 @@ from .. import __version__
 from .._progress import progress_bar
 from ..checkpoint.tensor_io import CheckpointReader
 from ..emulation import PlanRequest
+from ..emulation.plan import in_current_names
 from .pipeline import Derivation
 
 FIXED_FILES = ("config.json", "ropebridge.json", "README.md", "model.safetensors.index.json")
@@ -58,33 +59,33 @@ def request_of(record: dict[str, Any]) -> PlanRequest:
     if recorded is not None:
         if not isinstance(recorded, dict):
             raise ValueError("its record's request is not an object")
+        recorded = {("strategy" if k == "emulation" else k): v for k, v in recorded.items()}  # early 0.2's name
         fields = {k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()
                   if k in PlanRequest.__dataclass_fields__ and k not in ("jobs", "progress", "calibration_text")}
         try:
             return PlanRequest(**fields, jobs=os.cpu_count() or 1)  # how the ladder is fitted, not what
         except (TypeError, ValueError) as exc:
             raise ValueError(f"its record's request is not one convert takes: {exc}") from None
-    plan = record["plan"]
     try:
-        mode = plan["mode"]
-        strategy = mode if mode in ("ladder", "fixed-base") else "single"
+        plan = in_current_names(record["plan"])
+        strategy, rule = plan["strategy"], plan.get("theta_rule")
         options: dict[str, Any] = dict(window=plan["window"], dtype=plan["dtype"],
-                                       target=record.get("target", "gpt-neox"), emulation=strategy,
+                                       target=record.get("target", "gpt-neox"), strategy=strategy,
                                        cutoff=plan.get("cutoff"), tolerance=plan.get("tolerance"))
         if strategy == "fixed-base":
-            options.update(rope_base=plan["base"], rotary_dim=plan.get("rotary_dim") or plan.get("rope_dim"),
+            options.update(rope_base=plan["base"], rotary_dim=plan.get("rotary_dim"),
                            pairs=plan.get("pairs_per_head", 1))
         elif strategy == "ladder":
-            options.update(rotary_dim=plan.get("rotary_dim") or plan.get("rope_dim"),
+            options.update(rotary_dim=plan.get("rotary_dim"),
                            floor=tuple((h.get("ladder") or h)["floor"] for h in plan["heads"]))
             if plan.get("base") is not None:
                 from ..emulation.ladder import free_base
 
                 if not math.isclose(plan["base"], free_base(plan["window"], options["rotary_dim"])):
                     options["rope_base"] = plan["base"]
-        elif mode == "theta":
+        elif rule == "theta":
             options["theta"] = plan["heads"][0]["theta"]
-        elif mode == "max-phase":
+        elif rule == "max-phase":
             options["max_phase"] = max(p["theta"] for h in plan["heads"] for p in h["pairs"]) * plan["window"]
         return PlanRequest(**options, jobs=os.cpu_count() or 1)
     except (KeyError, TypeError, IndexError, ValueError) as exc:
@@ -136,7 +137,13 @@ def compare(derived: Derivation, dst: Path, record: dict[str, Any], *, quick: bo
     rtol = 0.0 if same_version else OTHER_VERSION_RTOL
     check = ByteCheck("skipped" if quick else ("exact" if same_version else "rounding"))
     fail = check.failures.append
-    found = first_difference(record.get("plan"), _comparable_plan(derived, record), "plan", rtol)
+    recorded_plan = record.get("plan")
+    if isinstance(recorded_plan, dict):
+        try:
+            recorded_plan = in_current_names(recorded_plan)  # the same values under today's names
+        except ValueError as exc:
+            fail(f"its recorded plan is malformed: {exc}")
+    found = first_difference(recorded_plan, _comparable_plan(derived, record), "plan", rtol)
     if found:
         fail(f"its recorded plan is not the one SRC gives with its options: {found}")
     for key, value in (("target", derived.target.name), ("dtype", derived.plan.dtype),

@@ -61,9 +61,9 @@ def model_card(src: str, dst_name: str, plan: EmulationPlan, target: Target, req
 {command}
 ```
 
-| emulation | dtype | window | rotary dims | served head dim | RoPE base | worst predicted error (logits) | tolerance |
+| strategy | dtype | window | rotary dims | served head dim | RoPE base | worst predicted error (logits) | tolerance |
 |---|---|---:|---:|---:|---|---:|---:|
-| {plan.strategy} ({plan.mode}) | {plan.dtype} | {plan.window} | {plan.rotary_dim or 2} | {served} | {base} | {w.predicted_error:.3g} (head {w.head}) | {plan.tolerance:.3g} |
+| {plan.strategy_label} | {plan.dtype} | {plan.window} | {plan.rotary_dim or 2} | {served} | {base} | {w.predicted_error:.3g} (head {w.head}) | {plan.tolerance:.3g} |
 
 The window is a hard limit: beyond {plan.window} tokens the emulated bias is not planned
 (`max_position_embeddings` says so). The whole plan is in `ropebridge.json`.

@@ -32,7 +32,7 @@ def plan(source, request: PlanRequest) -> EmulationPlan:
         raise ValueError("the request names no dtype: complete it with PlanRequest.with_dtype")
     if request.tolerance is None:
         request = dataclasses.replace(request, tolerance=plan_tolerance(request.dtype, source.slopes, request.window))
-    result = STRATEGIES[request.strategy](source, request)
+    result = STRATEGIES[request.chosen_strategy](source, request)
     forced = "" if request.rotary_dim is None else f" with --rotary-dim {request.rotary_dim}"
     served = request.target_spec.served_head_dim(result.head_dim, result.rotary_dim, result.strategy)
     check_head_dim(request.kernel, served,

@@ -49,7 +49,7 @@ def _ladder_sizes(kernel: str, head_dim: int, minimum: int, count: int) -> list[
     sizes = list(itertools.islice(rotary_dims(kernel, head_dim, minimum), count))
     if not sizes:
         raise ValueError(f"head dim {head_dim}: no rotary dim R makes {head_dim} + R a size --kernel {kernel} runs "
-                         f"natively ({KERNELS[kernel].sizes}); the ladder cannot be served on it: use --emulation "
+                         f"natively ({KERNELS[kernel].sizes}); the ladder cannot be served on it: use --strategy "
                          "single or --dtype float32")
     return sizes
 

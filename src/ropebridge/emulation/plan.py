@@ -21,7 +21,10 @@ from .. import __version__, _checks
 from ..numerics import DEFAULT_CUTOFF, DTYPES
 from .error_model import PairSpec
 
-MODES = ("error-optimal", "max-phase", "theta", "exact-rotation", "fixed-base", "ladder")
+STRATEGY_NAMES = ("ladder", "single", "fixed-base")  # the strategies of ``STRATEGIES``, the default first
+THETA_RULES = ("theta", "max-phase", "exact-rotation", "error-optimal")  # how the single pair's theta is chosen
+# ropebridge 0.1 and early 0.2 records named strategy and rule in one field, ``mode``
+_MODES = {**{r: ("single", r) for r in THETA_RULES}, "fixed-base": ("fixed-base", None), "ladder": ("ladder", None)}
 HALF_PI = math.pi / 2
 
 
@@ -89,19 +92,32 @@ class HeadPlan:
         return [PairSpec(p.theta, p.N) for p in self.pairs]
 
 
+def in_current_names(record: dict[str, Any]) -> dict[str, Any]:
+    """A plan record with today's names for its top-level fields: 0.1's ``rope_dim`` as ``rotary_dim``, and the
+    ``mode`` of 0.1 and early 0.2 records as ``strategy`` and ``theta_rule`` (their values unchanged)."""
+    out = {("rotary_dim" if k == "rope_dim" else k): v for k, v in record.items() if k != "mode"}
+    if "mode" in record and "strategy" not in record:
+        if record["mode"] not in _MODES:
+            raise ValueError(f"mode must be one of {tuple(_MODES)}, got {record['mode']!r}")
+        out["strategy"], out["theta_rule"] = _MODES[record["mode"]]
+    return out
+
+
 @dataclass(frozen=True)
 class EmulationPlan:
-    """Per-head emulation of an ALiBi model, frozen and JSON-serialisable (``to_dict`` / ``from_dict``). ``mode``:
-    how the frequencies were chosen (``MODES``); ``base`` and ``rotary_dim``: the target's rotary block, None for a
-    free theta; ``max_window``: with a fixed base, the longest window within ``tolerance``."""
+    """Per-head emulation of an ALiBi model, frozen and JSON-serialisable (``to_dict`` / ``from_dict``).
+    ``strategy``: the strategy that made it (``STRATEGY_NAMES``); ``theta_rule``: how the single pair's theta was
+    chosen (``THETA_RULES``; None for the other strategies); ``base`` and ``rotary_dim``: the target's rotary block,
+    None for a free theta; ``max_window``: with a fixed base, the longest window within ``tolerance``."""
 
     head_dim: int
     window: int
     dtype: str
-    mode: str
+    strategy: str
     heads: tuple[HeadPlan, ...]
     cutoff: float = DEFAULT_CUTOFF
     tolerance: float = 1e-3
+    theta_rule: str | None = None
     base: float | None = None
     rotary_dim: int | None = None
     pairs_per_head: int = 1
@@ -114,14 +130,18 @@ class EmulationPlan:
         _checks.positive_int("head_dim", self.head_dim)
         _checks.positive_int("window", self.window)
         _checks.choice("dtype", self.dtype, tuple(DTYPES))
-        _checks.choice("mode", self.mode, MODES)
+        _checks.choice("strategy", self.strategy, STRATEGY_NAMES)
+        if self.strategy == "single":
+            _checks.choice("theta_rule", self.theta_rule, THETA_RULES)
+        elif self.theta_rule is not None:
+            raise ValueError(f"theta_rule {self.theta_rule!r} is for the single pair, not the {self.strategy}")
         _checks.positive("cutoff", self.cutoff)
         _checks.positive("tolerance", self.tolerance)
         if not self.heads:
             raise ValueError("a plan needs at least one head")
         limit = torch.finfo(DTYPES[self.dtype]).max
         for h in self.heads:
-            if self.mode != "ladder" and len(h.pairs) == 1 and not h.phase(self.window) < HALF_PI:
+            if self.strategy != "ladder" and len(h.pairs) == 1 and not h.phase(self.window) < HALF_PI:
                 raise ValueError(f"head {h.head}: phase theta*L = {h.phase(self.window)!r} must be < pi/2 "
                                  "(monotone bias)")
             q = max(max(abs(p.N), abs(p.M)) for p in h.pairs) / h.split
@@ -132,9 +152,9 @@ class EmulationPlan:
                 )
 
     @property
-    def strategy(self) -> str:
-        """The strategy that made the plan: ``ladder``, ``fixed-base`` or ``single``."""
-        return self.mode if self.mode in ("ladder", "fixed-base") else "single"
+    def strategy_label(self) -> str:
+        """The strategy in words, with the single pair's theta rule: ``single (exact-rotation)``, ``ladder``."""
+        return self.strategy if self.theta_rule is None else f"{self.strategy} ({self.theta_rule})"
 
     @property
     def scale(self) -> float:
@@ -163,8 +183,9 @@ class EmulationPlan:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EmulationPlan:
-        """The plan of ``to_dict``; also reads the records of ropebridge 0.1 checkpoints (``docs/decisions.md``)."""
-        data = {("rotary_dim" if k == "rope_dim" else k): v for k, v in data.items()}
+        """The plan of ``to_dict``; also reads the records of ropebridge 0.1 checkpoints and the ``mode`` of early 0.2
+        ones (``docs/decisions.md``)."""
+        data = in_current_names(data)
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         heads = []
         for row in data["heads"]:

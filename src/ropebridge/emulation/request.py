@@ -17,10 +17,10 @@ from .. import _checks
 from ..numerics import DTYPES
 from ..targets import TARGETS, Target, carrying
 from ..targets.kernels import KERNELS
+from .plan import STRATEGY_NAMES
 
 MAX_WINDOW = 2**24  # float32 holds every integer position up to 2^24 exactly (engines compute angles from them)
 DEFAULT_WINDOW = 8192
-EMULATIONS = ("ladder", "single", "fixed-base")
 
 
 def check_window(window: Any) -> int:
@@ -44,8 +44,8 @@ class PlanRequest:
     """A plan as the user asks for it (the CLI's planning options).
 
     window: longest context served, extrapolation included. dtype: of the converted model (None: the checkpoint's).
-    target: an entry of ``targets.TARGETS``. emulation: ``ladder``, ``single`` or ``fixed-base`` (None: the
-    ``strategy`` rule). theta / max_phase: the single pair's theta (theta = max_phase / window). rope_base,
+    target: an entry of ``targets.TARGETS``. strategy: ``ladder``, ``single`` or ``fixed-base`` (None: chosen by
+    ``chosen_strategy``). theta / max_phase: the single pair's theta (theta = max_phase / window). rope_base,
     rotary_dim, pairs: a fixed RoPE base, the rotary dims per head, pairs per head (fixed base). split: the k value s
     of the single pair (a number or "sqrt"). floor / advantage: the ladder's floor C, or the content advantage added
     to the cutoff (one or per head); calibration_text: text to measure the advantages on. kernel: the attention
@@ -57,7 +57,7 @@ class PlanRequest:
     window: int = DEFAULT_WINDOW
     dtype: str | None = None
     target: str = "gpt-neox"
-    emulation: str | None = None
+    strategy: str | None = None
     theta: float | None = None
     max_phase: float | None = None
     rope_base: float | None = None
@@ -82,8 +82,8 @@ class PlanRequest:
         if self.dtype is not None:
             _checks.choice("dtype", self.dtype, tuple(DTYPES))
         _checks.choice("target", self.target, tuple(TARGETS))
-        if self.emulation is not None:
-            _checks.choice("emulation", self.emulation, EMULATIONS)
+        if self.strategy is not None:
+            _checks.choice("strategy", self.strategy, STRATEGY_NAMES)
         for key in ("cutoff", "tolerance", "theta"):
             if getattr(self, key) is not None:
                 fix(key, _checks.positive(key, getattr(self, key)))
@@ -108,8 +108,8 @@ class PlanRequest:
             raise ValueError("give --floor or --calibration-text, not both")
         fix("floor", _per_head("floor", self.floor, 0.0))
         fix("advantage", _per_head("advantage", self.advantage, 0.0))
-        if self.strategy is not None:
-            self._check_strategy(self.strategy)
+        if self.chosen_strategy is not None:
+            self._check_strategy(self.chosen_strategy)
 
     @property
     def target_spec(self) -> Target:
@@ -121,47 +121,47 @@ class PlanRequest:
         return self.theta is not None or self.max_phase is not None or self.pairs != 1 or self.split is not None
 
     @property
-    def strategy(self) -> str | None:
+    def chosen_strategy(self) -> str | None:
         """The strategy of ``STRATEGIES`` this request asks for (None while the dtype decides and is not known):
-        ``emulation`` if given (``single`` with --rope-base is ``fixed-base``); else ``single`` when a single-pair flag
-        is given, else the target's default for the dtype (``Target.default_emulation``)."""
-        name = self.emulation
+        ``strategy`` if given (``single`` with --rope-base is ``fixed-base``); else ``single`` when a single-pair flag
+        is given, else the target's default for the dtype (``Target.default_strategy``)."""
+        name = self.strategy
         if name is None:
             if self.single_flags:
                 name = "single"
             elif self.dtype is None:
                 return None
             else:
-                name = self.target_spec.default_emulation(self.dtype)
+                name = self.target_spec.default_strategy(self.dtype)
         return "fixed-base" if name == "single" and self.rope_base is not None else name
 
     def _check_strategy(self, strategy: str) -> None:
         target = self.target_spec
-        if strategy not in target.emulations:
-            takes = " or ".join(target.emulations)
+        if strategy not in target.strategies:
+            takes = " or ".join(target.strategies)
             carriers = " or ".join(carrying(strategy))
             if strategy == "ladder":
-                raise ValueError(f"--target {self.target} takes the {takes} emulation; the ladder needs --target "
-                                 f"{carriers} (or --emulation single)")
-            raise ValueError(f"--target {self.target} takes the {takes} emulation (its single pair turns at a free "
+                raise ValueError(f"--target {self.target} takes the {takes} strategy; the ladder needs --target "
+                                 f"{carriers} (or --strategy single)")
+            raise ValueError(f"--target {self.target} takes the {takes} strategy (its single pair turns at a free "
                              f"theta): --rope-base and --pairs with the single pair are for {carriers}")
         if strategy == "ladder":
             if self.single_flags:
-                raise ValueError("--theta, --max-phase, --pairs and --split are for --emulation single; the ladder "
+                raise ValueError("--theta, --max-phase, --pairs and --split are for --strategy single; the ladder "
                                  "plans every pair")
             if self.rotary_dim is not None and self.rotary_dim < 4:
                 raise ValueError(f"rotary_dim must be >= 4 for a ladder, got {self.rotary_dim}")
             return
         if self.floor is not None or self.advantage is not None or self.calibration_text is not None:
-            raise ValueError("--floor and --calibration-text are for --emulation ladder")
+            raise ValueError("--floor and --calibration-text are for --strategy ladder")
         if strategy == "fixed-base":
             if self.rope_base is None:
-                raise ValueError("--emulation fixed-base needs --rope-base")
+                raise ValueError("--strategy fixed-base needs --rope-base")
             if self.theta is not None or self.max_phase is not None:
                 raise ValueError("give either --rope-base (with --rotary-dim) or --theta/--max-phase, not both")
             return
         if self.rotary_dim is not None:
-            raise ValueError("--rotary-dim needs --rope-base with --emulation single (the free-theta pair uses 4 dims)")
+            raise ValueError("--rotary-dim needs --rope-base with --strategy single (the free-theta pair uses 4 dims)")
         if self.pairs != 1:
             raise ValueError("--pairs > 1 needs a fixed base (--rope-base), whose frequency set provides the pairs")
 

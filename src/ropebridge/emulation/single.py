@@ -3,7 +3,7 @@
 The pair adds ``-(N/sqrt(hd)) sin(theta d)`` to the logit, which matches ALiBi's ``-m d`` in the small-angle
 limit (A. Litzenberger, "Emulating ALiBi with RoPE"). Example from that text: BLOOM-560M (16 heads, hd 64),
 window 65536, phase 0.1: steepest head m ~ 0.7071, theta ~ 1.526e-6, N ~ 3.707e6. Every head shares one theta
-(a stock target's heads share their frequencies), chosen by one rule (``RULES``):
+(a stock target's heads share their frequencies), chosen by one rule (``plan.THETA_RULES``):
 
 - ``theta``: given; ``max-phase``: theta = phase / L (the source text's rule);
 - ``exact-rotation`` (float32 default): theta = 2^-k with theta L <= 2^-12, where float32's rotation is exact
@@ -29,7 +29,6 @@ from .fixed_base import check_engine_frequencies, fixed_base_heads
 from .pairs import evaluate
 from .plan import HALF_PI, EmulationPlan
 
-RULES = ("theta", "max-phase", "exact-rotation", "error-optimal")
 ROTARY_DIM = 4  # in a rotary block: pair 0 turns at 1 rad/token, pair 1 at base^(-1/2) = the planned theta
 
 
@@ -67,7 +66,7 @@ def shared_theta(slopes: Sequence[float], num: Numerics) -> float:
 
 
 def choose_theta(request, slopes: Sequence[float], num: Numerics) -> tuple[str, float]:
-    """(rule, theta) of ``RULES`` for the request (``PlanRequest``: ``theta``, ``max_phase``, ``dtype``)."""
+    """(rule, theta) of ``THETA_RULES`` for the request (``PlanRequest``: ``theta``, ``max_phase``, ``dtype``)."""
     if request.theta is not None:
         rule, theta = "theta", request.theta
     elif request.max_phase is not None:
@@ -94,6 +93,6 @@ def plan_single(source, request) -> EmulationPlan:
         extra = {"base": float(base), "rotary_dim": ROTARY_DIM}
     else:
         heads = [evaluate(h, m, [theta], [None], num) for h, m in enumerate(source.slopes)]
-    plan = EmulationPlan(source.head_dim, num.window, num.dtype, rule, tuple(heads), num.cutoff, request.tolerance,
-                         family=source.family, **extra)
+    plan = EmulationPlan(source.head_dim, num.window, num.dtype, "single", tuple(heads), num.cutoff, request.tolerance,
+                         theta_rule=rule, family=source.family, **extra)
     return check_engine_frequencies(plan, f"the base theta^-2 of theta {theta:.6g}")

@@ -18,7 +18,7 @@ PAIR_DIMS = ("block", "first-and-middle", "first-two")  # gpt-neox's rotary bloc
 
 @dataclass(frozen=True)
 class Target:
-    """One stock architecture. ``emulations``: the strategies of ``emulation.STRATEGIES`` it can carry;
+    """One stock architecture. ``strategies``: those of ``emulation.STRATEGIES`` it can carry;
     ``rotary_block``: it rotates a block of ``base^(-2r/R)`` pairs (else its single pair turns at a free theta);
     ``pair_dims``: where a head's single pair sits (``PAIR_DIMS``); ``layer_norm`` (``LAYER_NORMS``) and ``mlp``
     (the up and down projections' names) for its tensors; ``engines``: where it runs, in one line; ``serving``:
@@ -28,7 +28,7 @@ class Target:
     name: str
     architecture: str  # the transformers class a converted checkpoint names
     model_type: str  # its config.json's model_type
-    emulations: tuple[str, ...]
+    strategies: tuple[str, ...]
     rotary_block: bool
     pair_dims: str
     layer_norm: str
@@ -41,10 +41,10 @@ class Target:
             raise ValueError(f"target {self.name}: pair_dims {self.pair_dims!r} and layer_norm {self.layer_norm!r} "
                              f"must be of {PAIR_DIMS} and {LAYER_NORMS}")
 
-    def default_emulation(self, dtype: str) -> str:
+    def default_strategy(self, dtype: str) -> str:
         """The ladder in half precision where the target carries it (its rounding does not grow with the context);
         the exact single pair in float32 and on targets that rotate one pair."""
-        return "ladder" if dtype != "float32" and "ladder" in self.emulations else "single"
+        return "ladder" if dtype != "float32" and "ladder" in self.strategies else "single"
 
     def served_head_dim(self, head_dim: int, rotary_dim: int | None, strategy: str) -> int:
         """The head dim this target serves a plan at: hd + R (the rotary block of gpt-neox, the ladder), or hd + 2
@@ -60,7 +60,7 @@ def of_model_type(model_type: str | None) -> Target | None:
 
 def carrying(strategy: str) -> tuple[str, ...]:
     """The names of the targets that carry ``strategy``."""
-    return tuple(t.name for t in TARGETS.values() if strategy in t.emulations)
+    return tuple(t.name for t in TARGETS.values() if strategy in t.strategies)
 
 
 _HF = "transformers{versions}: `AutoModelForCausalLM.from_pretrained(\"{{dst}}\")`{note}"
