@@ -3,7 +3,7 @@ random weights, ``ropebridge convert SRC DST`` with no flags (float32, window 81
 
     python benchmarks/default_shapes.py [--shapes bloom-1b7,mpt-7b,...] [--context 256]
 
-BLOOM-560M's and Falcon-RW-1B's shapes run in the test suite (tests/test_convert.py); this covers the larger
+BLOOM-560M's and Falcon-RW-1B's shapes run in the test suite (tests/convert/test_pipeline.py); this covers the larger
 ones. Prints a table and writes benchmarks/results/default_shapes.json.
 """
 

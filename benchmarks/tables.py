@@ -4,7 +4,7 @@
     python benchmarks/tables.py --check  # exit 1 where a table differs from its results file
 
 A generated table sits between ``<!-- table: NAME -->`` and ``<!-- /table -->``; NAME is a key of ``TABLES``,
-which formats ``benchmarks/results/<file>.json`` as markdown. ``tests/test_repo.py`` runs the check.
+which formats ``benchmarks/results/<file>.json`` as markdown. ``tests/repo/test_repo.py`` runs the check.
 """
 
 from __future__ import annotations

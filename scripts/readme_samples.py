@@ -1,4 +1,4 @@
-"""Sample outputs in README.md and docs/: regenerate them, or check them (``tests/test_readme_samples.py``).
+"""Sample outputs in README.md and docs/: regenerate them, or check them (``tests/repo/test_readme_samples.py``).
 
     python scripts/readme_samples.py          # rewrite every sample block from a fresh run
     python scripts/readme_samples.py --check  # exit 1 where a sample no longer matches

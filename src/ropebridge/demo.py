@@ -204,7 +204,7 @@ def _run(model_dir, out, record, train_context, eval_context, greedy_tokens, ste
         ppl_by_context=by_context, out=str(out) if out is not None else None,
     )
     if out is not None:
-        from .demo_report import write_demo_report
+        from .reports import write_demo_report
 
         shutil.copytree(model_dir, out / "native", dirs_exist_ok=True)  # the source, for convert and verify
         write_demo_report(report, result.plan, out)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "engines"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "engines"))
 
 from _compare import against_reference, against_references  # noqa: E402
 

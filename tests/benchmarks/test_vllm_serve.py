@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.skipif(torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None,

@@ -8,7 +8,6 @@ from pico import build
 from ropebridge.cli import main
 from ropebridge.convert import convert, verify
 from ropebridge.convert import native
-from ropebridge.convert.native import native_deviations
 from ropebridge.emulation import PlanRequest
 
 
@@ -20,21 +19,6 @@ def mpt16(tmp_path_factory):
     config["attn_config"]["alibi_bias_max"] = 16
     (src / "config.json").write_text(json.dumps(config))
     return src
-
-
-def _whats(family, config):
-    return [d.what for d in native_deviations(family, config)]
-
-
-def test_native_deviations_are_named_per_config(mpt16):
-    assert _whats("mpt", json.loads((mpt16 / "config.json").read_text())) == ["alibi_bias_max ignored (always 8)"]
-    assert _whats("mpt", {"attn_config": {"alibi_bias_max": 8}}) == []
-    assert _whats("mpt", {"no_bias": False}) == ["bias tensors ignored (no_bias false)"]
-    assert _whats("bloom", {}) == [] and _whats("bloom", {"pretraining_tp": 2}) == []
-    assert _whats("bloom", {"pretraining_tp": 2, "slow_but_exact": True}) == [
-        "dense biases dropped (pretraining_tp > 1, slow_but_exact)"]
-    assert _whats("bloom", {"pretraining_tp": 1, "slow_but_exact": True}) == []
-    assert _whats("falcon", {}) == ["bias rounded to bfloat16"]
 
 
 @pytest.mark.parametrize("family, what", [("bloom-tp2", "dense biases dropped (pretraining_tp > 1, slow_but_exact)"),

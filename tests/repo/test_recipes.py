@@ -10,7 +10,7 @@ from pico import build
 
 from ropebridge.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RECIPES = [(p.name, block) for p in DOCS for block in re.findall(r"<!-- recipe -->\n```bash\n(.*?)```", p.read_text(),
                                                                    flags=re.S)]

@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def readme_commands():
@@ -48,3 +48,42 @@ def test_the_readme_is_short_and_links_only_to_what_exists():
     for doc in [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "benchmarks").glob("**/README.md")]:
         for link in re.findall(r"\]\(((?!https?:)[^)#\s]+)\)", doc.read_text()):
             assert (doc.parent / link).exists(), (doc.name, link)
+
+
+PACKAGE = ROOT / "src" / "ropebridge"
+
+
+def mirror(module: Path) -> Path:
+    """The test file of a source module: ``tests/<its folder>/test_<name>.py``, underscores around it dropped."""
+    rel = module.relative_to(PACKAGE)
+    return ROOT / "tests" / rel.parent / f"test_{rel.stem.strip('_')}.py"
+
+
+def test_every_module_has_its_test_file_at_the_mirrored_path():
+    missing = [str(mirror(p).relative_to(ROOT)) for p in sorted(PACKAGE.rglob("*.py")) if p.name != "__init__.py"
+               and not mirror(p).exists()]
+    assert missing == []
+    assert mirror(PACKAGE / "convert" / "verify.py") == ROOT / "tests" / "convert" / "test_verify.py"
+    assert mirror(PACKAGE / "__main__.py") == ROOT / "tests" / "test_main.py"
+
+
+def parameters(fn) -> int:
+    a = fn.args
+    names = [*a.posonlyargs, *a.args, *a.kwonlyargs] + [x for x in (a.vararg, a.kwarg) if x]
+    return len([n for n in names if n.arg not in ("self", "cls")])
+
+
+def test_no_function_takes_more_than_eight_parameters_and_no_module_is_long():
+    import ast
+
+    wide, long = [], []
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text()
+        if len(text.splitlines()) > 400:
+            long.append(path.name)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and parameters(node) > 8:
+                wide.append(f"{path.relative_to(PACKAGE)}:{node.name}")
+    assert wide == [] and long == []
+    nine = ast.parse("def f(a, b, c, d, e, f, g, h, *, i): pass").body[0]
+    assert parameters(nine) == 9  # the count can exceed the bar

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .. import plots
+from .. import reports
 from ..checkpoint.config import FAMILIES, from_heads
 from ..emulation.fixed_base import max_window_for_phase
 from ..planning import plan_checkpoint, plan_source, what_would_fit
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
             out["max_window_at_phase"] = {"phase": args.max_phase or 0.1, "window": phase_window}
         return out
 
-    if plot_and_json(args, lambda: plots.emulation_figure(plan), data):
+    if plot_and_json(args, lambda: reports.emulation_figure(plan), data):
         return 0
     print(f"{plan.family}: {len(plan.heads)} heads, head_dim {plan.head_dim}, window {plan.window}, "
           f"{plan.dtype}, strategy {plan.strategy_label}" + (f", base {plan.base:g}, rotary_dim {plan.rotary_dim}, "
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _show_ladder(plan, args: argparse.Namespace) -> int:
-    if plot_and_json(args, lambda: plots.ladder_figure(plan), plan.to_dict):
+    if plot_and_json(args, lambda: reports.ladder_figure(plan), plan.to_dict):
         return 0
     print(f"{plan.family}: {len(plan.heads)} heads, head_dim {plan.head_dim} -> {plan.head_dim + plan.rotary_dim}, "
           f"window {plan.window}, {plan.dtype}, ladder of {plan.pairs_per_head} pairs, base {plan.base:.6g}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .. import plots
+from .. import reports
 from ..analysis import analyse
 from ..frequencies import ROPE_TYPES
 from ._options import add_verbose, check_plot, plot_and_json
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         for key, flag in sorted(_KEY_TO_FLAG.items(), key=lambda kv: -len(kv[0])):
             message = message.replace(f"'{key}'", flag)
         raise ValueError(message) from None
-    if plot_and_json(args, lambda: plots.wavelength_figure(result), result.to_dict):
+    if plot_and_json(args, lambda: reports.wavelength_figure(result), result.to_dict):
         return 0
     scaled = result.rope_parameters["rope_type"] != "default"
     head = f"{'pair':>4} {'inv_freq':>11} {'wavelength':>11} {'turns':>10}"

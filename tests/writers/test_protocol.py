@@ -1,0 +1,13 @@
+"""The one interface of a target's code: every writer fills each part of ``Writer`` with a function."""
+
+import dataclasses
+
+from ropebridge.writers import WRITERS
+from ropebridge.writers.protocol import Writer
+
+
+def test_every_writer_is_a_writer_of_five_functions():
+    parts = [f.name for f in dataclasses.fields(Writer)]
+    assert parts == ["layout", "add_tensors", "config", "geometry", "shapes"]
+    for name, writer in WRITERS.items():
+        assert isinstance(writer, Writer) and all(callable(getattr(writer, p)) for p in parts), name
