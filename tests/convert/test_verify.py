@@ -118,3 +118,13 @@ def test_verify_follows_the_destination_dtype(bloom, tmp_path):
     res = convert(bloom, tmp_path / "dst", PlanRequest(window=256, dtype="float16"))
     report = verify(bloom, res.destination, context=128, greedy_tokens=4)
     assert report.dtype == "float16" and report.thresholds["max_abs_logit_diff"] == 0.25
+
+
+def test_the_reading_does_not_grow_with_the_context(tmp_path):
+    # transformers' MPT adds m (j - s + 1), relative to the last position: its first tokens carry biases of the
+    # whole context's size, so the reading runs the first tokens alone and measures the same at any context
+    src = build(tmp_path / "mpt", "mpt")
+    dst = convert(src, tmp_path / "rope", PlanRequest(window=2048, dtype="float32")).destination
+    short, long = (verify(src, dst, context=n, greedy_tokens=0) for n in (256, 2048))
+    assert short.passed and long.passed, (short.failures, long.failures)
+    assert long.native_reading_max_err == short.native_reading_max_err < 1e-4
