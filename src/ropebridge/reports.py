@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .checkpoint.config import FAMILIES
 from .convert.verdict import describe
 from .emulation import EmulationPlan
 from .emulation.error_model import distance_grid, emulated_bias
@@ -271,7 +272,7 @@ def write_report(report, out: Path, native, converted, ids: torch.Tensor) -> Non
     with torch.no_grad():
         conv_probs = list(eager(ids, output_attentions=True).attentions)
         native_probs = None
-        if report.family != "falcon":  # transformers' eager Falcon adds the ALiBi bias twice
+        if FAMILIES[report.family].eager_attention_maps:  # transformers' eager Falcon adds the ALiBi bias twice
             native_probs = list(native(ids, output_attentions=True).attentions)
         ref_probs: list = []
         if report.reference_converted_max_err is not None:
@@ -313,7 +314,7 @@ def write_report(report, out: Path, native, converted, ids: torch.Tensor) -> Non
     if r.transformers_native_deviation is not None:
         lines.append(f"Native {r.family} runs as the family defines it (transformers' own: "
                      f"{r.transformers_native_deviation}; its numbers are reported separately).")
-    if r.family == "falcon":
-        lines.append("Falcon's eager path, the only one that returns attention maps, adds the bias twice, so its "
-                     "maps are not shown.")
+    if not FAMILIES[r.family].eager_attention_maps:
+        lines.append(f"transformers' eager {r.family}, the only path that returns attention maps, does not compute "
+                     "the family's attention (Falcon adds the bias twice), so its maps are not shown.")
     (out / "report.md").write_text("\n".join(lines) + "\n")

@@ -37,3 +37,22 @@ def test_a_config_gives_the_whole_geometry_once():
     with pytest.raises(ValueError, match="clip_qkv"):
         from_config({"model_type": "mpt", "n_heads": 4, "d_model": 256, "attn_config": {"alibi": True, "clip_qkv": 6}})
     assert from_heads(4, 64, "mpt").slopes == family_slopes("mpt", 4, 64)
+
+
+def test_a_family_is_one_row(monkeypatch):
+    # every per-family fact the reader uses is a field of its FAMILIES row: a new row needs no name check elsewhere
+    import dataclasses
+
+    from ropebridge.checkpoint.config import declared_biases
+
+    twice = dataclasses.replace(FAMILIES["bloom"], name="twice", model_types=("twice",),
+                                per_logit=lambda m, hd: 2 * m, biases=lambda c: ("use_bias", bool(c["use_bias"]), False),
+                                max_positions_key="n_positions")
+    monkeypatch.setitem(FAMILIES, "twice", twice)
+    assert family_slopes("twice", 8, 64) == tuple(2 * m for m in family_slopes("bloom", 8, 64))
+    assert declared_biases("twice", {"use_bias": 0}) == ("use_bias", False, False)
+    info = from_config({"model_type": "twice", "n_head": 4, "hidden_size": 64, "n_layer": 2, "vocab_size": 10,
+                        "n_positions": 512})
+    assert info.max_positions == 512 and info.slopes == family_slopes("twice", 4, 16)
+    assert from_config({"model_type": "bloom", "n_head": 4, "hidden_size": 64, "n_layer": 2,
+                        "n_positions": 512}).max_positions is None

@@ -62,14 +62,20 @@ class SourceInfo(AlibiSource):
     @property
     def max_positions(self) -> int | None:
         """The longest input the source accepts (MPT: ``max_seq_len``, its ALiBi table); None for no limit."""
-        return int(self.config["max_seq_len"]) if self.family == "mpt" and self.config.get("max_seq_len") else None
+        key = self.spec.max_positions_key
+        return int(self.config[key]) if key is not None and self.config.get(key) else None
 
 
 @dataclass(frozen=True)
 class Family:
     """One ALiBi family: its model types, the config keys of its sizes (first present wins), ``details`` (the
     family's own keys: refusals, max_bias, eps, activation, parallel, MLP width, q.k scale), its tensor names
-    (``block``: block i's, ``globals``), its fused-QKV row layout, and the attention verify runs it with."""
+    (``block``: block i's, ``globals``), its fused-QKV row layout (``per-head`` (h, 3, hd), ``blocks`` [Q | K | V],
+    or ``per-head-or-multi-query``: also h query heads then one k and one v), the attention verify runs it with,
+    ``biases`` (config -> the key that declares the biases, whether it does, whether it covers the LayerNorms:
+    ``declared_biases``), ``per_logit`` (Press et al.'s slopes m ``(h,)`` and hd -> the slope each logit gets),
+    the config key of its longest input (None: no limit), and whether transformers' eager path (the one that
+    returns attention maps) computes its attention."""
 
     name: str
     model_types: tuple[str, ...]
@@ -79,9 +85,13 @@ class Family:
     details: Callable[[Mapping[str, Any], int, int], dict[str, Any]]  # (config, hidden, head_dim) -> fields
     block: Callable[[int], dict[str, str]]
     globals: Mapping[str, str]
-    qkv_layout: str  # "per-head" (h, 3, hd) or "blocks" [Q | K | V]
+    qkv_layout: str
     attention: str  # transformers attention implementation of the source (verify)
     embedding_norm: str | None = None  # an embedding LayerNorm folded into the embedding rows
+    biases: Callable[[Mapping[str, Any]], tuple[str, bool, bool]] = lambda c: ("", True, False)
+    per_logit: Callable[[torch.Tensor, int], torch.Tensor] = lambda m, hd: m
+    max_positions_key: str | None = None
+    eager_attention_maps: bool = True
 
 
 def _key(c: Mapping[str, Any], key: str, default: Any, *, null_is_default: bool = False) -> Any:
@@ -148,36 +158,37 @@ def _mpt_names(i: int) -> dict[str, str]:
             "up": p + "ffn.up_proj", "down": p + "ffn.down_proj"}
 
 
+def _falcon_per_logit(m: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Falcon's (q.k + m j)/sqrt(hd) with m rounded to bfloat16 (as transformers builds it): m_bf16 / sqrt(hd)."""
+    return m.to(torch.bfloat16).to(torch.float64) / math.sqrt(head_dim)
+
+
 _H_GLOBALS = {"emb": "transformer.word_embeddings.weight", "ln_f": "transformer.ln_f", "head": "lm_head.weight"}
 FAMILIES = {f.name: f for f in (
     Family("bloom", ("bloom",), ("n_head", "num_attention_heads"), ("hidden_size", "n_embed"), ("n_layer",),
            _bloom, _h_names, _H_GLOBALS, "per-head", "eager", "transformer.word_embeddings_layernorm"),
     Family("mpt", ("mpt",), ("n_heads",), ("d_model",), ("n_layers",), _mpt, _mpt_names,
-           {"emb": "transformer.wte.weight", "ln_f": "transformer.norm_f", "head": "lm_head.weight"}, "blocks", "eager"),
+           {"emb": "transformer.wte.weight", "ln_f": "transformer.norm_f", "head": "lm_head.weight"}, "blocks", "eager",
+           biases=lambda c: ("no_bias", not c.get("no_bias", True), True), max_positions_key="max_seq_len"),
     Family("falcon", ("falcon", "RefinedWeb", "RefinedWebModel"), ("num_attention_heads", "n_head"), ("hidden_size",),
-           ("num_hidden_layers", "n_layer"), _falcon, _h_names, _H_GLOBALS, "per-head", "sdpa"),
+           ("num_hidden_layers", "n_layer"), _falcon, _h_names, _H_GLOBALS, "per-head-or-multi-query", "sdpa",
+           biases=lambda c: ("bias", bool(c.get("bias", False)), False), per_logit=_falcon_per_logit,
+           eager_attention_maps=False),  # transformers' eager Falcon adds the ALiBi bias twice
 )}
 
 
 def declared_biases(family: str, config: Mapping[str, Any]) -> tuple[str, bool, bool]:
     """The key that says whether the linear layers carry biases, whether they do, and whether the key covers the
     LayerNorms too (a bias tensor the key does not declare would be read by ropebridge and ignored by the family's
-    own code): Falcon ``bias`` (default false; its LayerNorms always have one), MPT ``no_bias`` (default true;
-    linears and LayerNorms), BLOOM always."""
-    if family == "falcon":
-        return "bias", bool(config.get("bias", False)), False
-    if family == "mpt":
-        return "no_bias", not config.get("no_bias", True), True
-    return "", True, False
+    own code), from the family's row: Falcon ``bias`` (default false; its LayerNorms always have one), MPT
+    ``no_bias`` (default true; linears and LayerNorms), BLOOM always."""
+    return FAMILIES[family].biases(config)
 
 
 def family_slopes(family: str, n_heads: int, head_dim: int, max_bias: float = 8.0) -> tuple[float, ...]:
     """Per-logit slopes of ``family`` (see the module doc), float64 values as a tuple ``(h,)``."""
     _checks.choice("family", family, tuple(FAMILIES))
-    m = alibi.slopes(n_heads, max_bias)
-    if family == "falcon":
-        m = m.to(torch.bfloat16).to(torch.float64) / math.sqrt(head_dim)
-    return tuple(m.tolist())
+    return tuple(FAMILIES[family].per_logit(alibi.slopes(n_heads, max_bias), head_dim).tolist())
 
 
 def from_heads(n_heads: int, head_dim: int, family: str = "bloom", max_bias: float = 8.0) -> AlibiSource:

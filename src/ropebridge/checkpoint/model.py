@@ -182,13 +182,13 @@ class SourceModel:
             return rows((part * h + a) * hd, (part * h + b) * hd).view(b - a, hd, *rest)
         if total == 3 * h * hd:  # per head (h, 3, hd): one read per head
             return torch.stack([rows((3 * j + part) * hd, (3 * j + part + 1) * hd) for j in range(a, b)])
-        if total == (h + 2) * hd and info.family == "falcon":  # multi-query: h query heads, then one k and one v
+        if total == (h + 2) * hd and info.spec.qkv_layout == "per-head-or-multi-query":  # h q heads, one k, one v
             if part == 0:
                 return rows(a * hd, b * hd).view(b - a, hd, *rest)
             one = h + part - 1
             return rows(one * hd, (one + 1) * hd).view(1, hd, *rest).expand(b - a, hd, *rest)  # replicated (exact)
         raise ValueError(f"{name}.weight has {total} rows; expected {3 * h * hd}"
-                         + ("" if info.spec.qkv_layout == "blocks" else f" or {(h + 2) * hd}"))
+                         + (f" or {(h + 2) * hd}" if info.spec.qkv_layout == "per-head-or-multi-query" else ""))
 
     def qkv(self, i: int) -> tuple[torch.Tensor, ...]:
         """Block i's (q_w, k_w, v_w) ``(h, hd, D)`` and (q_b, k_b, v_b) ``(h, hd)``, float64."""
