@@ -28,6 +28,16 @@ def _figure(width: float = 7.0, height: float = 4.0) -> Figure:
     return Figure(figsize=(width, height), layout="constrained")
 
 
+def _label(ax, xlabel: str, ylabel: str, title: str, legend: bool = True) -> None:
+    """Axis labels, title, a log-friendly grid and (where lines are labelled) the legend of one panel."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    if legend:
+        ax.legend()
+
+
 def wavelength_figure(analysis: RopeAnalysis) -> Figure:
     """Wavelength per pair (log scale), default against the chosen scaling, with the context as a line."""
     fig = _figure()
@@ -39,11 +49,8 @@ def wavelength_figure(analysis: RopeAnalysis) -> Figure:
     if rope_type != "default":
         ax.semilogy(idx, scaled, "s-", ms=3, label=rope_type)
     ax.axhline(analysis.context, color="k", ls="--", lw=1, label=f"context {analysis.context}")
-    ax.set_xlabel("pair index i")
-    ax.set_ylabel("wavelength 2π/θᵢ (tokens)")
-    ax.set_title(f"RoPE wavelengths, head_dim {analysis.head_dim}, base {analysis.rope_parameters.get('rope_theta')}")
-    ax.legend()
-    ax.grid(True, which="both", alpha=0.3)
+    _label(ax, "pair index i", "wavelength 2π/θᵢ (tokens)",
+           f"RoPE wavelengths, head_dim {analysis.head_dim}, base {analysis.rope_parameters.get('rope_theta')}")
     return fig
 
 
@@ -158,11 +165,7 @@ def perplexity_figure(by_context: dict, train_context: int):
     ax.plot(by_context["context"], by_context["converted"], "s--", label="converted RoPE (GPT-NeoX)")
     ax.axvline(train_context, color="k", ls=":", lw=1, label=f"training context {train_context}")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("context (tokens)")
-    ax.set_ylabel("held-out perplexity")
-    ax.set_title("perplexity against context")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    _label(ax, "context (tokens)", "held-out perplexity", "perplexity against context")
     return fig
 
 
@@ -231,11 +234,7 @@ def _attention_figure(native_probs, converted_probs, reference_probs):
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("layer")
-    ax.set_ylabel("max |Δ attention probability|")
-    ax.set_title("attention probabilities per layer")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    _label(ax, "layer", "max |Δ attention probability|", "attention probabilities per layer")
     return fig
 
 
@@ -244,10 +243,7 @@ def _position_figure(report):
     ax = fig.add_subplot()
     err = [max(e, 1e-12) for e in report.error_by_position]
     ax.semilogy(range(len(err)), err, lw=1)
-    ax.set_xlabel("position")
-    ax.set_ylabel("max over vocab |Δ logit|")
-    ax.set_title(f"converted vs native, {report.dtype}")
-    ax.grid(True, which="both", alpha=0.3)
+    _label(ax, "position", "max over vocab |Δ logit|", f"converted vs native, {report.dtype}", legend=False)
     return fig
 
 
