@@ -14,6 +14,22 @@ def test_half_ulp():
     assert half_ulp(0.75, "float16") == 2.0**-12
     assert half_ulp(1e-7, "float16") == 2.0**-25  # subnormal floor
     assert half_ulp(0.0, "float32") == 0.0
+    assert half_ulp(float("inf"), "float16") == half_ulp(float("nan"), "float16") == float("inf")
+
+
+def test_half_ulp_is_frexps_definition_everywhere():
+    # the exponent read from the bits equals frexp's floor(log2 |x|), over 80 decades, subnormal float64 included
+    import numpy as np
+
+    from ropebridge.numerics import FORMATS
+
+    g = np.random.default_rng(0)
+    x = g.standard_normal(20000) * 10.0 ** g.integers(-40, 40, 20000)
+    x[:6] = [0.0, 1.0, -2.0**-149, 5e-324, 1e300, 65504.0]
+    for dtype, (p, e_min) in FORMATS.items():
+        _, e = np.frexp(np.abs(x))
+        definition = np.where(x != 0, np.ldexp(1.0, np.maximum(e - 1, e_min) - p), 0.0)
+        assert np.array_equal(half_ulp(x, dtype), definition), dtype
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))

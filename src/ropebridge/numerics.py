@@ -46,11 +46,14 @@ def unit_roundoff(dtype: str) -> float:
 
 
 def half_ulp(x: np.ndarray | float, dtype: str) -> np.ndarray:
-    """Largest rounding error of round-to-nearest at |x| in ``dtype`` (0 at 0), float64 array (module doc)."""
+    """Largest rounding error of round-to-nearest at |x| in ``dtype`` (0 at 0, inf at inf or NaN), float64 array
+    (module doc). floor(log2 |x|) is read from the float64 exponent bits and 2^k written into them, both exact."""
     p, e_min = FORMATS[dtype]
     a = np.abs(np.asarray(x, dtype=np.float64))
-    _, e = np.frexp(a)  # a = f * 2^e with f in [0.5, 1): floor(log2 a) = e - 1
-    return np.where(a > 0, np.ldexp(1.0, np.maximum(e - 1, e_min) - p), 0.0)
+    e = (a.view(np.int64) >> 52) - 1023  # floor(log2 a) for normal a (below e_min for subnormal float64)
+    k = np.maximum(e, e_min) - p  # >= -150: a normal float64 exponent
+    out = np.where(a > 0, ((k + 1023) << 52).view(np.float64), 0.0)  # 2^k
+    return np.where(np.isfinite(a), out, np.inf)
 
 
 def plan_tolerance(dtype: str, slopes: Sequence[float], window: int) -> float:
