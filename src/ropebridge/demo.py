@@ -174,9 +174,11 @@ def _run(model_dir, out, record, train_context, eval_context, greedy_tokens, ste
         ppl_random, _ = perplexity(random_model, ids, train_context, tokens=4 * train_context)
         sweep = sorted({c for c in (64, 128, train_context, 2 * train_context, eval_context) if c <= eval_context})
         by_context = {"context": sweep, "native": [], "converted": []}
+        measured = {train_context: (ppl_n, ppl_c), eval_context: (ppl_n4, ppl_c4)}  # computed once, above
         for c in sweep:
-            by_context["native"].append(ppl_n if c == train_context else perplexity(native, ids, c)[0])
-            by_context["converted"].append(ppl_c if c == train_context else perplexity(converted, ids, c)[0])
+            n, conv = measured.get(c) or (perplexity(native, ids, c)[0], perplexity(converted, ids, c)[0])
+            by_context["native"].append(n)
+            by_context["converted"].append(conv)
         step("perplexity")
         prompt_ids = tokenizer(PROMPT, return_tensors="pt")["input_ids"]
         gen = dict(max_new_tokens=greedy_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id,
