@@ -13,7 +13,7 @@ from typing import Any
 
 # The converted model's logit error may reach this many times the plan's predicted worst *score* error: the
 # error model's tests hold measurement <= prediction <= 4 x measurement for the scores, and the logits measured
-# up to 2.1x the predicted score error on the real-text models (docs/verify.md, benchmarks/verdicts.py).
+# up to 2.6x the predicted score error on the real-text models (docs/verify.md, benchmarks/verdicts.py).
 LOGIT_FACTOR = 3.0
 READING_TOKENS = 256  # the tokens on which the source as transformers runs it is held to the reference
 
