@@ -86,3 +86,23 @@ def test_on_a_rotary_block_the_pair_is_pair_1_of_4_dims_at_base_theta_squared_in
     assert (p.strategy_label, p.rotary_dim, p.base) == ("single (exact-rotation)", 4, theta**-2.0)
     assert all([q.index for q in h.pairs] == [1] for h in p.heads)
     assert all(h.theta == pytest.approx(theta, rel=1e-15) for h in p.heads)
+
+
+@pytest.mark.parametrize("heads, window, dtype", [(12, 2048, "float16"), (32, 8192, "bfloat16"), (16, 256, "bfloat16")])
+def test_the_chosen_theta_is_the_largest_within_1_percent_of_the_fully_scored_minimum(heads, window, dtype,
+                                                                                      monkeypatch):
+    # the search scores at most five candidates on every head (best first, stopping where the critical heads
+    # alone rule the rest out), and chooses by the 1% rule among those, every head counted
+    import ropebridge.emulation.single as module
+
+    source, num = from_heads(heads, 64), Numerics(1 / 8, window, dtype)
+    calls = []
+    real = module.evaluate
+    monkeypatch.setattr(module, "evaluate", lambda *a: calls.append(a) or real(*a))
+    chosen = shared_theta(source.slopes, num)
+    ms = sorted(set(source.slopes))
+    candidates = sorted({a[2][0] for a in calls})
+    scored_on_all = [t for t in candidates if {a[1] for a in calls if a[2][0] == t} >= set(ms)]
+    full = {t: max(real(0, m, [t], [None], num).predicted_error for m in ms) for t in scored_on_all}
+    assert chosen == max(t for t, e in full.items() if e <= 1.01 * min(full.values()))
+    assert len(scored_on_all) <= 5

@@ -46,7 +46,8 @@ def shared_theta(slopes: Sequence[float], num: Numerics) -> float:
     largest within 1% of that minimum. A log grid over 12 decades, refined around its best point; the search
     runs on the heads that can be worst (rounding grows with m: the steepest head; the sine term with m D^3,
     D = min(L, cutoff/m): the shallowest, and the steepest whose D is still L), and its five best candidates
-    are then scored on every head."""
+    are then scored on every head, best first, until the critical heads alone put one beyond 1% of the minimum
+    (a subset's worst error bounds the whole's from below, so those could not be chosen)."""
     top = HALF_PI * (1 - 1e-6) / num.window
     ms = sorted(set(slopes))
     critical = {ms[0], ms[-1], max((m for m in ms if m <= num.cutoff / num.window), default=ms[0])}
@@ -60,7 +61,11 @@ def shared_theta(slopes: Sequence[float], num: Numerics) -> float:
     fine = list(np.geomspace(grid[min(best + 1, 48)], grid[max(best - 1, 0)], 9))
     grid, errors = grid + fine, errors + [worst(t, critical) for t in fine]
     keep = sorted(range(len(grid)), key=lambda k: errors[k])[:5]
-    exact = {grid[k]: worst(grid[k], ms) for k in keep}
+    exact: dict[float, float] = {}
+    for k in keep:  # in order of the critical heads' worst error, which bounds every head's from below
+        if exact and errors[k] > 1.01 * min(exact.values()):
+            break  # this one's and the rest's worst error exceeds 1.01 x the minimum: none can be chosen
+        exact[grid[k]] = worst(grid[k], ms)
     floor = min(exact.values())
     return float(max(t for t, e in exact.items() if e <= 1.01 * floor))
 
