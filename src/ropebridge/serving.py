@@ -106,14 +106,11 @@ def converted_checkpoint(src_dir: str | Path, request) -> tuple[int, dict]:
     from .planning import plan_checkpoint
 
     plan, model = plan_checkpoint(src_dir, request)
-    from .writers import writer_for
+    from .writers import describe_checkpoint
 
-    target = TARGETS[request.target]
-    code = writer_for(target)
-    layout = code.layout(model, plan, target)
     writer = ShardWriter(Path(src_dir), torch.bfloat16, 2**62)  # never written: only its descriptions count
-    code.add_tensors(model, layout, writer)
-    return sum(torch.Size(p.shape).numel() for p in writer.pending), code.config(model, layout, plan)
+    _, config = describe_checkpoint(model, plan, TARGETS[request.target], writer)
+    return sum(torch.Size(p.shape).numel() for p in writer.pending), config
 
 
 def checkpoint_tp_problems(directory: str | Path, tp: int) -> list[str]:

@@ -29,7 +29,7 @@ from ..emulation import EmulationPlan, PlanRequest
 from ..numerics import DTYPES
 from ..planning import prepare, what_would_fit
 from ..targets import TARGETS, Target
-from ..writers import writer_for
+from ..writers import describe_checkpoint
 from .card import model_card
 
 log = logging.getLogger(__name__)
@@ -243,13 +243,9 @@ def derive(src_dir: Path, request: PlanRequest, source_name: str, max_shard_byte
         raise FileNotFoundError(f"no weights (*.safetensors or *.bin) in {src_dir}")
     plan = dataclasses.replace(emulation.plan(source, request), source=source_name)
     target = TARGETS[request.target]
-    code = writer_for(target)
-    layout = code.layout(model, plan, target)
-    geometry = code.geometry(model, layout)
     writer = ShardWriter(Path("."), DTYPES[plan.dtype], max_shard_bytes)  # directory: set when written
-    code.add_tensors(model, layout, writer)  # describes the tensors; nothing is read yet
-    return Derivation(request, plan, model, target, geometry, writer, code.config(model, layout, plan),
-                      side_files(src_dir))
+    geometry, config = describe_checkpoint(model, plan, target, writer)
+    return Derivation(request, plan, model, target, geometry, writer, config, side_files(src_dir))
 
 
 def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None, *, accept_error: bool = False,

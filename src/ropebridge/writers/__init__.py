@@ -4,12 +4,18 @@
 A writer lays the plan out on the target (``layout``), describes every tensor to a ``ShardWriter`` as a producer
 that reads the source when written (``add_tensors``), gives ``config.json`` (``config``), the layout's numbers
 ``ropebridge.json`` records (``geometry``), and reads back what a converted ``config.json`` serves
-(``shapes``: layers, heads, kv_heads, head_dim, hidden, intermediate). Adding a target is one row of
-``targets.TARGETS`` and one writer here.
+(``shapes``: layers, heads, kv_heads, head_dim, hidden, intermediate). ``describe_checkpoint`` runs the first four
+for ``convert`` and the serving arithmetic alike. Adding a target is one row of ``targets.TARGETS`` and one writer
+here.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..checkpoint.model import SourceModel
+from ..checkpoint.tensor_io import ShardWriter
+from ..emulation import EmulationPlan
 from ..targets import Target
 from . import gpt_neox, nemotron, starcoder2
 from .protocol import Writer
@@ -22,4 +28,14 @@ def writer_for(target: Target) -> Writer:
     return WRITERS[target.name]
 
 
-__all__ = ["WRITERS", "Writer", "writer_for"]
+def describe_checkpoint(model: SourceModel, plan: EmulationPlan, target: Target,
+                        writer: ShardWriter) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Lay ``plan`` out on ``target`` and describe every tensor to ``writer`` (nothing is read yet); returns the
+    layout's numbers ``ropebridge.json`` records and ``config.json``."""
+    code = writer_for(target)
+    layout = code.layout(model, plan, target)
+    code.add_tensors(model, layout, writer)
+    return code.geometry(model, layout), code.config(model, layout, plan)
+
+
+__all__ = ["WRITERS", "Writer", "describe_checkpoint", "writer_for"]
