@@ -1,9 +1,25 @@
 import logging
+import os
 
 import pytest
 import torch
 
 torch.manual_seed(0)
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one torch thread per test worker: the workers share the cores
+    torch.set_num_threads(1)
+
+DEMO_FIXTURES = {"demo_run", "demo_report_lines"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups from the marks
+def pytest_collection_modifyitems(config, items):
+    """The tests that read the session's demo run form one group (``pytest -n``'s ``--dist loadgroup`` runs them
+    on one worker, so the demo runs once) and come first, so the longest unit starts first."""
+    demo = [item for item in items if DEMO_FIXTURES & set(getattr(item, "fixturenames", ()))]
+    for item in demo:
+        item.add_marker(pytest.mark.xdist_group("demo"))
+    grouped = set(demo)
+    items[:] = demo + [item for item in items if item not in grouped]
 
 
 @pytest.fixture(autouse=True)
