@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import torch
@@ -65,6 +66,50 @@ def _add_mpt_biases(model, directory: Path, std: float) -> None:
         if isinstance(module, (torch.nn.Linear, torch.nn.LayerNorm)) and name.startswith("transformer."):
             tensors[name + ".bias"] = std * torch.randn(module.weight.shape[0])
     save_file(tensors, path, metadata={"format": "pt"})
+
+
+# Remote-code families (no transformers class): config.json and their tensors in the real layout, written directly.
+REMOTE = {
+    # Baichuan-13B's config keys (configuration_baichuan.py), 6 heads of 16 (not a power of two)
+    "baichuan": dict(hidden_size=96, num_attention_heads=6, num_hidden_layers=2, intermediate_size=160,
+                     vocab_size=320),
+    # Baichuan2-13B: its vocabulary of 125696 makes the output head a NormHead
+    "baichuan2": dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64,
+                      vocab_size=125696),
+}
+
+
+def build_remote(directory: Path, family: str, *, seed: int = 0, std: float = 0.2, **overrides) -> Path:
+    """Save a random pico of a remote-code family (``REMOTE``): its config.json and model.safetensors with the
+    tensor names and shapes of the published modeling code (Baichuan: ``model.layers.i.self_attn.W_pack`` as
+    [Q | K | V], RMSNorm weights, gate/up/down, an untied ``lm_head``). Norm weights are 1 + 0.1 N(0, 1), the
+    rest N(0, std)."""
+    from safetensors.torch import save_file
+
+    shape = {**REMOTE[family], **overrides}
+    config = {"architectures": ["BaichuanForCausalLM"], "model_type": "baichuan", "hidden_act": "silu",
+              "rms_norm_eps": 1e-6, "model_max_length": 4096, "tie_word_embeddings": False, "pad_token_id": 0,
+              "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32", **shape}
+    d, f, v = shape["hidden_size"], shape["intermediate_size"], shape["vocab_size"]
+    g = torch.Generator().manual_seed(seed)
+
+    def normal(*size: int) -> torch.Tensor:
+        return std * torch.randn(*size, generator=g)
+
+    tensors = {"model.embed_tokens.weight": normal(v, d), "model.norm.weight": 1 + 0.1 * torch.randn(d, generator=g),
+               "lm_head.weight": normal(v, d)}
+    for i in range(shape["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        tensors.update({p + "input_layernorm.weight": 1 + 0.1 * torch.randn(d, generator=g),
+                        p + "post_attention_layernorm.weight": 1 + 0.1 * torch.randn(d, generator=g),
+                        p + "self_attn.W_pack.weight": normal(3 * d, d), p + "self_attn.o_proj.weight": normal(d, d),
+                        p + "mlp.gate_proj.weight": normal(f, d), p + "mlp.up_proj.weight": normal(f, d),
+                        p + "mlp.down_proj.weight": normal(d, f)})
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
+    return directory
 
 
 def tree_hash(directory: Path) -> str:

@@ -19,7 +19,7 @@ def test_calibrated_floors_cover_the_content_advantage(bloom):
     from ropebridge.checkpoint.reference import _ln
 
     layer = src.layer(0)
-    h1 = _ln(src.embedding_rows(0, src.info.vocab_size)[ids], layer.ln1, src.info.eps)
+    h1 = _ln(src.embedding_rows(0, src.info.vocab_size)[ids], layer.ln1, src.info)
     q = torch.einsum("sd,hed->hse", h1, layer.q_w) + layer.q_b[:, None, :]
     k = torch.einsum("sd,hed->hse", h1, layer.k_w) + layer.k_b[:, None, :]
     content = src.info.qk_scale * q @ k.transpose(-1, -2)  # (h, s, t)

@@ -39,3 +39,35 @@ def test_blockwise_reference_equals_full_reference(tmp_path):
     full = reference_logits(model, ids)[0]
     blocked = reference_hidden(model, ids[0], query_block=64) @ model.head_rows(0, model.info.vocab_size).T
     torch.testing.assert_close(blocked, full, rtol=1e-12, atol=1e-12)  # same float64 math, other summation order
+
+
+def test_baichuan_reference_is_its_modelling_code(tmp_path):
+    # the float64 reference on Baichuan-13B and Baichuan2-13B picos in their real layout (W_pack thirds,
+    # RMSNorm, gated SiLU MLP, Baichuan2's NormHead) against an independent reading of the published code
+    from pico import build_remote
+    from remote_models import baichuan_logits
+
+    for family in ("baichuan", "baichuan2"):
+        src_dir = build_remote(tmp_path / family, family)
+        model = SourceModel(src_dir)
+        ids = torch.randint(0, 320, (1, 96), generator=torch.Generator().manual_seed(3))
+        ours, theirs = reference_logits(model, ids), baichuan_logits(src_dir, ids)
+        assert model.info.head_norm == (family == "baichuan2")
+        scale = float(theirs.abs().max())
+        assert float((ours - theirs).abs().max()) <= 64 * torch.finfo(torch.float64).eps * scale, family
+        # the blockwise pass is the same model
+        blocked = reference_hidden(model, ids[0], query_block=32) @ model.head_rows(0, model.info.vocab_size).T
+        assert float((blocked - ours[0]).abs().max()) <= 64 * torch.finfo(torch.float64).eps * scale, family
+
+
+def test_baichuan_head_norm_changes_the_logits(tmp_path):
+    # the NormHead is read: a Baichuan2 pico read without it is another model (the test can fail)
+    import dataclasses
+
+    from pico import build_remote
+
+    model = SourceModel(build_remote(tmp_path / "b2", "baichuan2"))
+    ids = torch.randint(0, 320, (1, 16), generator=torch.Generator().manual_seed(4))
+    plain = SourceModel(tmp_path / "b2")
+    plain.info = dataclasses.replace(plain.info, head_norm=False)
+    assert float((reference_logits(model, ids) - reference_logits(plain, ids)).abs().max()) > 1.0

@@ -8,7 +8,13 @@ slope (what the emulation must reproduce in the softmax input) differs (transfor
 - BLOOM: scores = q.k/sqrt(hd) + m*j, slope m (Press et al. rule, max_bias 8); an embedding LayerNorm;
 - MPT (``attn_config.alibi``): the bias is added after the softmax scale, slope m (``alibi_bias_max``, default 8);
 - Falcon with ``alibi=True`` (Falcon-RW): (q.k + m*j)/sqrt(hd), slope m/sqrt(hd), and transformers rounds m to
-  bfloat16 first, even in float32 models: we take those rounded values.
+  bfloat16 first, even in float32 models: we take those rounded values;
+- Baichuan-13B and Baichuan2-13B (``model_type: baichuan``, remote code ``modeling_baichuan.py``): scores =
+  q.k/sqrt(hd) + m*j, m Press et al.'s (``_get_interleave``) built as a float32 tensor: we take those float32
+  values. RMSNorm, a gated SiLU MLP, no biases. The family's 7B models share the model_type and use RoPE; as
+  vLLM and SGLang tell them apart, hidden_size 4096 is a 7B (refused: already RoPE) and any other size the ALiBi
+  13B; Baichuan2's output head normalises its rows (NormHead), told from Baichuan's by its vocabulary of 125696
+  (as vLLM and SGLang do).
 """
 
 from __future__ import annotations
@@ -53,11 +59,19 @@ class SourceInfo(AlibiSource):
     activation: str = "gelu"  # transformers ACT2FN name in the target
     parallel: bool = False  # attention and MLP read one LayerNorm and add to the residual together
     qk_scale: float = 1.0  # scale applied to q.k in the source logits
+    norm: str = "layernorm"  # or "rmsnorm" (x / sqrt(mean x^2 + eps) * w)
+    gated: bool = False  # MLP down(act(gate x) * up x) instead of down(act(up x))
+    head_norm: bool = False  # the output head's rows are normalised to unit length (Baichuan2's NormHead)
     config: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def spec(self) -> Family:
         return FAMILIES[self.family]
+
+    @property
+    def block(self) -> str:
+        """The kind of block a target must carry: ``layernorm`` (LayerNorm, a plain MLP) or ``rmsnorm-gated``."""
+        return "rmsnorm-gated" if self.norm == "rmsnorm" and self.gated else "layernorm"
 
     @property
     def max_positions(self) -> int | None:
@@ -74,8 +88,9 @@ class Family:
     or ``per-head-or-multi-query``: also h query heads then one k and one v), the attention verify runs it with,
     ``biases`` (config -> the key that declares the biases, whether it does, whether it covers the LayerNorms:
     ``declared_biases``), ``per_logit`` (Press et al.'s slopes m ``(h,)`` and hd -> the slope each logit gets),
-    the config key of its longest input (None: no limit), and whether transformers' eager path (the one that
-    returns attention maps) computes its attention."""
+    the config key of its longest input (None: no limit), whether transformers' eager path (the one that
+    returns attention maps) computes its attention, and the target a conversion takes by default. ``attention``
+    None: transformers has no class for the family (remote code)."""
 
     name: str
     model_types: tuple[str, ...]
@@ -86,12 +101,13 @@ class Family:
     block: Callable[[int], dict[str, str]]
     globals: Mapping[str, str]
     qkv_layout: str
-    attention: str  # transformers attention implementation of the source (verify)
+    attention: str | None  # transformers attention implementation of the source (verify); None: no class
     embedding_norm: str | None = None  # an embedding LayerNorm folded into the embedding rows
     biases: Callable[[Mapping[str, Any]], tuple[str, bool, bool]] = lambda c: ("", True, False)
     per_logit: Callable[[torch.Tensor, int], torch.Tensor] = lambda m, hd: m
     max_positions_key: str | None = None
     eager_attention_maps: bool = True
+    default_target: str = "gpt-neox"
 
 
 def _key(c: Mapping[str, Any], key: str, default: Any, *, null_is_default: bool = False) -> Any:
@@ -145,6 +161,21 @@ def _falcon(c, d, hd) -> dict[str, Any]:
                 qk_scale=1 / math.sqrt(hd), kv_heads=kv_heads)
 
 
+def _baichuan(c, d, hd) -> dict[str, Any]:
+    if d == 4096:
+        raise ValueError("this Baichuan config has hidden_size 4096, a 7B model (Baichuan-7B, Baichuan2-7B): it uses "
+                         "RoPE already; the ALiBi models are the 13B ones")
+    act = c.get("hidden_act", "silu")
+    if act != "silu":
+        raise ValueError(f"Baichuan hidden_act {act!r} is not supported (only silu)")
+    return dict(max_bias=8.0, eps=_key(c, "rms_norm_eps", 1e-6), activation="silu", parallel=False,
+                intermediate_size=int(_key(c, "intermediate_size", 13696)), qk_scale=1 / math.sqrt(hd),
+                norm="rmsnorm", gated=True, head_norm=c.get("vocab_size") == BAICHUAN2_VOCAB)
+
+
+BAICHUAN2_VOCAB = 125696  # Baichuan2's vocabulary: its output head is a NormHead (vLLM's and SGLang's rule)
+
+
 def _h_names(i: int) -> dict[str, str]:
     p = f"transformer.h.{i}."
     return {"ln1": p + "input_layernorm", "ln2": p + "post_attention_layernorm",
@@ -156,6 +187,18 @@ def _mpt_names(i: int) -> dict[str, str]:
     p = f"transformer.blocks.{i}."
     return {"ln1": p + "norm_1", "ln2": p + "norm_2", "qkv": p + "attn.Wqkv", "o": p + "attn.out_proj",
             "up": p + "ffn.up_proj", "down": p + "ffn.down_proj"}
+
+
+def _baichuan_names(i: int) -> dict[str, str]:
+    p = f"model.layers.{i}."
+    return {"ln1": p + "input_layernorm", "ln2": p + "post_attention_layernorm", "qkv": p + "self_attn.W_pack",
+            "o": p + "self_attn.o_proj", "gate": p + "mlp.gate_proj", "up": p + "mlp.up_proj",
+            "down": p + "mlp.down_proj"}
+
+
+def _float32_per_logit(m: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Baichuan's m as its code builds it, ``torch.Tensor(_get_interleave(n))``: float32 values, as float64."""
+    return m.to(torch.float32).to(torch.float64)
 
 
 def _falcon_per_logit(m: torch.Tensor, head_dim: int) -> torch.Tensor:
@@ -174,6 +217,9 @@ FAMILIES = {f.name: f for f in (
            ("num_hidden_layers", "n_layer"), _falcon, _h_names, _H_GLOBALS, "per-head-or-multi-query", "sdpa",
            biases=lambda c: ("bias", bool(c.get("bias", False)), False), per_logit=_falcon_per_logit,
            eager_attention_maps=False),  # transformers' eager Falcon adds the ALiBi bias twice
+    Family("baichuan", ("baichuan",), ("num_attention_heads",), ("hidden_size",), ("num_hidden_layers",), _baichuan,
+           _baichuan_names, {"emb": "model.embed_tokens.weight", "ln_f": "model.norm", "head": "lm_head.weight"},
+           "blocks", None, biases=lambda c: ("", False, True), per_logit=_float32_per_logit, default_target="llama"),
 )}
 
 
@@ -181,7 +227,7 @@ def declared_biases(family: str, config: Mapping[str, Any]) -> tuple[str, bool, 
     """The key that says whether the linear layers carry biases, whether they do, and whether the key covers the
     LayerNorms too (a bias tensor the key does not declare would be read by ropebridge and ignored by the family's
     own code), from the family's row: Falcon ``bias`` (default false; its LayerNorms always have one), MPT
-    ``no_bias`` (default true; linears and LayerNorms), BLOOM always."""
+    ``no_bias`` (default true; linears and LayerNorms), BLOOM always, Baichuan never (no key: "")."""
     return FAMILIES[family].biases(config)
 
 
@@ -226,8 +272,8 @@ def _first(config: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
 
 
 def from_config(config: Mapping[str, Any] | str | Path) -> SourceInfo:
-    """The ``SourceInfo`` of a BLOOM, MPT or Falcon (``alibi=True``) config; ``ValueError`` for anything else or a
-    variant without a stock RoPE equivalent."""
+    """The ``SourceInfo`` of a BLOOM, MPT, Falcon (``alibi=True``) or Baichuan 13B config; ``ValueError`` for
+    anything else or a variant without a stock RoPE equivalent."""
     path = None
     if isinstance(config, (str, Path)):
         path = str(config)
@@ -238,7 +284,8 @@ def from_config(config: Mapping[str, Any] | str | Path) -> SourceInfo:
     spec = next((f for f in FAMILIES.values() if model_type in f.model_types), None)
     if spec is None:
         raise ValueError(
-            f"model_type {model_type!r} is not an ALiBi model ropebridge knows (bloom, mpt, falcon with alibi=true)")
+            f"model_type {model_type!r} is not an ALiBi model ropebridge knows (bloom, mpt, falcon with alibi=true, "
+            "baichuan)")
     heads = _checks.positive_int("number of heads", _first(config, spec.heads))
     hidden = _checks.positive_int("hidden size", _first(config, spec.hidden))
     if hidden % heads:

@@ -1,9 +1,10 @@
-"""Source adapters: BLOOM, MPT and Falcon (ALiBi) checkpoints as one canonical pre-LN transformer.
+"""Source adapters: BLOOM, MPT, Falcon and Baichuan (ALiBi) checkpoints as one canonical pre-norm transformer.
 
-Canonical block (float64 tensors), with x the residual stream (D):
+Canonical block (float64 tensors), with x the residual stream (D), N a LayerNorm or an RMSNorm
+(``SourceInfo.norm``) and the MLP plain, down(act(up x)), or gated, down(act(gate x) * up x):
 
-    a = attention(LN1(x)),  m = MLP(LN2(x or, parallel, the same LN1 output))
-    sequential: x <- x + a; x <- x + MLP(LN2(x))      parallel: x <- x + a + MLP(LN1(x))
+    a = attention(N1(x)),  m = MLP(N2(x or, parallel, the same N1 output))
+    sequential: x <- x + a; x <- x + MLP(N2(x))      parallel: x <- x + a + MLP(N1(x))
     attention logits per head = qk_scale * q.k - slope * (i - j), causal
 
 Per-family facts (transformers 5.x, read from its modelling code):
@@ -16,6 +17,9 @@ Per-family facts (transformers 5.x, read from its modelling code):
 - Falcon (``alibi=True``): fused QKV per head (h, 3, hd) (multi-query: h query heads, then one k and
   one v head, replicated here per head, which is exact); logits = (q.k + m_bf16*j)/sqrt(hd); exact
   GELU; ``parallel_attn`` shares one LayerNorm between attention and MLP.
+- Baichuan 13B (its ``modeling_baichuan.py``): ``W_pack`` as [Q | K | V] blocks, RMSNorms (weight only), the MLP
+  down(silu(gate x) * up x), no biases, an untied head (Baichuan2's rows normalised: ``head_rows``); logits =
+  q.k/sqrt(hd) + m_f32*j.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ class Layer:
     up_b: torch.Tensor
     down_w: torch.Tensor
     down_b: torch.Tensor
+    gate_w: torch.Tensor | None = None  # (F, D): a gated MLP's gate (``SourceInfo.gated``), else None
+    gate_b: torch.Tensor | None = None
 
 
 def _zeros_if_missing(reader: CheckpointReader, name: str, shape: tuple[int, ...]) -> torch.Tensor:
@@ -92,10 +98,16 @@ class SourceModel:
             out.update({n[k] + ".weight": ((d,), True) for k in norms})
             out.update({n[k] + ".bias": ((d,), False) for k in norms})
             linears = {"qkv": (self.qkv_rows(), d), "o": (d, hd_all), "up": (f, d), "down": (d, f)}
+            if info.gated:
+                linears["gate"] = (f, d)
             for key, (rows, cols) in linears.items():
                 out[n[key] + ".weight"] = ((rows, cols), True)
                 out[n[key] + ".bias"] = ((rows,), False)
         return out
+
+    def linears(self) -> tuple[str, ...]:
+        """The names of a block's linear layers: qkv, o, up, down, and gate where the MLP is gated."""
+        return ("qkv", "o", "up", "down") + (("gate",) if self.info.gated else ())
 
     def qkv_rows(self) -> int:
         """The fused QKV's row count the config implies: (h + 2 kv) hd: 3 h hd, or (h + 2) hd for a multi-query
@@ -126,13 +138,14 @@ class SourceModel:
         declares (``config.declared_biases``) and ignores the others, so a bias tensor the config does not declare,
         or a declared linear bias missing, would make the family's code and this reader two different models."""
         key, declared, norms = declared_biases(self.info.family, self.config)
-        names = [self._names(i)[k] + ".bias" for i in range(self.info.n_layers) for k in ("qkv", "o", "up", "down")]
+        names = [self._names(i)[k] + ".bias" for i in range(self.info.n_layers) for k in self.linears()]
         covered = [n for n in self.expected_shapes() if n.endswith(".bias")] if norms else names
         present = [n for n in covered if n in self.reader]
         if not declared and present:
-            raise ValueError(f"tensor {present[0]!r} is a bias, but config {key} = {self.config.get(key)!r} declares "
-                             "none: transformers ignores it and ropebridge would read it; fix the config or the "
-                             "checkpoint")
+            declares = (f"config {key} = {self.config.get(key)!r} declares none" if key else
+                        f"the {self.info.family} family has none")
+            raise ValueError(f"tensor {present[0]!r} is a bias, but {declares}: the family's code ignores it and "
+                             "ropebridge would read it; fix the config or the checkpoint")
         missing = [n for n in names if n not in self.reader]
         if declared and key and missing:
             raise ValueError(f"config {key} = {self.config.get(key)!r} declares linear biases, but tensor {missing[0]!r} "
@@ -152,9 +165,14 @@ class SourceModel:
         return rows
 
     def head_rows(self, start: int, stop: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-        """Output head rows ``(rows, D)``: ``lm_head`` if stored, else the tied (raw) embedding."""
+        """Output head rows ``(rows, D)``: ``lm_head`` if stored, else the tied (raw) embedding; with
+        ``info.head_norm`` each row divided by its length (max(|w|, 1e-12), ``torch.nn.functional.normalize``'s),
+        in float64 and cast once."""
         g = self._global_names()
-        return self.reader.read(g["head"] if g["head"] in self.reader else g["emb"], (start, stop), dtype)
+        name = g["head"] if g["head"] in self.reader else g["emb"]
+        if not self.info.head_norm:
+            return self.reader.read(name, (start, stop), dtype)
+        return torch.nn.functional.normalize(self.reader.read(name, (start, stop)), dim=-1).to(dtype)  # float64
 
     def final_norm(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self._ln(self._global_names()["ln_f"])
@@ -196,7 +214,7 @@ class SourceModel:
 
     def weight(self, i: int, which: str, dtype: torch.dtype = torch.float64,
                rows: tuple[int, int] | None = None) -> torch.Tensor:
-        """Block i's linear ``which`` ('o', 'up' or 'down'): weight ``(out, in)``, or its rows ``[a, b)``, in ``dtype``
+        """Block i's linear ``which`` ('o', 'up', 'down' or 'gate'): weight ``(out, in)``, or its rows ``[a, b)``, in ``dtype``
         (float64 by default; float32 holds any float32/bf16/fp16 source exactly)."""
         return self.reader.read(self._names(i)[which] + ".weight", rows, dtype)
 
@@ -215,5 +233,6 @@ class SourceModel:
         """All of block i (for references and tests; the converter reads tensor by tensor)."""
         qw, kw, vw, qb, kb, vb = self.qkv(i)
         (o_w, o_b), (up_w, up_b), (down_w, down_b) = (self.linear(i, w) for w in ("o", "up", "down"))
+        gate = self.linear(i, "gate") if self.info.gated else (None, None)
         return Layer(self.norm(i, "ln1"), None if self.info.parallel else self.norm(i, "ln2"),
-                     qw, qb, kw, kb, vw, vb, o_w, o_b, up_w, up_b, down_w, down_b)
+                     qw, qb, kw, kb, vw, vb, o_w, o_b, up_w, up_b, down_w, down_b, *gate)

@@ -16,13 +16,19 @@ import torch
 from .model import SourceModel
 
 
-def _ln(x: torch.Tensor, wb: tuple[torch.Tensor, torch.Tensor], eps: float) -> torch.Tensor:
-    """LayerNorm over the last dim, ``(..., D)``, in the dtype of ``x`` (torch's, independent of transformers)."""
-    return torch.nn.functional.layer_norm(x, (x.shape[-1],), wb[0], wb[1], eps)
+def _ln(x: torch.Tensor, wb: tuple[torch.Tensor, torch.Tensor], info) -> torch.Tensor:
+    """The family's norm over the last dim, ``(..., D)``, in the dtype of ``x`` (torch's, independent of
+    transformers): LayerNorm, or RMSNorm x / sqrt(mean(x^2) + eps) * w (Zhang & Sennrich 2019)."""
+    if info.norm == "rmsnorm":
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + info.eps) * wb[0] + wb[1]
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), wb[0], wb[1], info.eps)
 
 
-def _gelu(x: torch.Tensor, kind: str) -> torch.Tensor:
-    """GELU as the family applies it: the tanh approximation (``gelu_pytorch_tanh``, BLOOM) or exact (erf)."""
+def _act(x: torch.Tensor, kind: str) -> torch.Tensor:
+    """The MLP's activation as the family applies it: SiLU (``silu``), GELU with the tanh approximation
+    (``gelu_pytorch_tanh``, BLOOM) or exact GELU (erf)."""
+    if kind == "silu":
+        return torch.nn.functional.silu(x)
     return torch.nn.functional.gelu(x, approximate="tanh" if kind == "gelu_pytorch_tanh" else "none")
 
 
@@ -32,15 +38,20 @@ def _same(x: torch.Tensor) -> torch.Tensor:
 
 def _residual(x: torch.Tensor, h1: torch.Tensor, attn: torch.Tensor, layer, info, r=_same) -> torch.Tensor:
     """The block's residual update from its attention output ``attn`` (…, D): sequential
-    ``x + a + MLP(LN2(x + a))``, or parallel ``x + a + MLP(h1)`` (h1 = LN1(x), shared) when ``layer.ln2`` is None.
-    ``r`` rounds each op's result (``reference_hidden(round_to=…)``)."""
+    ``x + a + MLP(N2(x + a))``, or parallel ``x + a + MLP(h1)`` (h1 = N1(x), shared) when ``layer.ln2`` is None;
+    the MLP plain, act(up h), or gated, act(gate h) * up h, before ``down``. ``r`` rounds each op's result
+    (``reference_hidden(round_to=…)``)."""
     if layer.ln2 is None:
         h2, x = h1, r(x + attn)
     else:
         x = r(x + attn)
-        h2 = r(_ln(x, layer.ln2, info.eps))
-    up = r(_gelu(r(h2 @ layer.up_w.T + layer.up_b), info.activation))
-    return r(x + r(up @ layer.down_w.T + layer.down_b))
+        h2 = r(_ln(x, layer.ln2, info))
+    up = r(h2 @ layer.up_w.T + layer.up_b)  # (…, F)
+    if layer.gate_w is None:
+        inner = r(_act(up, info.activation))
+    else:
+        inner = r(r(_act(r(h2 @ layer.gate_w.T + layer.gate_b), info.activation)) * up)
+    return r(x + r(inner @ layer.down_w.T + layer.down_b))
 
 
 @torch.no_grad()
@@ -73,7 +84,7 @@ def reference_hidden(
         if round_to is not None:
             layer = dataclasses.replace(layer, **{f.name: _map(r, getattr(layer, f.name))
                                                   for f in dataclasses.fields(layer)})
-        h1 = r(_ln(x, layer.ln1, info.eps))
+        h1 = r(_ln(x, layer.ln1, info))
         q = r(torch.einsum("sd,hed->hse", h1, layer.q_w) + layer.q_b[:, None, :])  # (h, s, hd)
         k = r(torch.einsum("sd,hed->hse", h1, layer.k_w) + layer.k_b[:, None, :])
         v = r(torch.einsum("sd,hed->hse", h1, layer.v_w) + layer.v_b[:, None, :])
@@ -89,7 +100,7 @@ def reference_hidden(
             ctx[:, a:b] = torch.softmax(logits, -1) @ v[:, :b]
         attn = r(r(ctx).transpose(0, 1).reshape(s, -1) @ layer.o_w.T + layer.o_b)  # (s, D)
         x = _residual(x, h1, attn, layer, info, r)
-    return r(_ln(x, _map(r, src.final_norm()), info.eps))
+    return r(_ln(x, _map(r, src.final_norm()), info))
 
 
 def _map(r, value):
@@ -127,7 +138,7 @@ def reference_logits(
     x = src.embedding_rows(0, info.vocab_size)[input_ids]  # (b, s, D)
     for i in range(info.n_layers):
         layer = src.layer(i)
-        h1 = _ln(x, layer.ln1, info.eps)
+        h1 = _ln(x, layer.ln1, info)
         q = torch.einsum("bsd,hed->bhse", h1, layer.q_w) + layer.q_b[None, :, None, :]  # (b, h, s, hd)
         k = torch.einsum("bsd,hed->bhse", h1, layer.k_w) + layer.k_b[None, :, None, :]
         v = torch.einsum("bsd,hed->bhse", h1, layer.v_w) + layer.v_b[None, :, None, :]
@@ -137,4 +148,4 @@ def reference_logits(
         ctx = (probs @ v).transpose(1, 2).reshape(b, s, -1)  # (b, s, h*hd)
         attn = ctx @ layer.o_w.T + layer.o_b
         x = _residual(x, h1, attn, layer, info)
-    return _ln(x, src.final_norm(), info.eps) @ src.head_rows(0, info.vocab_size).T  # (b, s, V)
+    return _ln(x, src.final_norm(), info) @ src.head_rows(0, info.vocab_size).T  # (b, s, V)

@@ -1,0 +1,65 @@
+"""Independent float64 readings of the remote-code families, written from their published modelling code and
+nothing of ropebridge's: the cross-check of ``checkpoint.reference`` (and of what a conversion computes) for
+families transformers has no class for.
+
+Baichuan-13B / Baichuan2-13B (``modeling_baichuan.py`` of both): per layer, RMSNorm (variance over the last dim,
+times ``rsqrt(variance + eps)``, times the weight); ``W_pack`` output unflattened to (3, hidden): q, k, v; scores
+q.k / sqrt(hd) plus the ALiBi mask ``slopes * arange(max_pos)`` over the key position, ``-inf`` above the diagonal;
+softmax; ``o_proj``; the MLP ``down(silu(gate x) * up x)``; the final RMSNorm; the head (Baichuan2: its rows
+normalised, NormHead). The slopes are ``_get_interleave(n)`` as a float32 tensor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+
+
+def interleave(n: int) -> list[float]:
+    """Baichuan's ``_get_interleave``: the geometric slopes of the closest power of two, then every other slope
+    of twice that (Press et al.)."""
+    def power_of_2(k: int) -> list[float]:
+        start = 2 ** (-(2 ** -(math.log2(k) - 3)))
+        return [start * start**i for i in range(k)]
+
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + interleave(2 * closest)[0::2][: n - closest]
+
+
+@torch.no_grad()
+def baichuan_logits(directory: Path, ids: torch.Tensor) -> torch.Tensor:
+    """Logits ``(1, s, V)`` float64 of the Baichuan checkpoint in ``directory`` on ``ids`` ``(1, s)``."""
+    from safetensors.torch import load_file
+
+    config = json.loads((Path(directory) / "config.json").read_text())
+    w = {k: v.double() for k, v in load_file(Path(directory) / "model.safetensors").items()}
+    n, hidden, eps = config["num_attention_heads"], config["hidden_size"], config["rms_norm_eps"]
+    hd, s = hidden // n, ids.shape[1]
+
+    def rms(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    slopes = torch.tensor(interleave(n), dtype=torch.float32).double()  # (n,)
+    mask = torch.full((s, s), float("-inf"), dtype=torch.float64).triu(1)  # (s, s)
+    alibi = slopes[:, None, None] * torch.arange(s, dtype=torch.float64)[None, None, :] + mask  # (n, s, s)
+    x = w["model.embed_tokens.weight"][ids[0]]  # (s, D)
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms(x, w[p + "input_layernorm.weight"])
+        proj = (h @ w[p + "self_attn.W_pack.weight"].T).unflatten(-1, (3, hidden))  # (s, 3, D)
+        q, k, v = (proj[:, j].view(s, n, hd).transpose(0, 1) for j in range(3))  # (n, s, hd)
+        scores = q @ k.transpose(1, 2) / math.sqrt(hd) + alibi  # (n, s, s)
+        ctx = (torch.softmax(scores, -1) @ v).transpose(0, 1).reshape(s, hidden)  # (s, D)
+        x = x + ctx @ w[p + "self_attn.o_proj.weight"].T
+        h = rms(x, w[p + "post_attention_layernorm.weight"])
+        gate, up = h @ w[p + "mlp.gate_proj.weight"].T, h @ w[p + "mlp.up_proj.weight"].T
+        x = x + (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+    head = w["lm_head.weight"]
+    if config["vocab_size"] == 125696:  # Baichuan2's NormHead
+        head = head / head.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    return (rms(x, w["model.norm.weight"]) @ head.T)[None]  # (1, s, V)
