@@ -39,13 +39,15 @@ def prepare(src_dir, request: PlanRequest,
     ``SourceModel`` (None for a config without weights) and its ``AlibiSource``, the config read once: the dtype
     defaults to the checkpoint's; the tensors' shapes are checked against the config (headers only);
     ``calibration_text`` is measured through the weights into per-head advantages (``checkpoint.calibration``), which
-    the completed request carries instead of the text. ``model``: the checkpoint already read (not read again)."""
+    the completed request carries instead of the text; the target, where none is named, is the family's.
+    ``model``: the checkpoint already read (not read again)."""
     config = load_config(src_dir) if model is None else model.config
     request = request.with_dtype(default_dtype(config))
     directory = Path(src_dir)
     if model is None and directory.is_dir() and any(next(directory.glob(p), None) for p in WEIGHT_FILES):  # else planned from the config alone
         model = SourceModel(directory, config)
     source = from_config(config) if model is None else model.info
+    request = request.for_family(source.family)
     if request.calibration_text is not None:
         if model is None:
             raise ValueError("--calibration-text needs a checkpoint directory with weights, not a config file")

@@ -268,7 +268,7 @@ def write_report(report, out: Path, native, converted, ids: torch.Tensor) -> Non
     with torch.no_grad():
         conv_probs = list(eager(ids, output_attentions=True).attentions)
         native_probs = None
-        if FAMILIES[report.family].eager_attention_maps:  # transformers' eager Falcon adds the ALiBi bias twice
+        if native is not None and FAMILIES[report.family].eager_attention_maps:  # eager Falcon adds the bias twice
             native_probs = list(native(ids, output_attentions=True).attentions)
         ref_probs: list = []
         if report.reference_converted_max_err is not None:

@@ -109,7 +109,7 @@ def converted_checkpoint(src_dir: str | Path, request) -> tuple[int, dict]:
     from .writers import describe_checkpoint
 
     writer = ShardWriter(Path(src_dir), torch.bfloat16, 2**62)  # never written: only its descriptions count
-    _, config = describe_checkpoint(model, plan, TARGETS[request.target], writer)
+    _, config = describe_checkpoint(model, plan, TARGETS[request.for_family(model.info.family).target], writer)
     return sum(torch.Size(p.shape).numel() for p in writer.pending), config
 
 

@@ -128,3 +128,26 @@ def test_the_reading_does_not_grow_with_the_context(tmp_path):
     short, long = (verify(src, dst, context=n, greedy_tokens=0) for n in (256, 2048))
     assert short.passed and long.passed, (short.failures, long.failures)
     assert long.native_reading_max_err == short.native_reading_max_err < 1e-4
+
+
+def test_a_baichuan_conversion_is_judged_against_the_exact_reference_which_stands_for_its_code(tmp_path):
+    # transformers has no Baichuan class (remote code): the reference stands for SRC, and the report says so
+    import torch
+    from pico import build_remote
+
+    from convert.test_byte_check import edit_tensor
+
+    src = build_remote(tmp_path / "b", "baichuan")
+    dst = convert(src, tmp_path / "llama", PlanRequest(window=256, dtype="float32")).destination
+    report = verify(src, dst, context=128, greedy_tokens=8)
+    assert report.passed, report.failures
+    assert report.source_attention.startswith("not run") and report.thresholds["against"] == "exact float64 reference"
+    assert report.reference_converted_max_err <= report.thresholds["limit"] / 4 and report.greedy_identical
+    assert report.native_reading_max_err is None  # no second reading of SRC exists to compare
+    # the check can fail: a damaged MLP is caught by its function alone
+    edit_tensor(dst, "model.layers.1.mlp.down_proj.weight", torch.zeros_like)
+    damaged = verify(src, dst, context=128, greedy_tokens=8, quick=True)
+    assert not damaged.passed and any("converted vs exact ALiBi" in f for f in damaged.failures), damaged.failures
+    # the reference is the only reading: a source beyond --reference-max-params is refused, naming it
+    with pytest.raises(ValueError, match="reference-max-params"):
+        verify(src, dst, context=128, reference_max_params=1000)

@@ -12,7 +12,7 @@ BAD = [
     ({"window": 2**24 + 1}, "2\\^24"),
     ({"jobs": 0}, "jobs"),
     ({"dtype": "float8"}, "dtype"),
-    ({"target": "llama"}, "target"),
+    ({"target": "mistral"}, "target"),
     ({"strategy": "guess"}, "strategy"),
     ({"theta": 0.0}, "theta"),
     ({"theta": 1.0}, "theta \\* window"),

@@ -69,22 +69,22 @@ def format_report(r) -> list[str]:
     if not r.measured:
         lines.append(f"  functional check        skipped: {r.functional_skipped}")
     else:
-        t = r.thresholds
-        lines.append(f"  max |logit diff|        {r.max_abs_logit_diff:.3e}  (against native)")
+        t, native = r.thresholds, r.native_name
+        lines.append(f"  max |logit diff|        {r.max_abs_logit_diff:.3e}  (against {native})")
         if r.transformers_native_max_abs_logit_diff is not None:
             lines.append(f"  ... against transformers' own {r.family} ({r.transformers_native_deviation}): "
                          f"{r.transformers_native_max_abs_logit_diff:.3e}")
         lines += [f"  left-padded batch       {r.padded_max_abs_logit_diff:.3e}",
-                  f"  mean KL(native||conv)   {r.mean_kl:.3e}",
+                  f"  {'mean KL(' + native + '||conv)':<23} {r.mean_kl:.3e}",
                   f"  top-1 agreement         {r.top1_agreement:.4f}"]
         if r.greedy_native:
             lines.append(f"  greedy ({len(r.greedy_native)} tokens)     "
                          + ("identical" if r.greedy_identical else f"differ from token {r.greedy_first_divergence}"))
         if r.ppl_native is not None:
-            lines.append(f"  perplexity              native {r.ppl_native:.6g}, converted {r.ppl_converted:.6g}")
+            lines.append(f"  perplexity              {native} {r.ppl_native:.6g}, converted {r.ppl_converted:.6g}")
         if r.reference_native_max_err is not None:
-            lines.append(f"  vs exact float64 ALiBi  converted {r.reference_converted_max_err:.3e}, native "
-                         f"{r.reference_native_max_err:.3e} (reported)")
+            lines.append(f"  vs exact float64 ALiBi  converted {r.reference_converted_max_err:.3e}" + (
+                f", native {r.reference_native_max_err:.3e} (reported)" if r.native_ran else ""))
         else:
             lines.append(f"  vs exact float64 ALiBi  skipped: {r.reference_skipped}")
         if r.native_reading_max_err is not None and r.dtype == "float32":  # judged in float32 only

@@ -54,6 +54,12 @@ class VerifyReport:
     thresholds: dict[str, Any] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     report_error: str | None = None  # why --report DIR could not be written, if it could not
+    native_ran: bool = True  # False: transformers has no class for SRC, the exact reference stood for it
+
+    @property
+    def native_name(self) -> str:
+        """What the "native" numbers measured: SRC run by transformers, or the exact reference standing for it."""
+        return "native" if self.native_ran else "reference"
 
     @property
     def passed(self) -> bool:

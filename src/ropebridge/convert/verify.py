@@ -24,6 +24,10 @@ Four checks, in this order, each independent of what DST says of itself:
    the named deviations are the only difference.
 
 A byte difference fails without the functional check (it would measure a checkpoint ``convert`` did not write).
+
+A family transformers has no class for (``Family.attention`` None: Baichuan's remote code) is not run: the exact
+reference stands for SRC in every comparison (logits, padded batch, greedy generation), which needs the source
+within ``reference_max_params``, and the report says SRC's own code did not run (no reading check is possible).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,6 +194,12 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
         raise FileNotFoundError(f"--card: {dst} has no model card (README.md) to record the result in")
     source = SourceModel(src)  # its shapes checked against its config before anything else
     _check_pair(source.info, src, dst, record)
+    if source.info.spec.attention is None:
+        params = sum(math.prod(source.reader.shape(n)) for n in source.reader.names())
+        if params > request.reference_max_params:
+            raise ValueError(f"transformers has no {source.info.family} class (remote code), so verify compares DST with "
+                             f"the exact float64 reference, which needs --reference-max-params >= {params} (the "
+                             f"source's {params / 1e6:.4g}M parameters, held in float64 on the CPU)")
     derived = derive(src, byte_check.request_of(record), str(record.get("source", src)), model=source)
     plan = derived.plan
     dtype = plan.dtype if request.dtype is None else request.dtype
@@ -244,6 +255,8 @@ def measure(source: SourceModel, src: Path, dst: Path, request: VerifyRequest, b
 
     dtype, text, greedy_tokens = request.dtype, request.text, request.greedy_tokens
     stage("load")
+    if source.info.spec.attention is None:
+        return _measure_against_reference(source, src, dst, request, stage)
     native, converted = _load(src, DTYPES[dtype]), _load(dst, DTYPES[dtype])
     ids = _tokens(src, text, request.context, source.info.vocab_size, request.seed)  # (1, s)
     pad_id = int(native.config.pad_token_id or 0)
@@ -313,3 +326,51 @@ def measure(source: SourceModel, src: Path, dst: Path, request: VerifyRequest, b
                     "against": "native" if ref_conv is None else "exact float64 reference"},
     )
     return report, native, converted, ids
+
+
+def _measure_against_reference(source: SourceModel, src: Path, dst: Path, request: VerifyRequest, stage) -> tuple:
+    """``measure`` for a family transformers cannot run (module doc): the converted model against the exact
+    reference on the tokens, a left-padded batch and a greedy generation (the reference's own, one float64 forward
+    per token). Returns (report, None, converted model, input ids ``(1, s)``)."""
+    dtype, greedy_tokens = request.dtype, request.greedy_tokens
+    converted = _load(dst, DTYPES[dtype])
+    ids = _tokens(src, request.text, request.context, source.info.vocab_size, request.seed)  # (1, s)
+    pad_id, n = int(converted.config.pad_token_id or 0), ids.shape[1]
+    with torch.no_grad():
+        stage(f"converted, {n} tokens")
+        b = converted(ids).logits.double()  # (1, s, V)
+        stage(f"exact float64 reference, {n} tokens")
+        ref = reference_logits(source, ids)  # (1, s, V)
+        stage(f"left-padded batch, 2 x {n} tokens")
+        short = max(2, n // 2)
+        batch = torch.full((2, n), pad_id, dtype=torch.long)
+        batch[0], batch[1, n - short:] = ids[0], ids[0, :short]
+        mask = torch.ones_like(batch)
+        mask[1, : n - short] = 0
+        pa, pb = reference_logits(source, batch, mask), converted(batch, attention_mask=mask).logits.double()
+        padded = max(float((pa[0] - pb[0]).abs().max()), float((pa[1, n - short:] - pb[1, n - short:]).abs().max()))
+    stage(f"greedy, {greedy_tokens} tokens")
+    prompt = ids[:, : min(16, n)]
+    g_ref, seq = [], prompt
+    for _ in range(greedy_tokens):
+        nxt = int(reference_logits(source, seq)[0, -1].argmax())
+        g_ref.append(nxt)
+        seq = torch.cat([seq, torch.tensor([[nxt]])], 1)
+    g_conv = _greedy(converted, prompt, greedy_tokens, pad_id) if greedy_tokens else []
+    divergence = next((i for i, (x, y) in enumerate(zip(g_ref, g_conv)) if x != y), None)
+    diff = (ref - b).abs()
+    report = VerifyReport(
+        source=str(src), converted=str(dst), family=source.info.family, dtype=dtype, context=n,
+        source_attention="not run: no transformers class (remote code); the exact reference stands for it",
+        max_abs_logit_diff=float(diff.max()), mean_kl=float(_kl(ref, b).mean()),
+        top1_agreement=float((ref.argmax(-1) == b.argmax(-1)).double().mean()),
+        padded_max_abs_logit_diff=padded, greedy_identical=divergence is None, greedy_first_divergence=divergence,
+        greedy_native=g_ref, greedy_converted=g_conv,
+        ppl_native=_ppl(ref, ids) if request.text is not None else None,
+        ppl_converted=_ppl(b, ids) if request.text is not None else None,
+        reference_native_max_err=0.0, reference_converted_max_err=float(diff.max()),
+        error_by_position=diff[0].amax(-1).tolist(), native_ran=False,
+        thresholds={"max_abs_logit_diff": request.max_logit_diff, "greedy_identical": dtype == "float32",
+                    "against": "exact float64 reference"},
+    )
+    return report, None, converted, ids

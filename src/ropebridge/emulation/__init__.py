@@ -20,8 +20,9 @@ STRATEGIES = {"single": plan_single, "fixed-base": plan_fixed_base, "ladder": pl
 
 
 def plan(source, request: PlanRequest) -> EmulationPlan:
-    """The plan of ``source`` for ``request`` (whose dtype must be known: ``PlanRequest.with_dtype``), by the
-    strategy it asks for; the tolerance defaults to ``numerics.plan_tolerance``. A plan whose served head dim the
+    """The plan of ``source`` for ``request`` (whose dtype must be known: ``PlanRequest.with_dtype``; its target,
+    if it names none, the family's: ``PlanRequest.for_family``), by the strategy it asks for, refused where the
+    target cannot carry the source's block; the tolerance defaults to ``numerics.plan_tolerance``. A plan whose served head dim the
     request's kernel does not run is refused (``targets.kernels``)."""
     import dataclasses
 
@@ -30,6 +31,8 @@ def plan(source, request: PlanRequest) -> EmulationPlan:
 
     if request.dtype is None:
         raise ValueError("the request names no dtype: complete it with PlanRequest.with_dtype")
+    request = request.for_family(getattr(source, "family", None))
+    request.target_spec.check_source(source)
     if request.tolerance is None:
         request = dataclasses.replace(request, tolerance=plan_tolerance(request.dtype, source.slopes, request.window))
     result = STRATEGIES[request.chosen_strategy](source, request)

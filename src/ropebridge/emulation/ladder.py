@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import _checks
 from ..numerics import unit_roundoff
+from ..targets import llama_rope
 from ..targets.kernels import KERNELS, rotary_dims
 from .fixed_base import engine_frequencies
 from .ladder_fit import HeadFit, fit_head
@@ -155,8 +156,15 @@ def ladder_on(source, request, rotary_dim: int, floors: Sequence[float], cutoff:
     at the request's base (``free_base`` when it gives none)."""
     window, dtype, base = request.window, request.dtype, request.rope_base
     b = free_base(window, rotary_dim) if base is None else base
+    rope = None
     try:
-        thetas = engine_frequencies(b, rotary_dim)
+        if request.target_spec.rope_form == "llama3":  # the whole head turns: the pairs as its llama3 rope gives
+            rope = llama_rope.ladder_parameters(b, rotary_dim, source.head_dim + rotary_dim, window)
+            inv = llama_rope.inv_freq_float32(source.head_dim + rotary_dim, rope)
+            llama_rope.check_bands(inv, rotary_dim // 2, window)
+            thetas = inv[: rotary_dim // 2].double().numpy()
+        else:
+            thetas = engine_frequencies(b, rotary_dim)
     except ValueError as exc:
         raise ValueError(f"--rope-base {b:g}: {exc}" if base is not None else str(exc)) from None
     scale, stored = 1 / math.sqrt(source.head_dim), 1 / math.sqrt(source.head_dim + rotary_dim)
@@ -169,7 +177,8 @@ def ladder_on(source, request, rotary_dim: int, floors: Sequence[float], cutoff:
         heads.append(HeadPlan(h, m, pairs, 1.0, f.fit_error, f.rounding_error, f.predicted_error,
                               LadderHead(f.floor, f.exact_distance, f.shift)))
     return EmulationPlan(source.head_dim, window, dtype, "ladder", tuple(heads), cutoff, request.tolerance,
-                         base=float(b), rotary_dim=rotary_dim, pairs_per_head=rotary_dim // 2, family=source.family)
+                         base=float(b), rotary_dim=rotary_dim, pairs_per_head=rotary_dim // 2, rope_parameters=rope,
+                         family=source.family)
 
 
 def plan_ladder(source, request) -> EmulationPlan:

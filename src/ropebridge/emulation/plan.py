@@ -108,7 +108,9 @@ class EmulationPlan:
     """Per-head emulation of an ALiBi model, frozen and JSON-serialisable (``to_dict`` / ``from_dict``).
     ``strategy``: the strategy that made it (``STRATEGY_NAMES``); ``theta_rule``: how the single pair's theta was
     chosen (``THETA_RULES``; None for the other strategies); ``base`` and ``rotary_dim``: the target's rotary block,
-    None for a free theta; ``max_window``: with a fixed base, the longest window within ``tolerance``."""
+    None for a free theta; ``max_window``: with a fixed base, the longest window within ``tolerance``;
+    ``rope_parameters``: the rope the target's config states where the plan chose it (the ``llama`` target's
+    llama3 bands, ``targets.llama_rope``), its pairs planned at the frequencies it gives; None elsewhere."""
 
     head_dim: int
     window: int
@@ -122,6 +124,7 @@ class EmulationPlan:
     rotary_dim: int | None = None
     pairs_per_head: int = 1
     max_window: int | None = None
+    rope_parameters: dict[str, Any] | None = None
     family: str | None = None
     source: str | None = None
     version: str = field(default=__version__)
@@ -176,6 +179,8 @@ class EmulationPlan:
         out["worst_head"] = self.worst_head.head
         out["worst_predicted_error"] = self.worst_head.predicted_error
         out["meets_tolerance"] = self.meets_tolerance
+        if self.rope_parameters is None:  # the targets whose config derives its rope from base and theta
+            del out["rope_parameters"]
         return out
 
     def to_json(self) -> str:

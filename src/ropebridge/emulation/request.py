@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import _checks
 from ..numerics import DTYPES
-from ..targets import TARGETS, Target, carrying
+from ..targets import DEFAULT_TARGET, TARGETS, Target, carrying
 from ..targets.kernels import KERNELS
 from .plan import STRATEGY_NAMES
 
@@ -44,7 +44,7 @@ class PlanRequest:
     """A plan as the user asks for it (the CLI's planning options).
 
     window: longest context served, extrapolation included. dtype: of the converted model (None: the checkpoint's).
-    target: an entry of ``targets.TARGETS``. strategy: ``ladder``, ``single`` or ``fixed-base`` (None: chosen by
+    target: an entry of ``targets.TARGETS`` (None: the source family's ``default_target``, ``for_family``). strategy: ``ladder``, ``single`` or ``fixed-base`` (None: chosen by
     ``chosen_strategy``). theta / max_phase: the single pair's theta (theta = max_phase / window). rope_base,
     rotary_dim, pairs: a fixed RoPE base, the rotary dims per head, pairs per head (fixed base). split: the k value s
     of the single pair (a number or "sqrt"). floor / advantage: the ladder's floor C, or the content advantage added
@@ -56,7 +56,7 @@ class PlanRequest:
 
     window: int = DEFAULT_WINDOW
     dtype: str | None = None
-    target: str = "gpt-neox"
+    target: str | None = None
     strategy: str | None = None
     theta: float | None = None
     max_phase: float | None = None
@@ -81,7 +81,8 @@ class PlanRequest:
         _checks.choice("kernel", self.kernel, tuple(KERNELS))
         if self.dtype is not None:
             _checks.choice("dtype", self.dtype, tuple(DTYPES))
-        _checks.choice("target", self.target, tuple(TARGETS))
+        if self.target is not None:
+            _checks.choice("target", self.target, tuple(TARGETS))
         if self.strategy is not None:
             _checks.choice("strategy", self.strategy, STRATEGY_NAMES)
         for key in ("cutoff", "tolerance", "theta"):
@@ -113,7 +114,18 @@ class PlanRequest:
 
     @property
     def target_spec(self) -> Target:
-        return TARGETS[self.target]
+        """The target's row: the one asked for, else ``targets.DEFAULT_TARGET`` until ``for_family`` names one."""
+        return TARGETS[self.target or DEFAULT_TARGET]
+
+    def for_family(self, family: str | None) -> PlanRequest:
+        """The request with the target completed where it named none: ``family``'s ``default_target`` (the RMSNorm
+        families take ``llama``), ``targets.DEFAULT_TARGET`` without a family."""
+        if self.target is not None:
+            return self
+        from ..checkpoint.config import FAMILIES
+
+        spec = FAMILIES.get(family) if family is not None else None
+        return dataclasses.replace(self, target=spec.default_target if spec is not None else DEFAULT_TARGET)
 
     @property
     def single_flags(self) -> bool:

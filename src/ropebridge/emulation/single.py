@@ -12,7 +12,9 @@ window 65536, phase 0.1: steepest head m ~ 0.7071, theta ~ 1.526e-6, N ~ 3.707e6
   (``shared_theta``), the largest within 1% of the minimum, which keeps N smallest.
 
 float16 cannot hold N > 65504: N is then split, q = (-N/s, 0), k = (0, s), s = sqrt(N) by default. A target that
-rotates a block of ``base^(-2r/R)`` pairs (gpt-neox) realises theta as pair 1 of rotary dim 4 at base theta^-2.
+rotates a block of ``base^(-2r/R)`` pairs (gpt-neox) realises theta as pair 1 of rotary dim 4 at base theta^-2;
+the ``llama`` target as pair 0 of its whole-head llama3 rope (``targets.llama_rope``: theta itself for a power of
+two, else theta to float32 rounding, the heads planned at the theta it gives).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 
 from .. import _checks
 from ..numerics import Numerics
+from ..targets import llama_rope
 from .error_model import EXACT_TABLE_ANGLE
 from .fixed_base import check_engine_frequencies, fixed_base_heads
 from .pairs import evaluate
@@ -92,7 +95,13 @@ def plan_single(source, request) -> EmulationPlan:
     num = Numerics.of(source, request)
     rule, theta = choose_theta(request, source.slopes, num)
     extra = {}
-    if request.target_spec.rotary_block:
+    if request.target_spec.rope_form == "llama3":  # pair 0 in the llama3 blend band: theta as the engine computes it
+        rope = llama_rope.single_parameters(theta, source.head_dim + 2, num.window)
+        inv = llama_rope.inv_freq_float32(source.head_dim + 2, rope)
+        llama_rope.check_bands(inv, 1, num.window)
+        theta, extra = float(inv[0]), {"rope_parameters": rope}
+        heads = [evaluate(h, m, [theta], [None], num) for h, m in enumerate(source.slopes)]
+    elif request.target_spec.rotary_block:
         base = theta**-2.0
         heads = fixed_base_heads(source.slopes, base, ROTARY_DIM, 1, num)
         extra = {"base": float(base), "rotary_dim": ROTARY_DIM}

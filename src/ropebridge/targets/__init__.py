@@ -1,5 +1,6 @@
 """Targets: the stock architectures a converted checkpoint takes, as one table whose rows hold every fact of a
-target (``TARGETS``), and the attention kernels' head sizes (``kernels``).
+target (``TARGETS``), the attention kernels' head sizes (``kernels``) and the ``llama`` target's rope
+(``llama_rope``).
 
 A row names the transformers class and ``model_type``, the strategies it can carry, where it puts the emulation
 (a block of ``base^(-2r/R)`` pairs in the padded residual, or one pair per head on the ``pair_dims`` it rotates),
@@ -12,8 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-LAYER_NORMS = ("layernorm", "layernorm1p")  # weight as is; weight - 1 stored (Nemotron's LayerNorm1P)
-PAIR_DIMS = ("block", "first-and-middle", "first-two")  # gpt-neox's rotary block; (0, hd'/2); (0, 1)
+LAYER_NORMS = ("layernorm", "layernorm1p", "rmsnorm")  # weight as is; weight - 1 stored (LayerNorm1P); RMSNorm
+PAIR_DIMS = ("block", "first-and-middle", "first-two", "whole-head")  # rotary block; (0, hd'/2); (0, 1); (k, k + hd'/2)
+ROPE_FORMS = ("block", "llama3")  # base^(-2r/R) on a block or a free theta on one pair; llama3 bands (llama_rope)
+BLOCKS = ("layernorm", "rmsnorm-gated")  # the source blocks a target carries exactly (``SourceInfo.block``)
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,8 @@ class Target:
     ``pair_dims``: where a head's single pair sits (``PAIR_DIMS``); ``layer_norm`` (``LAYER_NORMS``) and ``mlp``
     (the up and down projections' names) for its tensors; ``engines``: where it runs, in one line; ``serving``:
     how each engine serves it, with ``{dst}``, ``{dtype}``, ``{window}`` and ``{base}`` filled in by the model
-    card."""
+    card; ``blocks``: the source blocks (``BLOCKS``) it carries exactly; ``rope_form`` (``ROPE_FORMS``): how its
+    engines compute the pairs' frequencies, which the plan follows."""
 
     name: str
     architecture: str  # the transformers class a converted checkpoint names
@@ -35,11 +39,25 @@ class Target:
     mlp: tuple[str, str]
     engines: str
     serving: tuple[str, ...]
+    blocks: tuple[str, ...] = ("layernorm",)
+    rope_form: str = "block"
 
     def __post_init__(self) -> None:
-        if self.pair_dims not in PAIR_DIMS or self.layer_norm not in LAYER_NORMS:
-            raise ValueError(f"target {self.name}: pair_dims {self.pair_dims!r} and layer_norm {self.layer_norm!r} "
-                             f"must be of {PAIR_DIMS} and {LAYER_NORMS}")
+        if (self.pair_dims not in PAIR_DIMS or self.layer_norm not in LAYER_NORMS or self.rope_form not in ROPE_FORMS
+                or not set(self.blocks) <= set(BLOCKS)):
+            raise ValueError(f"target {self.name}: pair_dims {self.pair_dims!r}, layer_norm {self.layer_norm!r}, "
+                             f"rope_form {self.rope_form!r} and blocks {self.blocks!r} must be of {PAIR_DIMS}, "
+                             f"{LAYER_NORMS}, {ROPE_FORMS} and {BLOCKS}")
+
+    def check_source(self, info) -> None:
+        """``ValueError`` in one line when this target cannot carry ``info``'s block (``SourceInfo.block``) exactly,
+        naming the targets that can; a source without a block (heads and slopes alone) plans on any target."""
+        block = getattr(info, "block", None)
+        if block is not None and block not in self.blocks:
+            fits = " or ".join(t.name for t in TARGETS.values() if block in t.blocks)
+            what = "RMSNorm and a gated MLP" if block == "rmsnorm-gated" else "LayerNorm and a plain MLP"
+            raise ValueError(f"--target {self.name} cannot carry this {info.family} model exactly (it has {what}): "
+                             f"use --target {fits}")
 
     def default_strategy(self, dtype: str) -> str:
         """The ladder in half precision where the target carries it (its rounding does not grow with the context);
@@ -77,4 +95,11 @@ TARGETS = {t.name: t for t in (
     Target("nemotron", "NemotronForCausalLM", "nemotron", ("ladder", "single"), False, "first-two", "layernorm1p",
            ("up_proj", "down_proj"), "transformers 5.x (4.x with the ladder), vLLM",
            (_HF.format(versions="", note=" (5.x; 4.x with the ladder)"), _VLLM)),
+    Target("llama", "LlamaForCausalLM", "llama", ("ladder", "single"), False, "whole-head", "rmsnorm",
+           ("up_proj", "down_proj"), "transformers 5.x, vLLM, SGLang, TensorRT-LLM (PyTorch backend), llama.cpp",
+           (_HF.format(versions=" 5.x", note=""), _VLLM,
+            "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}`"),
+           blocks=("rmsnorm-gated",), rope_form="llama3"),
 )}
+
+DEFAULT_TARGET = "gpt-neox"  # of a plan without a source family (a family's own: ``Family.default_target``)

@@ -17,10 +17,11 @@ from ..checkpoint.model import SourceModel
 from ..checkpoint.tensor_io import ShardWriter
 from ..emulation import EmulationPlan
 from ..targets import Target
-from . import gpt_neox, nemotron, starcoder2
+from . import gpt_neox, llama, nemotron, starcoder2
 from .protocol import Writer
 
-WRITERS: dict[str, Writer] = {"gpt-neox": gpt_neox.WRITER, "nemotron": nemotron.WRITER, "starcoder2": starcoder2.WRITER}
+WRITERS: dict[str, Writer] = {"gpt-neox": gpt_neox.WRITER, "nemotron": nemotron.WRITER, "starcoder2": starcoder2.WRITER,
+                               "llama": llama.WRITER}
 
 
 def writer_for(target: Target) -> Writer:

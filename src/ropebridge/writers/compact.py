@@ -61,7 +61,8 @@ class CompactLayout:
 
 def layout(src: SourceModel, plan: EmulationPlan, target: Target) -> CompactLayout:
     """Place each head's planned pairs: the single pair on the target's ``pair_dims``, (0, hd'/2) or (0, 1), the
-    ladder's R/2 pairs on dims (k, k + R/2) of the first R."""
+    ladder's R/2 pairs on dims (k, k + R/2) of the first R, or (k, k + hd'/2) where the whole head turns
+    (``whole-head``, the llama target)."""
     info = src.info
     if info.parallel:
         raise ValueError(f"--target {target.name} has a sequential residual only; this {info.family} model is "
@@ -72,15 +73,16 @@ def layout(src: SourceModel, plan: EmulationPlan, target: Target) -> CompactLayo
     n_scale = math.sqrt(hd_out / hd)
     q_rot = torch.zeros(info.n_heads, hd_out, dtype=torch.float64)
     k_rot = torch.zeros(info.n_heads, hd_out, dtype=torch.float64)
-    if plan.strategy == "ladder":
-        emulation = torch.arange(r)
-        q_rot[:, :r], k_rot[:, :r] = block_constants(plan, n_scale)
+    if plan.strategy == "ladder":  # pair k on dims (k, k + R/2), or (k, k + hd'/2) where the whole head turns
+        half = hd_out // 2 if target.pair_dims == "whole-head" else r // 2
+        emulation = torch.cat([torch.arange(r // 2), half + torch.arange(r // 2)])
+        q_rot[:, emulation], k_rot[:, emulation] = block_constants(plan, n_scale)
         extra = {"base": plan.base}
     else:
         thetas = {hp.theta for hp in plan.heads}
         if len(thetas) != 1 or any(len(hp.pairs) != 1 for hp in plan.heads):
             raise ValueError(f"--target {target.name} rotates one pair at one theta for all heads")
-        px, py = (0, hd_out // 2) if target.pair_dims == "first-and-middle" else (0, 1)
+        px, py = (0, hd_out // 2) if target.pair_dims in ("first-and-middle", "whole-head") else (0, 1)
         emulation = torch.tensor([px, py])
         q_rot[:, px] = torch.tensor([-hp.N * n_scale / hp.split for hp in plan.heads], dtype=torch.float64)
         k_rot[:, py] = torch.tensor([hp.split for hp in plan.heads], dtype=torch.float64)
@@ -90,7 +92,7 @@ def layout(src: SourceModel, plan: EmulationPlan, target: Target) -> CompactLayo
                          **extra)
 
 
-def _proj_heads(src: SourceModel, i: int, lay: CompactLayout, part: int, a: int, b: int, dtype: torch.dtype,
+def proj_heads(src: SourceModel, i: int, lay: CompactLayout, part: int, a: int, b: int, dtype: torch.dtype,
                 columns: torch.Tensor) -> torch.Tensor:
     """Rows of the q (part 0), k (1) or v (2) projection ``(h hd', D)`` for heads ``[a, b)`` in the output
     ``dtype``, content dims placed (q scaled in float64 and rounded once), input columns times ``columns``
@@ -117,7 +119,7 @@ def ln1p_scales(w: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return c
 
 
-def _proj_bias(src: SourceModel, i: int, lay: CompactLayout, part: int) -> torch.Tensor:
+def proj_bias(src: SourceModel, i: int, lay: CompactLayout, part: int) -> torch.Tensor:
     """Bias ``(h hd',)`` of projection ``part``: content biases, and the emulation pair's constant on q and k."""
     bias = torch.zeros(src.info.n_heads, lay.head_dim, dtype=torch.float64)
     b = src.qkv_part(i, part, suffix=".bias")  # (h, hd)
@@ -127,7 +129,7 @@ def _proj_bias(src: SourceModel, i: int, lay: CompactLayout, part: int) -> torch
     return bias.reshape(-1)  # (h hd',)
 
 
-def _o_rows(src: SourceModel, i: int, lay: CompactLayout, a: int, b: int, dtype: torch.dtype) -> torch.Tensor:
+def o_rows(src: SourceModel, i: int, lay: CompactLayout, a: int, b: int, dtype: torch.dtype) -> torch.Tensor:
     """Rows ``[a, b)`` of the attention output ``(D, h hd')`` in ``dtype``: zero columns on the pair dims."""
     info = src.info
     per_head = torch.zeros(b - a, info.n_heads, lay.head_dim, dtype=dtype)
@@ -174,12 +176,12 @@ def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> No
             writer.add(p + name + ".bias", (d,), single(lambda i=i, w=which: norm(i, w)[1]))
         for part, x in enumerate("qkv"):
             writer.add(p + f"self_attn.{x}_proj.weight", (h * lay.head_dim, d),
-                       row_blocks(lambda a, b, i=i, part=part: _proj_heads(src, i, lay, part, a, b, writer.dtype,
+                       row_blocks(lambda a, b, i=i, part=part: proj_heads(src, i, lay, part, a, b, writer.dtype,
                                                                            scales(i, "ln1")),
                                   h, 8 * lay.head_dim * d))
-            writer.add(p + f"self_attn.{x}_proj.bias", (h * lay.head_dim,), single(lambda i=i, part=part: _proj_bias(src, i, lay, part)))
+            writer.add(p + f"self_attn.{x}_proj.bias", (h * lay.head_dim,), single(lambda i=i, part=part: proj_bias(src, i, lay, part)))
         writer.add(p + "self_attn.o_proj.weight", (d, h * lay.head_dim),
-                   row_blocks(lambda a, b, i=i: _o_rows(src, i, lay, a, b, writer.dtype), d, 8 * h * lay.head_dim))
+                   row_blocks(lambda a, b, i=i: o_rows(src, i, lay, a, b, writer.dtype), d, 8 * h * lay.head_dim))
         writer.add(p + "self_attn.o_proj.bias", (d,), single(lambda i=i: src.bias(i, "o", WORK)))
         writer.add(p + f"mlp.{up}.weight", (f, d),
                    row_blocks(rows_of(i, "up", lambda i=i: scales(i, "ln2")), f, 8 * d))

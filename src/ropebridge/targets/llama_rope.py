@@ -1,0 +1,97 @@
+"""The ``llama`` target's rope: the whole head rotated, ``rope_type: llama3``, its bands chosen per plan.
+
+transformers' Llama rotates every pair of the head (no partial rotary): pair k is dims (k, k + hd/2) at
+``theta_k = base^(-2k/hd)``, which Llama 3.1's scaling (Meta 2024) then sorts by wavelength lambda = 2 pi/theta
+against C = ``original_max_position_embeddings``: lambda < C/high kept, lambda > C/low divided by ``factor``, and in
+between the blend (1 - a) theta/factor + a theta, a = (C/lambda - low)/(high - low). Every engine that runs Llama
+computes this form (transformers, vLLM, SGLang, TensorRT-LLM, llama.cpp's converter through ``rope_freqs``), so the
+emulation is planned on it:
+
+- the ladder: base' = b^(hd'/R) puts the ladder's R/2 pairs (b^(-2k/R)) on pairs 0 .. R/2 - 1, kept; every content
+  pair beyond falls below C/low and is divided by ``SILENCE`` = 2^100 (an exact power of two: its angles stay
+  below 1e-25 rad over any window, so its cos rounds to 1 and sin(x) q to nothing in every dtype);
+- the single pair: pair 0 (theta 1 before scaling) placed in the blend band so that a = theta, content pairs
+  silenced as above. With theta = 2^-k (float32's exact-rotation rule) the engine computes exactly theta.
+
+``inv_freq_float32`` is the formula as transformers and vLLM compute it, in float32 and in their order of
+operations, so a plan's pairs turn at the frequencies the engine will use (tests compare it with transformers'
+``ROPE_INIT_FUNCTIONS["llama3"]`` bit for bit).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+SILENCE = 2.0**100  # the llama3 factor that silences the content pairs
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def inv_freq_float32(head_dim: int, params: Mapping[str, Any]) -> torch.Tensor:
+    """``theta_k`` ``(hd/2,)`` float32 of a ``rope_type: llama3`` rope over the whole head, as transformers
+    computes them (module doc)."""
+    base, factor = params["rope_theta"], params["factor"]
+    low, high, old = params["low_freq_factor"], params["high_freq_factor"], params["original_max_position_embeddings"]
+    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float) / head_dim))
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > old / low, inv / factor, inv)
+    blend = (old / wavelen - low) / (high - low)
+    blended = (1 - blend) * scaled / factor + blend * scaled
+    medium = ~(wavelen < old / high) * ~(wavelen > old / low)
+    return torch.where(medium, blended, scaled)
+
+
+def _params(base: float, low: float, high: float, old: int) -> dict[str, Any]:
+    return {"rope_type": "llama3", "rope_theta": base, "factor": SILENCE, "low_freq_factor": low,
+            "high_freq_factor": high, "original_max_position_embeddings": old}
+
+
+def ladder_parameters(base: float, rotary_dim: int, head_dim: int, window: int) -> dict[str, Any]:
+    """The llama3 rope of a ladder on ``rotary_dim`` dims at ``base`` in a head of ``head_dim`` = hd + R dims:
+    base' = base^(hd'/R), C/high and C/low at a third and two thirds (in log) of the gap between the ladder's
+    slowest pair and the first content pair; ``ValueError`` when base' leaves float32."""
+    wide = base ** (head_dim / rotary_dim)
+    if not wide < F32_MAX:
+        raise ValueError(f"the llama target rotates the whole head: its base {base:g}^({head_dim}/{rotary_dim}) "
+                         f"= {wide:.3g} is beyond float32; give a larger --rotary-dim or a smaller --window")
+    old = _old(window)
+    wl = (2 * math.pi / geometric_float32(wide, head_dim)).double()
+    slow, first = float(wl[rotary_dim // 2 - 1]), float(wl[rotary_dim // 2])  # ladder's slowest, content's first
+    gap = first / slow
+    return _params(wide, old / (slow * gap ** (2 / 3)), old / (slow * gap ** (1 / 3)), old)
+
+
+def single_parameters(theta: float, head_dim: int, window: int, base: float = 10000.0) -> dict[str, Any]:
+    """The llama3 rope that turns pair 0 at ``theta`` (to float32 rounding; exactly for a power of two) and
+    silences the others: pair 0's wavelength 2 pi sits in the blend band, C/low halfway (in log) to pair 1's,
+    and high - low = (C/2pi - low)/theta, all float32 values whose differences float32 computes exactly."""
+    old = _old(window)
+    wl0 = float(np.float32(2 * math.pi))
+    x = float(np.float32(np.float32(old) / np.float32(wl0)))  # C / lambda_0, as the engine computes it
+    ratio = float(base) ** (1.0 / head_dim)  # sqrt of lambda_1 / lambda_0
+    low = float(np.float32(x / ratio))
+    d = float(np.float32(x) - np.float32(low))  # exact (Sterbenz: low > x / 2)
+    span = float(np.float32(d / float(np.float32(theta))))
+    return _params(float(base), low, low + span, old)
+
+
+def geometric_float32(base: float, head_dim: int) -> torch.Tensor:
+    """``base^(-2k/hd)`` ``(hd/2,)`` in float32, the frequencies before the llama3 scaling."""
+    return 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float) / head_dim))
+
+
+def _old(window: int) -> int:
+    """C = ``original_max_position_embeddings``: an integer below ``max_position_embeddings`` (= the window), as
+    transformers asks (the bands are set relative to it, so its value is free)."""
+    return max(1, window // 2)
+
+
+def check_bands(inv: torch.Tensor, kept: int, window: int) -> None:
+    """``ValueError`` unless the pairs past the first ``kept`` turn less than 1e-20 rad over the window."""
+    fastest = float(inv[kept:].double().max()) * window if len(inv) > kept else 0.0
+    if not fastest < 1e-20:
+        raise ValueError(f"the llama target's content pairs would turn {fastest:.3g} rad over the window")

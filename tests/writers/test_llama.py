@@ -1,0 +1,66 @@
+"""The llama target: Baichuan 13B and Baichuan2 13B picos converted, run by transformers' own Llama, against an
+independent reading of Baichuan's published code (``tests/remote_models.py``)."""
+
+import json
+
+import pytest
+import torch
+import transformers as T
+from pico import build, build_remote
+from remote_models import baichuan_logits
+
+from ropebridge.convert import convert
+from ropebridge.emulation import PlanRequest
+from ropebridge.numerics import DTYPES
+from ropebridge.convert.verdict import LOGIT_FACTOR
+
+
+def run(directory, ids: torch.Tensor, dtype: str) -> torch.Tensor:
+    model = T.AutoModelForCausalLM.from_pretrained(directory, dtype=DTYPES[dtype]).eval()
+    assert type(model).__name__ == "LlamaForCausalLM"
+    with torch.no_grad():
+        return model(ids).logits.double()
+
+
+@pytest.mark.parametrize("family", ["baichuan", "baichuan2"])
+def test_baichuan_converts_by_default_to_llama_exact_in_float32(tmp_path, family):
+    src = build_remote(tmp_path / family, family)
+    res = convert(src, tmp_path / "llama", PlanRequest(window=512, dtype="float32"))
+    config = json.loads((res.destination / "config.json").read_text())
+    assert res.target == "llama" and config["architectures"] == ["LlamaForCausalLM"]
+    assert config["head_dim"] == 96 // 6 + 2 if family == "baichuan" else config["head_dim"] == 32 // 4 + 2
+    assert config["hidden_size"] == json.loads((src / "config.json").read_text())["hidden_size"]  # residual as is
+    assert config["rope_parameters"]["rope_type"] == "llama3"
+    ids = torch.randint(0, 320, (1, 512), generator=torch.Generator().manual_seed(0))
+    ref = baichuan_logits(src, ids)
+    err = float((run(res.destination, ids, "float32") - ref).abs().max())
+    # float32's own rounding of an O(10) logit: the same forward pass without any emulation is this far too
+    assert err < 3e-4, err
+    greedy = T.AutoModelForCausalLM.from_pretrained(res.destination).generate(
+        ids[:, :8], max_new_tokens=16, do_sample=False, attention_mask=torch.ones(1, 8, dtype=torch.long))[0, 8:]
+    expect, seq = [], ids[:, :8]
+    for _ in range(16):  # the independent reading's own greedy continuation
+        nxt = int(baichuan_logits(src, seq)[0, -1].argmax())
+        expect.append(nxt)
+        seq = torch.cat([seq, torch.tensor([[nxt]])], 1)
+    assert greedy.tolist() == expect
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_baichuan_in_half_precision_is_within_the_plan(tmp_path, dtype):
+    src = build_remote(tmp_path / "b", "baichuan")
+    res = convert(src, tmp_path / "llama", PlanRequest(window=1024, dtype=dtype))
+    assert res.plan.strategy == "ladder" and res.plan.rope_parameters["rope_type"] == "llama3"
+    ids = torch.randint(0, 320, (1, 1024), generator=torch.Generator().manual_seed(1))
+    err = float((run(res.destination, ids, dtype) - baichuan_logits(src, ids)).abs().max())
+    assert err <= LOGIT_FACTOR * max(res.plan.worst_head.predicted_error, res.plan.tolerance), err
+
+
+def test_a_target_that_cannot_carry_the_block_is_refused_in_one_line(tmp_path):
+    baichuan, bloom = build_remote(tmp_path / "b", "baichuan"), build(tmp_path / "bloom", "bloom-4heads")
+    for src, target, fits in ((baichuan, "gpt-neox", "llama"), (baichuan, "nemotron", "llama"),
+                              (bloom, "llama", "gpt-neox or starcoder2 or nemotron")):
+        with pytest.raises(ValueError, match=f"use --target {fits}") as exc:
+            convert(src, tmp_path / f"out-{target}", PlanRequest(window=256, dtype="float32", target=target))
+        assert "\n" not in str(exc.value) and not (tmp_path / f"out-{target}").exists()
+
