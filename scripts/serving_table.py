@@ -1,4 +1,4 @@
-"""The serving tables of docs/targets.md: BLOOM-176B, MPT-30B and Falcon-RW-7B native against their converted
+"""The serving tables of docs/targets.md: BLOOM-176B, MPT-30B, Falcon-RW-7B and Baichuan2-13B native against their converted
 checkpoints, from shapes alone (no weights: a header-only checkpoint of each model, ``ropebridge.serving``).
 
     python scripts/serving_table.py           # compute (about 2 minutes: the ladders are planned), print the tables
@@ -27,13 +27,17 @@ MODELS = {
     "Falcon-RW-7B": {"model_type": "falcon", "num_hidden_layers": 36, "hidden_size": 4096, "num_attention_heads": 64,
                      "vocab_size": 65024, "alibi": True, "bias": True, "multi_query": False, "parallel_attn": False,
                      "new_decoder_architecture": False},
+    "Baichuan2-13B": {"model_type": "baichuan", "num_hidden_layers": 40, "hidden_size": 5120, "num_attention_heads": 40,
+                      "intermediate_size": 13696, "vocab_size": 125696, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+                      "model_max_length": 4096, "tie_word_embeddings": False},
 }
 WINDOW, DTYPE = 8192, "bfloat16"  # the ladder planned for an 8K window in bfloat16
 GPUS, GPU_BYTES, UTILIZATION = 8, 80 * 2**30, 0.9  # 8 x H100 80 GB, vLLM's default gpu_memory_utilization
 CONTEXTS = (2048, 8192, 32768)
 VARIANTS = {"gpt-neox": {}, "nemotron": {"target": "nemotron"}}  # column: the request beyond window and dtype
 COLUMNS = {"BLOOM-176B": {"gpt-neox, --rotary-dim 16": {"rotary_dim": 16}, **VARIANTS,  # also R = 16 and R = 64
-                          "nemotron, --kernel fa3": {"target": "nemotron", "kernel": "fa3"}}}
+                          "nemotron, --kernel fa3": {"target": "nemotron", "kernel": "fa3"}},
+           "Baichuan2-13B": {"llama": {}, "llama, --kernel fa3": {"kernel": "fa3"}}}  # its one target
 
 
 def columns(name: str, work: Path) -> list[tuple[str, Geometry, int]]:

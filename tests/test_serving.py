@@ -94,7 +94,9 @@ def test_converted_checkpoint_splits_evenly(converted_112, tmp_path):
 def test_geometry_validates():
     with pytest.raises(ValueError, match="heads"):
         Geometry("bloom", 1, 0, 1, 8, 8, 32)
-    with pytest.raises(ValueError, match="'llama' is not an ALiBi model"):
+    with pytest.raises(ValueError, match="'gpt2' is not an ALiBi model"):
+        Geometry.from_config({"model_type": "gpt2"})
+    with pytest.raises(ValueError, match="llama config.json lacks the key"):  # a target's config, incomplete
         Geometry.from_config({"model_type": "llama"})
 
 
@@ -114,3 +116,17 @@ def test_the_docs_hold_the_stored_serving_tables():
 def test_the_stored_serving_table_is_what_the_script_computes():
     st = _serving_table()
     assert json.loads(json.dumps(st.numbers(("Falcon-RW-7B",)))) == {"Falcon-RW-7B": st.stored()["Falcon-RW-7B"]}
+
+
+def test_a_remote_code_family_is_shaped_by_its_published_layout(tmp_path):
+    # Baichuan-13B-Base's pytorch_model.bin.index.json states total_size 26529802240 bytes (float16): the header
+    # written from its config alone holds exactly as many parameters, under its own tensor names
+    import struct
+
+    config = {"model_type": "baichuan", "hidden_size": 5120, "num_attention_heads": 40, "num_hidden_layers": 40,
+              "intermediate_size": 13696, "vocab_size": 64000, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+              "tie_word_embeddings": False}
+    assert shape_only_checkpoint(config, tmp_path / "b13") == 26529802240 // 2
+    with open(tmp_path / "b13" / "model.safetensors", "rb") as f:  # the header only: the data is a 26 GB hole
+        names = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    assert "model.layers.39.self_attn.W_pack.weight" in names and "lm_head.weight" in names

@@ -17,6 +17,7 @@ reads a byte (``converted_checkpoint``), on a checkpoint whose file holds a head
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -47,13 +48,16 @@ class Geometry:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Geometry:
-        """From an ALiBi source's ``config.json`` (as a dict; BLOOM, MPT, Falcon) or a converted one's (any entry
-        of ``targets.TARGETS``, read by the target's own ``shapes``)."""
+        """From an ALiBi source's ``config.json`` (as a dict; BLOOM, MPT, Falcon, Baichuan) or a converted one's (any
+        entry of ``targets.TARGETS``, read by the target's own ``shapes``; ``ValueError`` naming a missing key)."""
         target = of_model_type(config.get("model_type"))
         if target is not None:
             from .writers import writer_for
 
-            return cls(target.name, **writer_for(target).shapes(config))
+            try:
+                return cls(target.name, **writer_for(target).shapes(config))
+            except KeyError as exc:
+                raise ValueError(f"this {target.name} config.json lacks the key {exc.args[0]}") from None
         from .checkpoint.config import from_config
 
         info = from_config(config)  # an ALiBi source, or ValueError naming what it is
@@ -75,26 +79,39 @@ class Geometry:
 
 def shape_only_checkpoint(config: Mapping[str, Any], directory: str | Path) -> int:
     """Write ``config`` and a bfloat16 ``model.safetensors`` holding only a header into DIRECTORY: every
-    parameter of transformers' model for ``config`` (built on the meta device; a tied head once), with the file
-    extended to its full size as a hole (sparse: no data is written or read). Returns the parameter count."""
+    parameter of transformers' model for ``config`` (built on the meta device; a tied head once), or, for a family
+    transformers has no class for (Baichuan), every tensor its published code holds (``checkpoint.model
+    .expected_shapes``: the required ones and the untied head), with the file extended to its full size as a hole
+    (sparse: no data is written or read). Returns the parameter count."""
     import torch
     import transformers as T
 
+    from .checkpoint.config import from_config
+    from .checkpoint.model import expected_shapes
+
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    cfg = T.AutoConfig.for_model(**config)
-    with torch.device("meta"):
-        model = T.AutoModelForCausalLM.from_config(cfg)
+    info = from_config(config)
+    if info.spec.attention is None:  # remote code: the tensors of its layout
+        head = info.spec.globals["head"]
+        shapes = {n: shape for n, (shape, required) in expected_shapes(info).items() if required or n == head}
+        (directory / "config.json").write_text(json.dumps(dict(config), indent=2))
+    else:
+        cfg = T.AutoConfig.for_model(**config)
+        with torch.device("meta"):
+            model = T.AutoModelForCausalLM.from_config(cfg)
+        shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}  # lists a tied tensor once
+        cfg.save_pretrained(directory)
     header, offset = {}, 0
-    for name, p in model.named_parameters():  # named_parameters lists a tied tensor once
-        header[name] = {"dtype": "BF16", "shape": list(p.shape), "data_offsets": [offset, offset + 2 * p.numel()]}
-        offset += 2 * p.numel()
+    for name, shape in shapes.items():
+        size = 2 * math.prod(shape)
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
     raw = json.dumps(header).encode()
     with open(directory / "model.safetensors", "wb") as f:
         f.write(struct.pack("<Q", len(raw)) + raw)
         f.truncate(8 + len(raw) + offset)
-    cfg.save_pretrained(directory)
-    return model.num_parameters()
+    return offset // 2
 
 
 def converted_checkpoint(src_dir: str | Path, request) -> tuple[int, dict]:

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from .config import declared_biases, from_config, load_config
+from .config import SourceInfo, declared_biases, from_config, load_config
 from .tensor_io import CheckpointReader
 
 
@@ -55,6 +55,36 @@ class Layer:
     down_b: torch.Tensor
     gate_w: torch.Tensor | None = None  # (F, D): a gated MLP's gate (``SourceInfo.gated``), else None
     gate_b: torch.Tensor | None = None
+
+
+def qkv_rows(info: SourceInfo) -> int:
+    """The fused QKV's row count a config implies: (h + 2 kv) hd: 3 h hd, or (h + 2) hd for a multi-query Falcon."""
+    return (info.n_heads + 2 * info.kv_heads) * info.head_dim
+
+
+def expected_shapes(info: SourceInfo) -> dict[str, tuple[tuple[int, ...], bool]]:
+    """Every tensor the converter reads from a checkpoint of ``info``: name -> (shape the config implies,
+    required). Biases and the untied output head are optional; a fused QKV may also have Falcon's multi-query
+    rows (h + 2) hd."""
+    d, f, v, hd_all = info.hidden_size, info.intermediate_size, info.vocab_size, info.n_heads * info.head_dim
+    g = info.spec.globals
+    out: dict[str, tuple[tuple[int, ...], bool]] = {g["emb"]: ((v, d), True), g["head"]: ((v, d), False),
+                                                     g["ln_f"] + ".weight": ((d,), True), g["ln_f"] + ".bias": ((d,), False)}
+    if info.spec.embedding_norm:
+        out[info.spec.embedding_norm + ".weight"] = ((d,), True)
+        out[info.spec.embedding_norm + ".bias"] = ((d,), False)
+    for i in range(info.n_layers):
+        n = info.spec.block(i)
+        norms = ("ln1",) if info.parallel else ("ln1", "ln2")
+        out.update({n[k] + ".weight": ((d,), True) for k in norms})
+        out.update({n[k] + ".bias": ((d,), False) for k in norms})
+        linears = {"qkv": (qkv_rows(info), d), "o": (d, hd_all), "up": (f, d), "down": (d, f)}
+        if info.gated:
+            linears["gate"] = (f, d)
+        for key, (rows, cols) in linears.items():
+            out[n[key] + ".weight"] = ((rows, cols), True)
+            out[n[key] + ".bias"] = ((rows,), False)
+    return out
 
 
 def _zeros_if_missing(reader: CheckpointReader, name: str, shape: tuple[int, ...]) -> torch.Tensor:
@@ -82,38 +112,16 @@ class SourceModel:
         return self.info.spec.globals
 
     def expected_shapes(self) -> dict[str, tuple[tuple[int, ...], bool]]:
-        """Every tensor the converter reads: name -> (shape the config implies, required). Biases and the untied
-        output head are optional; a fused QKV may also have Falcon's multi-query rows (h + 2) hd."""
-        info = self.info
-        d, f, v, hd_all = info.hidden_size, info.intermediate_size, info.vocab_size, info.n_heads * info.head_dim
-        g = self._global_names()
-        out: dict[str, tuple[tuple[int, ...], bool]] = {g["emb"]: ((v, d), True), g["head"]: ((v, d), False),
-                                                         g["ln_f"] + ".weight": ((d,), True), g["ln_f"] + ".bias": ((d,), False)}
-        if info.spec.embedding_norm:
-            out[info.spec.embedding_norm + ".weight"] = ((d,), True)
-            out[info.spec.embedding_norm + ".bias"] = ((d,), False)
-        for i in range(info.n_layers):
-            n = self._names(i)
-            norms = ("ln1",) if info.parallel else ("ln1", "ln2")
-            out.update({n[k] + ".weight": ((d,), True) for k in norms})
-            out.update({n[k] + ".bias": ((d,), False) for k in norms})
-            linears = {"qkv": (self.qkv_rows(), d), "o": (d, hd_all), "up": (f, d), "down": (d, f)}
-            if info.gated:
-                linears["gate"] = (f, d)
-            for key, (rows, cols) in linears.items():
-                out[n[key] + ".weight"] = ((rows, cols), True)
-                out[n[key] + ".bias"] = ((rows,), False)
-        return out
+        """``expected_shapes`` of this checkpoint's config."""
+        return expected_shapes(self.info)
 
     def linears(self) -> tuple[str, ...]:
         """The names of a block's linear layers: qkv, o, up, down, and gate where the MLP is gated."""
         return ("qkv", "o", "up", "down") + (("gate",) if self.info.gated else ())
 
     def qkv_rows(self) -> int:
-        """The fused QKV's row count the config implies: (h + 2 kv) hd: 3 h hd, or (h + 2) hd for a multi-query
-        Falcon."""
-        info = self.info
-        return (info.n_heads + 2 * info.kv_heads) * info.head_dim
+        """``qkv_rows`` of this checkpoint's config."""
+        return qkv_rows(self.info)
 
     def _check_shapes(self) -> None:
         """Every tensor's shape and dtype against ``expected_shapes`` before any byte is read: a missing tensor,
