@@ -99,6 +99,22 @@ def _tokens(src: Path, text: str | None, context: int, vocab: int, seed: int) ->
     return ids
 
 
+def _padded_batch(ids: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch ``(2, s)`` of ``ids`` ``(1, s)`` and its first half left-padded to s, and its attention mask."""
+    n = ids.shape[1]
+    short = max(2, n // 2)
+    batch = torch.full((2, n), pad_id, dtype=torch.long)
+    batch[0], batch[1, n - short:] = ids[0], ids[0, :short]
+    mask = torch.ones_like(batch)
+    mask[1, : n - short] = 0
+    return batch, mask
+
+
+def _padded_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
+    """max |a - b| ``(2, s, V)`` over the real (unpadded) positions of ``mask`` ``(2, s)``."""
+    return float((a - b).abs().amax(-1)[mask.bool()].max())
+
+
 def _conversion_record(dst: Path) -> dict[str, Any]:
     """DST's ``ropebridge.json``, its shape checked (the options it records are re-derived, never trusted);
     ``ValueError`` for a directory ropebridge did not write or a record that is malformed."""
@@ -275,15 +291,10 @@ def measure(source: SourceModel, src: Path, dst: Path, request: VerifyRequest, b
             a = native(ids).logits.double()  # (1, s, V)
         diff = (a - b).abs()
         stage(f"left-padded batch, 2 x {n} tokens")
-        short = max(2, n // 2)
-        batch = torch.full((2, n), pad_id, dtype=torch.long)
-        batch[0], batch[1, n - short:] = ids[0], ids[0, :short]
-        mask = torch.ones_like(batch)
-        mask[1, : n - short] = 0
+        batch, mask = _padded_batch(ids, pad_id)
         with exact():
             pa = native(batch, attention_mask=mask).logits.double()  # (2, s, V)
-        pb = converted(batch, attention_mask=mask).logits.double()
-        padded = max(float((pa[0] - pb[0]).abs().max()), float((pa[1, n - short:] - pb[1, n - short:]).abs().max()))
+        padded = _padded_diff(pa, converted(batch, attention_mask=mask).logits.double(), mask)
         ref_native = ref_conv = skipped = None
         params = sum(p.numel() for p in native.parameters())
         if params <= request.reference_max_params:
@@ -342,13 +353,9 @@ def _measure_against_reference(source: SourceModel, src: Path, dst: Path, reques
         stage(f"exact float64 reference, {n} tokens")
         ref = reference_logits(source, ids)  # (1, s, V)
         stage(f"left-padded batch, 2 x {n} tokens")
-        short = max(2, n // 2)
-        batch = torch.full((2, n), pad_id, dtype=torch.long)
-        batch[0], batch[1, n - short:] = ids[0], ids[0, :short]
-        mask = torch.ones_like(batch)
-        mask[1, : n - short] = 0
-        pa, pb = reference_logits(source, batch, mask), converted(batch, attention_mask=mask).logits.double()
-        padded = max(float((pa[0] - pb[0]).abs().max()), float((pa[1, n - short:] - pb[1, n - short:]).abs().max()))
+        batch, mask = _padded_batch(ids, pad_id)
+        padded = _padded_diff(reference_logits(source, batch, mask),
+                              converted(batch, attention_mask=mask).logits.double(), mask)
     stage(f"greedy, {greedy_tokens} tokens")
     prompt = ids[:, : min(16, n)]
     g_ref, seq = [], prompt
