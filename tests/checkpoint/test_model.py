@@ -46,3 +46,27 @@ def test_a_shape_the_config_does_not_imply_is_refused_before_reading(tmp_path):
     config["vocab_size"] = 330
     with pytest.raises(ValueError, match="transformer.word_embeddings.weight.*330"):
         SourceModel(src, config)
+
+
+def test_a_baichuan_checkpoint_is_checked_against_its_layout(tmp_path):
+    # no Baichuan tensor carries a bias (its code builds none): one in the file is refused, naming it; a missing
+    # gate and a W_pack of the wrong size likewise, before any byte is read
+    from safetensors.torch import load_file, save_file
+
+    from pico import build_remote
+
+    src = build_remote(tmp_path / "b", "baichuan")
+    model = SourceModel(src)
+    assert model.linears() == ("qkv", "o", "up", "down", "gate") and model.info.block == "rmsnorm-gated"
+    tensors = load_file(src / "model.safetensors")
+    cases = [("bias", {**tensors, "model.layers.0.mlp.up_proj.bias": torch.zeros(160)}, "the baichuan family has none"),
+             ("gate", {k: v for k, v in tensors.items() if "layers.1.mlp.gate_proj" not in k}, "gate_proj.weight' is missing"),
+             ("qkv", {**tensors, "model.layers.0.self_attn.W_pack.weight": torch.zeros(2 * 96, 96)}, "shape [192, 96]")]
+    for name, bad, needle in cases:
+        directory = tmp_path / name
+        directory.mkdir()
+        (directory / "config.json").write_text((src / "config.json").read_text())
+        save_file(bad, directory / "model.safetensors")
+        with pytest.raises(ValueError, match=needle.replace("[", r"\[").replace("]", r"\]")) as exc:
+            SourceModel(directory)
+        assert "\n" not in str(exc.value)
