@@ -96,7 +96,7 @@ TARGETS = {t.name: t for t in (
            ("up_proj", "down_proj"), "transformers 5.x (4.x with the ladder), vLLM",
            (_HF.format(versions="", note=" (5.x; 4.x with the ladder)"), _VLLM)),
     Target("llama", "LlamaForCausalLM", "llama", ("ladder", "single"), False, "whole-head", "rmsnorm",
-           ("up_proj", "down_proj"), "transformers 5.x; vLLM and SGLang (their Llama and rope code read, not run here)",
+           ("up_proj", "down_proj"), "transformers 5.x; vLLM (its rope run on the CPU: transformers' bit for bit); SGLang (code read)",
            (_HF.format(versions=" 5.x", note=""), _VLLM,
             "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}`"),
            blocks=("rmsnorm-gated",), rope_form="llama3"),
