@@ -1,6 +1,7 @@
 """Digests of converted checkpoints, to prove a refactor leaves every written byte unchanged.
 
-Converts the pico models of every family (``tests/pico.py``, built here with fixed seeds) and the three
+Converts the pico models of every family (``tests/pico.py``, built here with fixed seeds; the remote-code
+families onto their default target, llama) and the three
 real-text demo models in float32, bfloat16 and float16, plus the other strategies and targets, through the
 CLI exactly as a user runs it, and records the sha256 of every file each conversion writes. In
 ``ropebridge.json`` and the model card the paths that name this run's temporary directory are blanked first,
@@ -94,7 +95,7 @@ def _source(spec: str, work: Path) -> Path:
 
     directory = work / "src" / name
     if not directory.exists():
-        pico.build(directory, name)
+        (pico.build_remote if name in pico.REMOTE else pico.build)(directory, name)
     return directory
 
 
@@ -111,6 +112,9 @@ def cases() -> list[tuple[str, str, list[str]]]:
     for name, spec, flags in VARIANTS:
         window = PICO_WINDOW if spec.startswith("pico") else DEMO_WINDOW
         out.append((f"{spec}/{name}", spec, [*flags, "--window", str(window)]))
+    for family in pico.REMOTE:  # last: a case's output directory is named by its index
+        for dtype in DTYPES:
+            out.append((f"pico:{family}/{dtype}", f"pico:{family}", ["--dtype", dtype, "--window", str(PICO_WINDOW)]))
     return out
 
 
