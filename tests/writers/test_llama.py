@@ -34,8 +34,8 @@ def test_baichuan_converts_by_default_to_llama_exact_in_float32(tmp_path, family
     ids = torch.randint(0, 320, (1, 512), generator=torch.Generator().manual_seed(0))
     ref = baichuan_logits(src, ids)
     err = float((run(res.destination, ids, "float32") - ref).abs().max())
-    # float32's own rounding of an O(10) logit: the same forward pass without any emulation is this far too
-    assert err < 3e-4, err
+    # float32's own rounding of O(10) logits (1.3e-4 measured), well inside the dtype's tolerance (1e-3)
+    assert err <= res.plan.tolerance / 4, err
     greedy = T.AutoModelForCausalLM.from_pretrained(res.destination).generate(
         ids[:, :8], max_new_tokens=16, do_sample=False, attention_mask=torch.ones(1, 8, dtype=torch.long))[0, 8:]
     expect, seq = [], ids[:, :8]

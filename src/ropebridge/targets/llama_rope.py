@@ -8,8 +8,9 @@ computes this form (transformers, vLLM, SGLang, TensorRT-LLM, llama.cpp's conver
 emulation is planned on it:
 
 - the ladder: base' = b^(hd'/R) puts the ladder's R/2 pairs (b^(-2k/R)) on pairs 0 .. R/2 - 1, kept; every content
-  pair beyond falls below C/low and is divided by ``SILENCE`` = 2^100 (an exact power of two: its angles stay
-  below 1e-25 rad over any window, so its cos rounds to 1 and sin(x) q to nothing in every dtype);
+  pair beyond has a wavelength above C/low and is divided by ``SILENCE`` = 2^100 (an exact power of two): its
+  angles stay below 1e-22 rad over any window (2^-100 times at most 2^24 positions), so its cos rounds to 1 and
+  its sin times q vanishes beside q in every dtype;
 - the single pair: pair 0 (theta 1 before scaling) placed in the blend band so that a = theta, content pairs
   silenced as above. With theta = 2^-k (float32's exact-rotation rule) the engine computes exactly theta.
 
