@@ -7,6 +7,7 @@ import torch
 import transformers as T
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+from ropebridge.frequencies import geometric
 from ropebridge.targets import llama_rope
 
 SINGLE = [(2.0**-24, 130, 4096), (2.0**-30, 258, 262144), (1.234567e-5, 130, 8192), (3e-7, 66, 65536),
@@ -42,7 +43,8 @@ def test_the_ladder_keeps_its_pairs_and_silences_the_content(rotary_dim, head_di
     # the paper's ladder, base^(-2k/R), to float32 rounding
     exact = base ** (-2 * torch.arange(rotary_dim // 2, dtype=torch.float64) / rotary_dim)
     assert float((kept / exact - 1).abs().max()) < 2**-20
-    assert torch.equal(inv[: rotary_dim // 2], llama_rope.geometric_float32(params["rope_theta"], head_dim)[: rotary_dim // 2])
+    unscaled = geometric(params["rope_theta"], head_dim, dtype=torch.float32)  # the ladder's pairs are kept as is
+    assert torch.equal(inv[: rotary_dim // 2], unscaled[: rotary_dim // 2])
     assert float(inv[rotary_dim // 2:].double().max()) * window < 1e-20
     llama_rope.check_bands(inv, rotary_dim // 2, window)
     with pytest.raises(ValueError, match="content pairs"):  # the check can fail: a kept pair counted as content

@@ -119,10 +119,6 @@ class SourceModel:
         """The names of a block's linear layers: qkv, o, up, down, and gate where the MLP is gated."""
         return ("qkv", "o", "up", "down") + (("gate",) if self.info.gated else ())
 
-    def qkv_rows(self) -> int:
-        """``qkv_rows`` of this checkpoint's config."""
-        return qkv_rows(self.info)
-
     def _check_shapes(self) -> None:
         """Every tensor's shape and dtype against ``expected_shapes`` before any byte is read: a missing tensor,
         an integer dtype or another shape names the tensor, what was found and what was expected."""

@@ -159,10 +159,7 @@ def ladder_on(source, request, rotary_dim: int, floors: Sequence[float], cutoff:
     rope = None
     try:
         if request.target_spec.rope_form == "llama3":  # the whole head turns: the pairs as its llama3 rope gives
-            rope = llama_rope.ladder_parameters(b, rotary_dim, source.head_dim + rotary_dim, window)
-            inv = llama_rope.inv_freq_float32(source.head_dim + rotary_dim, rope)
-            llama_rope.check_bands(inv, rotary_dim // 2, window)
-            thetas = inv[: rotary_dim // 2].double().numpy()
+            rope, thetas = llama_rope.ladder_rope(b, rotary_dim, source.head_dim + rotary_dim, window)
         else:
             thetas = engine_frequencies(b, rotary_dim)
     except ValueError as exc:

@@ -96,10 +96,8 @@ def plan_single(source, request) -> EmulationPlan:
     rule, theta = choose_theta(request, source.slopes, num)
     extra = {}
     if request.target_spec.rope_form == "llama3":  # pair 0 in the llama3 blend band: theta as the engine computes it
-        rope = llama_rope.single_parameters(theta, source.head_dim + 2, num.window)
-        inv = llama_rope.inv_freq_float32(source.head_dim + 2, rope)
-        llama_rope.check_bands(inv, 1, num.window)
-        theta, extra = float(inv[0]), {"rope_parameters": rope}
+        rope, theta = llama_rope.single_rope(theta, source.head_dim + 2, num.window)
+        extra = {"rope_parameters": rope}
         heads = [evaluate(h, m, [theta], [None], num) for h, m in enumerate(source.slopes)]
     elif request.target_spec.rotary_block:
         base = theta**-2.0

@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..frequencies import geometric
+
 SILENCE = 2.0**100  # the llama3 factor that silences the content pairs
 F32_MAX = float(np.finfo(np.float32).max)
 
@@ -35,9 +37,9 @@ F32_MAX = float(np.finfo(np.float32).max)
 def inv_freq_float32(head_dim: int, params: Mapping[str, Any]) -> torch.Tensor:
     """``theta_k`` ``(hd/2,)`` float32 of a ``rope_type: llama3`` rope over the whole head, as transformers
     computes them (module doc)."""
-    base, factor = params["rope_theta"], params["factor"]
+    factor = params["factor"]
     low, high, old = params["low_freq_factor"], params["high_freq_factor"], params["original_max_position_embeddings"]
-    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float) / head_dim))
+    inv = geometric(params["rope_theta"], head_dim, dtype=torch.float32)  # (hd/2,): before the scaling
     wavelen = 2 * math.pi / inv
     scaled = torch.where(wavelen > old / low, inv / factor, inv)
     blend = (old / wavelen - low) / (high - low)
@@ -60,7 +62,7 @@ def ladder_parameters(base: float, rotary_dim: int, head_dim: int, window: int) 
         raise ValueError(f"the llama target rotates the whole head: its base {base:g}^({head_dim}/{rotary_dim}) "
                          f"= {wide:.3g} is beyond float32; give a larger --rotary-dim or a smaller --window")
     old = _old(window)
-    wl = (2 * math.pi / geometric_float32(wide, head_dim)).double()
+    wl = (2 * math.pi / geometric(wide, head_dim, dtype=torch.float32)).double()
     slow, first = float(wl[rotary_dim // 2 - 1]), float(wl[rotary_dim // 2])  # ladder's slowest, content's first
     gap = first / slow
     return _params(wide, old / (slow * gap ** (2 / 3)), old / (slow * gap ** (1 / 3)), old)
@@ -80,15 +82,28 @@ def single_parameters(theta: float, head_dim: int, window: int, base: float = 10
     return _params(float(base), low, low + span, old)
 
 
-def geometric_float32(base: float, head_dim: int) -> torch.Tensor:
-    """``base^(-2k/hd)`` ``(hd/2,)`` in float32, the frequencies before the llama3 scaling."""
-    return 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float) / head_dim))
-
-
 def _old(window: int) -> int:
     """C = ``original_max_position_embeddings``: an integer below ``max_position_embeddings`` (= the window), as
     transformers asks (the bands are set relative to it, so its value is free)."""
     return max(1, window // 2)
+
+
+def ladder_rope(base: float, rotary_dim: int, head_dim: int, window: int) -> tuple[dict[str, Any], np.ndarray]:
+    """The ladder's rope (``ladder_parameters``) and the frequencies the engine gives its R/2 pairs ``(R/2,)``
+    (float64 values of float32 numbers), the content pairs checked silent (``check_bands``)."""
+    params = ladder_parameters(base, rotary_dim, head_dim, window)
+    inv = inv_freq_float32(head_dim, params)
+    check_bands(inv, rotary_dim // 2, window)
+    return params, inv[: rotary_dim // 2].double().numpy()
+
+
+def single_rope(theta: float, head_dim: int, window: int) -> tuple[dict[str, Any], float]:
+    """The single pair's rope (``single_parameters``) and the theta the engine gives pair 0, the other pairs
+    checked silent (``check_bands``)."""
+    params = single_parameters(theta, head_dim, window)
+    inv = inv_freq_float32(head_dim, params)
+    check_bands(inv, 1, window)
+    return params, float(inv[0])
 
 
 def check_bands(inv: torch.Tensor, kept: int, window: int) -> None:
