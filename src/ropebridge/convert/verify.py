@@ -99,6 +99,20 @@ def _tokens(src: Path, text: str | None, context: int, vocab: int, seed: int) ->
     return ids
 
 
+def _agreement(a: torch.Tensor, b: torch.Tensor, ids: torch.Tensor, greedy_a: list[int], greedy_b: list[int],
+               text: bool) -> dict[str, Any]:
+    """The report's comparison of SRC's logits ``a`` (run, or the reference standing for it) with the converted
+    ``b``, both ``(1, s, V)`` on ``ids`` ``(1, s)``, and of their greedy tokens: max |diff|, mean KL, top-1
+    agreement, the error by position, the first divergence, and the perplexities where the ids are ``text``."""
+    diff = (a - b).abs()  # (1, s, V)
+    divergence = next((i for i, (x, y) in enumerate(zip(greedy_a, greedy_b)) if x != y), None)
+    return dict(max_abs_logit_diff=float(diff.max()), mean_kl=float(_kl(a, b).mean()),
+                top1_agreement=float((a.argmax(-1) == b.argmax(-1)).double().mean()),
+                error_by_position=diff[0].amax(-1).tolist(), greedy_identical=divergence is None,
+                greedy_first_divergence=divergence, greedy_native=greedy_a, greedy_converted=greedy_b,
+                ppl_native=_ppl(a, ids) if text else None, ppl_converted=_ppl(b, ids) if text else None)
+
+
 def _padded_batch(ids: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch ``(2, s)`` of ``ids`` ``(1, s)`` and its first half left-padded to s, and its attention mask."""
     n = ids.shape[1]
@@ -289,7 +303,6 @@ def measure(source: SourceModel, src: Path, dst: Path, request: VerifyRequest, b
             hf_native_diff = float((native(ids).logits.double() - b).abs().max())
         with exact():
             a = native(ids).logits.double()  # (1, s, V)
-        diff = (a - b).abs()
         stage(f"left-padded batch, 2 x {n} tokens")
         batch, mask = _padded_batch(ids, pad_id)
         with exact():
@@ -319,20 +332,14 @@ def measure(source: SourceModel, src: Path, dst: Path, request: VerifyRequest, b
         with exact():
             g_native = _greedy(native, prompt, greedy_tokens, pad_id)
         g_conv = _greedy(converted, prompt, greedy_tokens, pad_id)
-    divergence = next((i for i, (x, y) in enumerate(zip(g_native, g_conv)) if x != y), None)
     report = VerifyReport(
         source=str(src), converted=str(dst), family=source.info.family, dtype=dtype, context=n,
         source_attention=source.info.spec.attention,
         transformers_native_deviation="; ".join(d.what for d in deviations) or None,
-        transformers_reading_max_err=hf_reading, native_reading_max_err=reading,
-        max_abs_logit_diff=float(diff.max()), mean_kl=float(_kl(a, b).mean()),
-        top1_agreement=float((a.argmax(-1) == b.argmax(-1)).double().mean()),
-        padded_max_abs_logit_diff=padded, greedy_identical=divergence is None, greedy_first_divergence=divergence,
-        greedy_native=g_native, greedy_converted=g_conv,
-        ppl_native=_ppl(a, ids) if text is not None else None, ppl_converted=_ppl(b, ids) if text is not None else None,
+        transformers_reading_max_err=hf_reading, native_reading_max_err=reading, padded_max_abs_logit_diff=padded,
+        **_agreement(a, b, ids, g_native, g_conv, text is not None),
         transformers_native_max_abs_logit_diff=hf_native_diff,
         reference_native_max_err=ref_native, reference_converted_max_err=ref_conv, reference_skipped=skipped,
-        error_by_position=diff[0].amax(-1).tolist(),
         thresholds={"max_abs_logit_diff": request.max_logit_diff, "greedy_identical": dtype == "float32",
                     "against": "native" if ref_conv is None else "exact float64 reference"},
     )
@@ -364,19 +371,12 @@ def _measure_against_reference(source: SourceModel, src: Path, dst: Path, reques
         g_ref.append(nxt)
         seq = torch.cat([seq, torch.tensor([[nxt]])], 1)
     g_conv = _greedy(converted, prompt, greedy_tokens, pad_id) if greedy_tokens else []
-    divergence = next((i for i, (x, y) in enumerate(zip(g_ref, g_conv)) if x != y), None)
-    diff = (ref - b).abs()
+    agreement = _agreement(ref, b, ids, g_ref, g_conv, request.text is not None)
     report = VerifyReport(
         source=str(src), converted=str(dst), family=source.info.family, dtype=dtype, context=n,
         source_attention="not run: no transformers class (remote code); the exact reference stands for it",
-        max_abs_logit_diff=float(diff.max()), mean_kl=float(_kl(ref, b).mean()),
-        top1_agreement=float((ref.argmax(-1) == b.argmax(-1)).double().mean()),
-        padded_max_abs_logit_diff=padded, greedy_identical=divergence is None, greedy_first_divergence=divergence,
-        greedy_native=g_ref, greedy_converted=g_conv,
-        ppl_native=_ppl(ref, ids) if request.text is not None else None,
-        ppl_converted=_ppl(b, ids) if request.text is not None else None,
-        reference_native_max_err=0.0, reference_converted_max_err=float(diff.max()),
-        error_by_position=diff[0].amax(-1).tolist(), native_ran=False,
+        padded_max_abs_logit_diff=padded, **agreement, native_ran=False,
+        reference_native_max_err=0.0, reference_converted_max_err=agreement["max_abs_logit_diff"],
         thresholds={"max_abs_logit_diff": request.max_logit_diff, "greedy_identical": dtype == "float32",
                     "against": "exact float64 reference"},
     )
