@@ -4,6 +4,7 @@ the dtype, the rotation in the dtype, q.k with float32 accumulation, the result 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -12,6 +13,20 @@ from ropebridge.emulation.error_model import PairSpec, matter_distance
 from ropebridge.emulation.ladder_fit import HeadFit
 from ropebridge.numerics import DTYPES, Numerics
 from ropebridge.rope import apply_rope, cos_sin
+
+
+def press_reference(n: int) -> list[float]:
+    """Press et al. 2022's slopes for ``n`` heads as their reference code computes them (get_slopes: the geometric
+    slopes of the closest power of two, then every other slope of twice that), written out in float64; Baichuan's
+    ``_get_interleave`` is the same code."""
+    def power_of_2(k: int) -> list[float]:
+        start = 2 ** (-(2 ** -(math.log2(k) - 3)))
+        return [start * start**i for i in range(k)]
+
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + press_reference(2 * closest)[0::2][: n - closest]
 
 
 def sample_positions(window: int, queries: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -6,7 +6,8 @@ Baichuan-13B / Baichuan2-13B (``modeling_baichuan.py`` of both): per layer, RMSN
 times ``rsqrt(variance + eps)``, times the weight); ``W_pack`` output unflattened to (3, hidden): q, k, v; scores
 q.k / sqrt(hd) plus the ALiBi mask ``slopes * arange(max_pos)`` over the key position, ``-inf`` above the diagonal;
 softmax; ``o_proj``; the MLP ``down(silu(gate x) * up x)``; the final RMSNorm; the head (Baichuan2: its rows
-normalised, NormHead). The slopes are ``_get_interleave(n)`` as a float32 tensor.
+normalised, NormHead). The slopes are ``_get_interleave(n)`` (Press et al.'s reference code,
+``oracles.press_reference``) as a float32 tensor.
 """
 
 from __future__ import annotations
@@ -16,19 +17,7 @@ import math
 from pathlib import Path
 
 import torch
-
-
-def interleave(n: int) -> list[float]:
-    """Baichuan's ``_get_interleave``: the geometric slopes of the closest power of two, then every other slope
-    of twice that (Press et al.)."""
-    def power_of_2(k: int) -> list[float]:
-        start = 2 ** (-(2 ** -(math.log2(k) - 3)))
-        return [start * start**i for i in range(k)]
-
-    if math.log2(n).is_integer():
-        return power_of_2(n)
-    closest = 2 ** math.floor(math.log2(n))
-    return power_of_2(closest) + interleave(2 * closest)[0::2][: n - closest]
+from oracles import press_reference
 
 
 @torch.no_grad()
@@ -44,7 +33,7 @@ def baichuan_logits(directory: Path, ids: torch.Tensor) -> torch.Tensor:
     def rms(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
-    slopes = torch.tensor(interleave(n), dtype=torch.float32).double()  # (n,)
+    slopes = torch.tensor(press_reference(n), dtype=torch.float32).double()  # (n,): _get_interleave
     mask = torch.full((s, s), float("-inf"), dtype=torch.float64).triu(1)  # (s, s)
     alibi = slopes[:, None, None] * torch.arange(s, dtype=torch.float64)[None, None, :] + mask  # (n, s, s)
     x = w["model.embed_tokens.weight"][ids[0]]  # (s, D)

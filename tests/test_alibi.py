@@ -6,21 +6,10 @@ import pytest
 import torch
 from transformers.models.bloom.modeling_bloom import build_alibi_tensor as bloom_alibi
 from transformers.models.falcon.modeling_falcon import build_alibi_tensor as falcon_alibi
+from oracles import press_reference
 from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
 
 from ropebridge import alibi
-
-
-def press_reference(n):
-    # Press et al. 2022, reference code (attention_with_linear_biases, get_slopes), written out in float64
-    def power_of_2(n):
-        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
-        return [start * start**i for i in range(n)]
-
-    if math.log2(n).is_integer():
-        return power_of_2(n)
-    closest = 2 ** math.floor(math.log2(n))
-    return power_of_2(closest) + press_reference(2 * closest)[0::2][: n - closest]
 
 
 def test_paper_examples():
