@@ -232,3 +232,48 @@ def test_default_float32_conversion_of_a_real_attention_shape_passes_verify(tmp_
     assert res.plan.window == 8192 and res.plan.theta_rule == "exact-rotation" and res.plan.meets_tolerance
     report = verify(src, res.destination, context=256, greedy_tokens=8)
     assert report.passed and report.thresholds["against"] == "exact float64 reference", report.failures
+
+
+class _Stop(KeyboardInterrupt):
+    pass
+
+
+def _raise(signum):  # the armed CLI's action for a signal kept by an uninterrupted block
+    raise _Stop(signum)
+
+
+def test_an_interrupt_as_the_temporary_directory_is_set_up_leaves_nothing(bloom, tmp_path, monkeypatch):
+    import ropebridge.convert.pipeline as pipeline
+
+    def chmod_interrupted(*args):
+        raise _Stop(15)
+
+    monkeypatch.setattr(pipeline.os, "chmod", chmod_interrupted)
+    with pytest.raises(_Stop):
+        convert(bloom, tmp_path / "dst", PlanRequest(window=256))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_signal_as_dst_is_published_leaves_it_complete_and_reported(bloom, tmp_path, monkeypatch):
+    import ropebridge.convert.pipeline as pipeline
+    from ropebridge import _interrupt
+
+    monkeypatch.setattr(_interrupt, "_action", [_raise])
+    publish = pipeline._publish
+
+    def publish_then_a_signal(tmp, dst, force):
+        publish(tmp, dst, force)
+        assert _interrupt.defer(2)  # kept until the rename's block ends, when the conversion is complete
+
+    monkeypatch.setattr(pipeline, "_publish", publish_then_a_signal)
+    res = convert(bloom, tmp_path / "dst", PlanRequest(window=256))
+    assert [p.name for p in tmp_path.iterdir()] == ["dst"] and (res.destination / "ropebridge.json").exists()
+
+    def a_signal_then_refused(tmp, dst, force):  # the rename fails: the signal stops the convert, nothing is left
+        assert _interrupt.defer(2)
+        raise FileExistsError(dst)
+
+    monkeypatch.setattr(pipeline, "_publish", a_signal_then_refused)
+    with pytest.raises(_Stop):
+        convert(bloom, tmp_path / "dst2", PlanRequest(window=256))
+    assert [p.name for p in tmp_path.iterdir()] == ["dst"]

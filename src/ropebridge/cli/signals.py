@@ -68,13 +68,8 @@ def _handler(signum: int, frame) -> None:
 def _act(signum: int) -> None:
     if _state["armed"]:
         raise Stopped(signum)
-    import shutil
-
     for path in reversed(_interrupt.paths()):  # what was being written: once removed, nothing is
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+        _interrupt.remove(path)
     try:
         sys.stdout.flush()
     except Exception:  # a closed pipe or a half-written buffer: the line below still goes out

@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,10 +182,7 @@ def _publish(tmp: Path, dst: Path, force: bool) -> None:
         except FileNotFoundError:  # another convert moved it first: try again
             pass
     for old in moved:  # removed once the new checkpoint stands (a symbolic link itself, never what it points to)
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink(missing_ok=True)
+        _interrupt.remove(old)
 
 
 @dataclass
@@ -273,33 +269,37 @@ def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None
     log.info("plan: %s heads, %s, worst predicted error %.3g", len(plan.heads), d.geometry,
              plan.worst_head.predicted_error)
     check_free_space(dst.parent, writer.total_bytes() + sum(len(b) for b in d.side_files.values()))
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
-    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700; DST gets what a plain mkdir would give
-    with _interrupt.removed_if_interrupted(tmp):
+    with _interrupt.new_directory(dst.parent, f".{dst.name}.tmp-") as tmp:  # removed on any failure
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700; DST gets what a plain mkdir would give
         _write(d, src, src_dir, dst, tmp, request, force)
     return ConversionResult(dst, plan, d.target.name, plan.dtype, time.perf_counter() - start, writer.total_bytes())
 
 
 def _write(d: Derivation, src: str | Path, src_dir: Path, dst: Path, tmp: Path, request: PlanRequest,
            force: bool) -> None:
-    """Write the derivation into ``tmp`` and publish it as ``dst``; ``tmp`` is removed on any failure."""
+    """Write the derivation into ``tmp`` and publish it as ``dst`` (its caller removes ``tmp`` on any failure).
+    A signal that arrives while DST is published is kept until the rename is done, and then no longer stops
+    anything: the conversion stands complete, and is reported as such."""
     plan, writer = d.plan, d.writer
+    writer.directory = tmp
+    writer.progress = progress_bar(writer.total_bytes(), "convert", enabled=request.progress, unit="B",
+                                   unit_scale=True)
     try:
-        writer.directory = tmp
-        writer.progress = progress_bar(writer.total_bytes(), "convert", enabled=request.progress, unit="B",
-                                       unit_scale=True)
-        try:
-            writer.write({"ropebridge": __version__})
-        finally:
-            writer.progress.close()  # clears its line: an error starts a line of its own
-        (tmp / "config.json").write_text(json.dumps(d.config, indent=1))
-        write_side_files(d.side_files, tmp)
-        record = d.record(str(src), source_fingerprint(src_dir))
-        (tmp / "ropebridge.json").write_text(json.dumps(record, indent=1))
-        (tmp / "README.md").write_text(model_card(str(src), dst.name, plan, d.target, request,
-                                                  hub_id=not Path(src).is_dir()))
+        writer.write({"ropebridge": __version__})
+    finally:
+        writer.progress.close()  # clears its line: an error starts a line of its own
+    (tmp / "config.json").write_text(json.dumps(d.config, indent=1))
+    write_side_files(d.side_files, tmp)
+    record = d.record(str(src), source_fingerprint(src_dir))
+    (tmp / "ropebridge.json").write_text(json.dumps(record, indent=1))
+    (tmp / "README.md").write_text(model_card(str(src), dst.name, plan, d.target, request,
+                                              hub_id=not Path(src).is_dir()))
+    published = False
+    try:
         with _interrupt.uninterrupted():
             _publish(tmp, dst, force)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            published = True
+    except KeyboardInterrupt:
+        if not published:
+            raise
+        log.info("a signal arrived as %s was published: the conversion is complete", dst)
