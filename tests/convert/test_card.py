@@ -41,3 +41,23 @@ def test_verify_records_its_result_in_the_card_once(bloom, tmp_path, capsys):
     assert main(["verify", str(bloom), str(dst), "--context", "64", "--card"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no model card" in err[0]
+
+
+def test_an_interrupted_card_write_leaves_the_old_card_and_no_temporary(bloom, tmp_path, monkeypatch):
+    import pytest
+
+    import ropebridge.convert.card as card_module
+    from ropebridge.convert import verify
+
+    dst = tmp_path / "rope"
+    assert main(["convert", str(bloom), str(dst), "--window", "256"]) == 0
+    before = (dst / "README.md").read_text()
+    report = verify(bloom, dst, context=64, greedy_tokens=4)
+
+    def replace_interrupted(a, b):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(card_module.os, "replace", replace_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        card_module.record_verification(dst / "README.md", report)
+    assert (dst / "README.md").read_text() == before and not list(dst.glob(".README.md*"))
