@@ -76,35 +76,62 @@ REMOTE = {
     # Baichuan2-13B: its vocabulary of 125696 makes the output head a NormHead
     "baichuan2": dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64,
                       vocab_size=125696),
+    # Refact-1.6B's config keys (configuration_gpt_refact.py), 6 heads of 16: its MLP is 256 wide (2/3 of 4D)
+    "refact": dict(n_embd=96, n_head=6, n_layer=2, vocab_size=320),
 }
+
+
+def _baichuan(shape: dict, normal, norm) -> tuple[dict, dict]:
+    config = {"architectures": ["BaichuanForCausalLM"], "model_type": "baichuan", "hidden_act": "silu",
+              "rms_norm_eps": 1e-6, "model_max_length": 4096, "tie_word_embeddings": False, "pad_token_id": 0,
+              "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32", **shape}
+    d, f, v = shape["hidden_size"], shape["intermediate_size"], shape["vocab_size"]
+    tensors = {"model.embed_tokens.weight": normal(v, d), "model.norm.weight": norm(d), "lm_head.weight": normal(v, d)}
+    for i in range(shape["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        tensors.update({p + "input_layernorm.weight": norm(d), p + "post_attention_layernorm.weight": norm(d),
+                        p + "self_attn.W_pack.weight": normal(3 * d, d), p + "self_attn.o_proj.weight": normal(d, d),
+                        p + "mlp.gate_proj.weight": normal(f, d), p + "mlp.up_proj.weight": normal(f, d),
+                        p + "mlp.down_proj.weight": normal(d, f)})
+    return config, tensors
+
+
+def _refact(shape: dict, normal, norm) -> tuple[dict, dict]:
+    config = {"architectures": ["GPTRefactForCausalLM"], "model_type": "gpt_refact", "multi_query": True,
+              "n_positions": 4096, "n_inner": None, "layer_norm_epsilon": 1e-5, "attention_softmax_in_fp32": True,
+              "scale_attention_softmax_in_fp32": True, "attention_bias_in_fp32": True, "use_cache": True,
+              "eos_token_id": 0, "torch_dtype": "float32", **shape}
+    d, v, hd = shape["n_embd"], shape["vocab_size"], shape["n_embd"] // shape["n_head"]
+    f = 256 * ((int(2 * 4 * d / 3) + 255) // 256)
+    tensors = {"transformer.wte.weight": normal(v, d), "ln_f.weight": norm(d)}
+    if not shape.get("tie_word_embeddings"):
+        tensors["lm_head.weight"] = normal(v, d)
+    for i in range(shape["n_layer"]):
+        p = f"transformer.h.{i}."
+        tensors.update({p + "ln_1.weight": norm(d), p + "ln_2.weight": norm(d), p + "attn.q.weight": normal(d, d),
+                        p + "attn.kv.weight": normal(2 * hd, d), p + "attn.c_proj.weight": normal(d, d),
+                        p + "mlp.gate_up_proj.weight": normal(2 * f, d), p + "mlp.c_proj.weight": normal(d, f)})
+    return config, tensors
 
 
 def build_remote(directory: Path, family: str, *, seed: int = 0, std: float = 0.2, **overrides) -> Path:
     """Save a random pico of a remote-code family (``REMOTE``): its config.json and model.safetensors with the
     tensor names and shapes of the published modeling code (Baichuan: ``model.layers.i.self_attn.W_pack`` as
-    [Q | K | V], RMSNorm weights, gate/up/down, an untied ``lm_head``). Norm weights are 1 + 0.1 N(0, 1), the
-    rest N(0, std)."""
+    [Q | K | V], RMSNorm weights, gate/up/down, an untied ``lm_head``; Refact: ``attn.q``, ``attn.kv`` (one k
+    head, then one v), ``mlp.gate_up_proj`` (gate first), LayerNorm weights without bias, ``lm_head`` unless
+    ``tie_word_embeddings``). Norm weights are 1 + 0.1 N(0, 1), the rest N(0, std)."""
     from safetensors.torch import save_file
 
-    shape = {**REMOTE[family], **overrides}
-    config = {"architectures": ["BaichuanForCausalLM"], "model_type": "baichuan", "hidden_act": "silu",
-              "rms_norm_eps": 1e-6, "model_max_length": 4096, "tie_word_embeddings": False, "pad_token_id": 0,
-              "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32", **shape}
-    d, f, v = shape["hidden_size"], shape["intermediate_size"], shape["vocab_size"]
     g = torch.Generator().manual_seed(seed)
 
     def normal(*size: int) -> torch.Tensor:
         return std * torch.randn(*size, generator=g)
 
-    tensors = {"model.embed_tokens.weight": normal(v, d), "model.norm.weight": 1 + 0.1 * torch.randn(d, generator=g),
-               "lm_head.weight": normal(v, d)}
-    for i in range(shape["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        tensors.update({p + "input_layernorm.weight": 1 + 0.1 * torch.randn(d, generator=g),
-                        p + "post_attention_layernorm.weight": 1 + 0.1 * torch.randn(d, generator=g),
-                        p + "self_attn.W_pack.weight": normal(3 * d, d), p + "self_attn.o_proj.weight": normal(d, d),
-                        p + "mlp.gate_proj.weight": normal(f, d), p + "mlp.up_proj.weight": normal(f, d),
-                        p + "mlp.down_proj.weight": normal(d, f)})
+    def norm(d: int) -> torch.Tensor:
+        return 1 + 0.1 * torch.randn(d, generator=g)
+
+    layout = _refact if family == "refact" else _baichuan
+    config, tensors = layout({**REMOTE[family], **overrides}, normal, norm)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config, indent=2))

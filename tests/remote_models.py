@@ -52,3 +52,44 @@ def baichuan_logits(directory: Path, ids: torch.Tensor) -> torch.Tensor:
     if config["vocab_size"] == 125696:  # Baichuan2's NormHead
         head = head / head.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     return (rms(x, w["model.norm.weight"]) @ head.T)[None]  # (1, s, V)
+
+
+@torch.no_grad()
+def refact_logits(directory: Path, ids: torch.Tensor) -> torch.Tensor:
+    """Logits ``(1, s, V)`` float64 of the Refact checkpoint in ``directory`` on ``ids`` ``(1, s)``, read from its
+    ``modeling_gpt_refact.py``: per layer ``ln_1`` (LayerNorm, no bias); q from ``attn.q``, k and v the two halves
+    of ``attn.kv`` (one head, shared by every query head); scores q.k * hd^-0.5 plus ``get_alibi_biases``
+    (the causal mask's cumulative sum, j + 1 on and below the diagonal, times ``_get_slopes``: ``torch.pow`` of
+    2^(-8/n) in float32), ``-inf`` above the diagonal; softmax; ``attn.c_proj``; the residual; ``ln_2``; the MLP
+    ``c_proj(silu(x1) * x2)`` with x1, x2 the two halves of ``gate_up_proj``; the residual; ``ln_f`` (LayerNorm,
+    no bias); ``lm_head`` (the embedding where it is absent)."""
+    from safetensors.torch import load_file
+
+    config = json.loads((Path(directory) / "config.json").read_text())
+    w = {k: v.double() for k, v in load_file(Path(directory) / "model.safetensors").items()}
+    n, hidden, eps = config["n_head"], config["n_embd"], config["layer_norm_epsilon"]
+    hd, s = hidden // n, ids.shape[1]
+
+    def ln(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.layer_norm(x, (hidden,), weight, None, eps)
+
+    p2 = 2 ** math.floor(math.log2(n))  # _get_slopes, in torch's float32 as its code computes it
+    slopes = torch.pow(2.0 ** (-8.0 / p2), torch.arange(1, 1 + p2))
+    if p2 < n:
+        slopes = torch.cat([slopes, torch.pow(2.0 ** (-4.0 / p2), torch.arange(1, 1 + 2 * (n - p2), 2))])
+    causal = torch.ones(s, s).tril()  # (s, s)
+    distance = causal.cumsum(-1).double()  # (s, s): j + 1 where j <= i
+    alibi = slopes.double()[:, None, None] * distance[None] + torch.full((s, s), float("-inf")).triu(1).double()
+    x = w["transformer.wte.weight"][ids[0]]  # (s, D)
+    for i in range(config["n_layer"]):
+        p = f"transformer.h.{i}."
+        h = ln(x, w[p + "ln_1.weight"])
+        q = (h @ w[p + "attn.q.weight"].T).view(s, n, hd).transpose(0, 1)  # (n, s, hd)
+        k, v = (h @ w[p + "attn.kv.weight"].T).split(hd, dim=-1)  # (s, hd) each
+        scores = q @ k.T * hd ** -0.5 + alibi  # (n, s, s)
+        ctx = (torch.softmax(scores, -1) @ v).transpose(0, 1).reshape(s, hidden)  # (s, D)
+        x = x + ctx @ w[p + "attn.c_proj.weight"].T
+        x1, x2 = (ln(x, w[p + "ln_2.weight"]) @ w[p + "mlp.gate_up_proj.weight"].T).chunk(2, dim=-1)
+        x = x + (torch.nn.functional.silu(x1) * x2) @ w[p + "mlp.c_proj.weight"].T
+    head = w.get("lm_head.weight", w["transformer.wte.weight"])
+    return (ln(x, w["ln_f.weight"]) @ head.T)[None]  # (1, s, V)

@@ -2,6 +2,7 @@
 given (read once), and shapes checked before bytes."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -62,6 +63,37 @@ def test_a_baichuan_checkpoint_is_checked_against_its_layout(tmp_path):
     cases = [("bias", {**tensors, "model.layers.0.mlp.up_proj.bias": torch.zeros(160)}, "the baichuan family has none"),
              ("gate", {k: v for k, v in tensors.items() if "layers.1.mlp.gate_proj" not in k}, "gate_proj.weight' is missing"),
              ("qkv", {**tensors, "model.layers.0.self_attn.W_pack.weight": torch.zeros(2 * 96, 96)}, "shape [192, 96]")]
+    for name, bad, needle in cases:
+        directory = tmp_path / name
+        directory.mkdir()
+        (directory / "config.json").write_text((src / "config.json").read_text())
+        save_file(bad, directory / "model.safetensors")
+        with pytest.raises(ValueError, match=needle.replace("[", r"\[").replace("]", r"\]")) as exc:
+            SourceModel(directory)
+        assert "\n" not in str(exc.value)
+
+
+def test_a_refact_checkpoint_is_read_through_its_fused_tensors_and_checked_by_their_names(tmp_path):
+    # q alone, k and v fused in attn.kv, gate and up fused in gate_up_proj: read as the canonical multi-query QKV
+    # and the gate and up; a stored tensor of the wrong size, a missing one or a bias are refused naming it
+    from safetensors.torch import load_file, save_file
+
+    from pico import build_remote
+
+    src = build_remote(tmp_path / "r", "refact")
+    model = SourceModel(src)
+    tensors = load_file(src / "model.safetensors")
+    p = "transformer.h.1."
+    q, kv, gate_up = (tensors[p + n].double() for n in ("attn.q.weight", "attn.kv.weight", "mlp.gate_up_proj.weight"))
+    assert torch.equal(model.qkv_part(1, 0), q.view(6, 16, 96))
+    assert torch.equal(model.qkv_part(1, 1), kv[:16].expand(6, 16, 96))  # one k head, replicated per query head
+    assert torch.equal(model.qkv_part(1, 2, (2, 4)), kv[16:].expand(2, 16, 96))
+    assert torch.equal(model.weight(1, "gate"), gate_up[:256]) and torch.equal(model.weight(1, "up"), gate_up[256:])
+    assert torch.equal(model.weight(1, "up", rows=(10, 20)), gate_up[266:276])
+    assert sum(math.prod(model.reader.shape(n)) for n in model.reader.names()) == sum(t.numel() for t in tensors.values())
+    cases = [("kv", {**tensors, p + "attn.kv.weight": torch.zeros(48, 96)}, "'transformer.h.1.attn.kv.weight' has shape [48, 96]"),
+             ("gate_up", {k: v for k, v in tensors.items() if "gate_up" not in k}, "gate_up_proj.weight' is missing"),
+             ("bias", {**tensors, p + "attn.q.bias": torch.zeros(96)}, "attn.q.bias' is a bias")]
     for name, bad, needle in cases:
         directory = tmp_path / name
         directory.mkdir()

@@ -1,6 +1,7 @@
 """The exact float64 ALiBi reference: blockwise equals whole, and the half-precision floor (the source model in a
 dtype with attention and the ALiBi bias exact)."""
 
+import pytest
 import torch
 import transformers as T
 from pico import build
@@ -71,3 +72,18 @@ def test_baichuan_head_norm_changes_the_logits(tmp_path):
     plain = SourceModel(tmp_path / "b2")
     plain.info = dataclasses.replace(plain.info, head_norm=False)
     assert float((reference_logits(model, ids) - reference_logits(plain, ids)).abs().max()) > 1.0
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_refact_reference_is_its_modelling_code(tmp_path, tied):
+    # LayerNorm without bias, one kv head, gate_up_proj, m (j + 1) with its float32 slopes, the head tied where
+    # lm_head is absent: against an independent reading of modeling_gpt_refact.py
+    from pico import build_remote
+    from remote_models import refact_logits
+
+    src_dir = build_remote(tmp_path / "refact", "refact", **({"tie_word_embeddings": True} if tied else {}))
+    model = SourceModel(src_dir)
+    ids = torch.randint(0, 320, (1, 96), generator=torch.Generator().manual_seed(5))
+    ours, theirs = reference_logits(model, ids), refact_logits(src_dir, ids)
+    scale = float(theirs.abs().max())
+    assert float((ours - theirs).abs().max()) <= 64 * torch.finfo(torch.float64).eps * scale

@@ -1,5 +1,5 @@
-"""The llama target: Baichuan 13B and Baichuan2 13B picos converted, run by transformers' own Llama, against an
-independent reading of Baichuan's published code (``tests/remote_models.py``)."""
+"""The llama target: Baichuan 13B, Baichuan2 13B and Refact picos converted, run by transformers' own Llama,
+against independent readings of their published code (``tests/remote_models.py``)."""
 
 import json
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 import transformers as T
 from pico import build, build_remote
-from remote_models import baichuan_logits
+from remote_models import baichuan_logits, refact_logits
 
 from ropebridge.convert import convert
 from ropebridge.emulation import PlanRequest
@@ -64,3 +64,50 @@ def test_a_target_that_cannot_carry_the_block_is_refused_in_one_line(tmp_path):
             convert(src, tmp_path / f"out-{target}", PlanRequest(window=256, dtype="float32", target=target))
         assert "\n" not in str(exc.value) and not (tmp_path / f"out-{target}").exists()
 
+
+
+def test_refact_converts_by_default_to_llama_with_one_kv_head_exact_in_float32(tmp_path):
+    # LayerNorm without bias carried by Llama's RMSNorm through the centred residual; multi-query kept
+    src = build_remote(tmp_path / "refact", "refact")
+    res = convert(src, tmp_path / "llama", PlanRequest(window=512, dtype="float32"))
+    config = json.loads((res.destination / "config.json").read_text())
+    assert res.target == "llama" and config["num_key_value_heads"] == 1 and config["num_attention_heads"] == 6
+    assert (config["hidden_size"], config["intermediate_size"], config["head_dim"]) == (96, 256, 16 + 2)
+    from safetensors.torch import load_file
+
+    tensors = load_file(next(res.destination.glob("model-*.safetensors")))
+    assert tensors["model.layers.0.self_attn.k_proj.weight"].shape == (18, 96)
+    for name in ("model.embed_tokens.weight", "model.layers.1.self_attn.o_proj.weight", "model.layers.0.mlp.down_proj.weight"):
+        mean = tensors[name].double().mean(dim=-1 if "embed" in name else 0)  # over the D channels it writes into
+        assert float(mean.abs().max()) <= 1e-7, name
+    ids = torch.randint(0, 320, (1, 512), generator=torch.Generator().manual_seed(0))
+    err = float((run(res.destination, ids, "float32") - refact_logits(src, ids)).abs().max())
+    assert err <= res.plan.tolerance / 4, err  # 5.6e-5 measured on O(10) logits
+    greedy = T.AutoModelForCausalLM.from_pretrained(res.destination).generate(
+        ids[:, :8], max_new_tokens=16, do_sample=False, attention_mask=torch.ones(1, 8, dtype=torch.long))[0, 8:]
+    expect, seq = [], ids[:, :8]
+    for _ in range(16):
+        nxt = int(refact_logits(src, seq)[0, -1].argmax())
+        expect.append(nxt)
+        seq = torch.cat([seq, torch.tensor([[nxt]])], 1)
+    assert greedy.tolist() == expect
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_refact_in_half_precision_is_within_the_plan(tmp_path, dtype):
+    src = build_remote(tmp_path / "r", "refact")
+    res = convert(src, tmp_path / "llama", PlanRequest(window=1024, dtype=dtype))
+    assert res.plan.strategy == "ladder"
+    ids = torch.randint(0, 320, (1, 1024), generator=torch.Generator().manual_seed(1))
+    err = float((run(res.destination, ids, dtype) - refact_logits(src, ids)).abs().max())
+    assert err <= LOGIT_FACTOR * max(res.plan.worst_head.predicted_error, res.plan.tolerance), err
+
+
+def test_a_shared_k_with_a_split_per_head_is_refused_naming_the_flag(tmp_path):
+    # one kv head serves every query head, so k's constant s must be one value: --split sqrt gives each head its own
+    src = build_remote(tmp_path / "r", "refact")
+    with pytest.raises(ValueError, match="shares k between 6 query heads.*--split") as exc:
+        convert(src, tmp_path / "out", PlanRequest(window=512, dtype="float16", strategy="single", split="sqrt"))
+    assert "\n" not in str(exc.value) and not (tmp_path / "out").exists()
+    res = convert(src, tmp_path / "ok", PlanRequest(window=512, dtype="float32", strategy="single", split=4.0))
+    assert {h.split for h in res.plan.heads} == {4.0}

@@ -15,6 +15,12 @@ slope (what the emulation must reproduce in the softmax input) differs (transfor
   vLLM and SGLang tell them apart, hidden_size 4096 is a 7B (refused: already RoPE) and any other size the ALiBi
   13B; Baichuan2's output head normalises its rows (NormHead), told from Baichuan's by its vocabulary of 125696
   (as vLLM and SGLang do).
+- Refact (``model_type: gpt_refact``, remote code ``modeling_gpt_refact.py``): scores = q.k/sqrt(hd) + m*(j + 1),
+  m computed as its ``_get_slopes`` does (``torch.pow`` of 2^(-8/n) in float32: up to 6 float32 ulps, 5e-7,
+  from Press et al.'s values for 32 heads), which we take. LayerNorms without bias, a gated SiLU MLP (``gate_up_proj``, gate
+  first, width 256 * ceil(int(2 * 4D / 3) / 256)), multi-query attention (q alone, k and v fused in ``kv``, k
+  first), no biases, an untied head (tied where ``lm_head`` is absent). Its fused tensors are read through
+  ``views`` as the canonical ones.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 import torch
 
 from .. import _checks, alibi
+from .views import Segment
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,7 @@ class SourceInfo(AlibiSource):
     parallel: bool = False  # attention and MLP read one LayerNorm and add to the residual together
     qk_scale: float = 1.0  # scale applied to q.k in the source logits
     norm: str = "layernorm"  # or "rmsnorm" (x / sqrt(mean x^2 + eps) * w)
+    norm_bias: bool = True  # the LayerNorms may carry a bias (False: the family's have none, Refact's)
     gated: bool = False  # MLP down(act(gate x) * up x) instead of down(act(up x))
     head_norm: bool = False  # the output head's rows are normalised to unit length (Baichuan2's NormHead)
     config: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -70,8 +78,13 @@ class SourceInfo(AlibiSource):
 
     @property
     def block(self) -> str:
-        """The kind of block a target must carry: ``layernorm`` (LayerNorm, a plain MLP) or ``rmsnorm-gated``."""
-        return "rmsnorm-gated" if self.norm == "rmsnorm" and self.gated else "layernorm"
+        """The kind of block a target must carry: ``layernorm`` (LayerNorm, a plain MLP), ``rmsnorm-gated``
+        (RMSNorm, a gated MLP) or ``unbiased-layernorm-gated`` (LayerNorm without bias, a gated MLP)."""
+        if not self.gated:
+            return "layernorm"
+        if self.norm == "rmsnorm":
+            return "rmsnorm-gated"
+        return "unbiased-layernorm-gated" if not self.norm_bias else "layernorm-gated"
 
     @property
     def max_positions(self) -> int | None:
@@ -85,12 +98,13 @@ class Family:
     """One ALiBi family: its model types, the config keys of its sizes (first present wins), ``details`` (the
     family's own keys: refusals, max_bias, eps, activation, parallel, MLP width, q.k scale), its tensor names
     (``block``: block i's, ``globals``), its fused-QKV row layout (``per-head`` (h, 3, hd), ``blocks`` [Q | K | V],
-    or ``per-head-or-multi-query``: also h query heads then one k and one v), the attention verify runs it with,
+    ``per-head-or-multi-query``: also h query heads then one k and one v, or ``multi-query``: only that), the attention verify runs it with,
     ``biases`` (config -> the key that declares the biases, whether it does, whether it covers the LayerNorms:
     ``declared_biases``), ``per_logit`` (Press et al.'s slopes m ``(h,)`` and hd -> the slope each logit gets),
     the config key of its longest input (None: no limit), whether transformers' eager path (the one that
-    returns attention maps) computes its attention, and the target a conversion takes by default. ``attention``
-    None: transformers has no class for the family (remote code)."""
+    returns attention maps) computes its attention, the target a conversion takes by default, and ``views``
+    ((info, block i) -> the canonical tensors it stores fused, ``checkpoint.views``; None: it stores them as
+    they are read). ``attention`` None: transformers has no class for the family (remote code)."""
 
     name: str
     model_types: tuple[str, ...]
@@ -108,6 +122,7 @@ class Family:
     max_positions_key: str | None = None
     eager_attention_maps: bool = True
     default_target: str = "gpt-neox"
+    views: Callable[[SourceInfo, int], dict[str, tuple[Segment, ...]]] | None = None
 
 
 def _key(c: Mapping[str, Any], key: str, default: Any, *, null_is_default: bool = False) -> Any:
@@ -176,6 +191,14 @@ def _baichuan(c, d, hd) -> dict[str, Any]:
 BAICHUAN2_VOCAB = 125696  # Baichuan2's vocabulary: its output head is a NormHead (vLLM's and SGLang's rule)
 
 
+def _refact(c, d, hd) -> dict[str, Any]:
+    inner = int(_key(c, "n_inner", 4 * d, null_is_default=True))
+    width = int(2 * inner / 3)  # its MLP: 2/3 of n_inner (default 4D), rounded up to a multiple of 256
+    return dict(max_bias=8.0, eps=_key(c, "layer_norm_epsilon", 1e-5), activation="silu", parallel=False,
+                intermediate_size=256 * ((width + 255) // 256), qk_scale=1 / math.sqrt(hd), gated=True,
+                norm_bias=False, kv_heads=1)  # multi-query whatever ``multi_query`` says: its code builds one kv head
+
+
 def _h_names(i: int) -> dict[str, str]:
     p = f"transformer.h.{i}."
     return {"ln1": p + "input_layernorm", "ln2": p + "post_attention_layernorm",
@@ -194,6 +217,33 @@ def _baichuan_names(i: int) -> dict[str, str]:
     return {"ln1": p + "input_layernorm", "ln2": p + "post_attention_layernorm", "qkv": p + "self_attn.W_pack",
             "o": p + "self_attn.o_proj", "gate": p + "mlp.gate_proj", "up": p + "mlp.up_proj",
             "down": p + "mlp.down_proj"}
+
+
+def _refact_names(i: int) -> dict[str, str]:
+    p = f"transformer.h.{i}."
+    return {"ln1": p + "ln_1", "ln2": p + "ln_2", "qkv": p + "attn.qkv", "o": p + "attn.c_proj",
+            "gate": p + "mlp.gate", "up": p + "mlp.up", "down": p + "mlp.c_proj"}
+
+
+def _refact_views(info: SourceInfo, i: int) -> dict[str, tuple[Segment, ...]]:
+    """Refact's stored ``attn.q`` + ``attn.kv`` as the canonical multi-query QKV, ``gate_up_proj`` as gate and up."""
+    p, f, hd = f"transformer.h.{i}.", info.intermediate_size, info.head_dim
+    return {p + "attn.qkv.weight": (Segment(p + "attn.q.weight", 0, info.n_heads * hd),
+                                    Segment(p + "attn.kv.weight", 0, 2 * hd)),
+            p + "mlp.gate.weight": (Segment(p + "mlp.gate_up_proj.weight", 0, f),),
+            p + "mlp.up.weight": (Segment(p + "mlp.gate_up_proj.weight", f, 2 * f),)}
+
+
+def _refact_per_logit(m: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Refact's m as its ``_get_slopes`` builds it: ``torch.pow(2^(-8/n), k)`` in float32 (n the largest power of
+    two up to h; then ``torch.pow(2^(-4/n), odd k)`` for the rest), as float64. Its max bias is 8 whatever
+    ``m`` was built with."""
+    h = len(m)
+    n = 2 ** math.floor(math.log2(h))
+    out = torch.pow(2.0 ** (-8.0 / n), torch.arange(1, 1 + n))
+    if n < h:
+        out = torch.cat([out, torch.pow(2.0 ** (-4.0 / n), torch.arange(1, 1 + 2 * (h - n), 2))])
+    return out.to(torch.float64)
 
 
 def _float32_per_logit(m: torch.Tensor, head_dim: int) -> torch.Tensor:
@@ -220,6 +270,11 @@ FAMILIES = {f.name: f for f in (
     Family("baichuan", ("baichuan",), ("num_attention_heads",), ("hidden_size",), ("num_hidden_layers",), _baichuan,
            _baichuan_names, {"emb": "model.embed_tokens.weight", "ln_f": "model.norm", "head": "lm_head.weight"},
            "blocks", None, biases=lambda c: ("", False, True), per_logit=_float32_per_logit, default_target="llama"),
+    Family("refact", ("gpt_refact",), ("n_head", "num_attention_heads"), ("n_embd", "hidden_size"),
+           ("n_layer", "num_hidden_layers"), _refact, _refact_names,
+           {"emb": "transformer.wte.weight", "ln_f": "ln_f", "head": "lm_head.weight"}, "multi-query", None,
+           biases=lambda c: ("", False, True), per_logit=_refact_per_logit, default_target="llama",
+           views=_refact_views),
 )}
 
 
@@ -227,7 +282,7 @@ def declared_biases(family: str, config: Mapping[str, Any]) -> tuple[str, bool, 
     """The key that says whether the linear layers carry biases, whether they do, and whether the key covers the
     LayerNorms too (a bias tensor the key does not declare would be read by ropebridge and ignored by the family's
     own code), from the family's row: Falcon ``bias`` (default false; its LayerNorms always have one), MPT
-    ``no_bias`` (default true; linears and LayerNorms), BLOOM always, Baichuan never (no key: "")."""
+    ``no_bias`` (default true; linears and LayerNorms), BLOOM always, Baichuan and Refact never (no key: "")."""
     return FAMILIES[family].biases(config)
 
 
@@ -272,7 +327,7 @@ def _first(config: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
 
 
 def from_config(config: Mapping[str, Any] | str | Path) -> SourceInfo:
-    """The ``SourceInfo`` of a BLOOM, MPT, Falcon (``alibi=True``) or Baichuan 13B config; ``ValueError`` for
+    """The ``SourceInfo`` of a BLOOM, MPT, Falcon (``alibi=True``), Baichuan 13B or Refact config; ``ValueError`` for
     anything else or a variant without a stock RoPE equivalent."""
     path = None
     if isinstance(config, (str, Path)):
@@ -285,7 +340,7 @@ def from_config(config: Mapping[str, Any] | str | Path) -> SourceInfo:
     if spec is None:
         raise ValueError(
             f"model_type {model_type!r} is not an ALiBi model ropebridge knows (bloom, mpt, falcon with alibi=true, "
-            "baichuan)")
+            "baichuan, gpt_refact)")
     heads = _checks.positive_int("number of heads", _first(config, spec.heads))
     hidden = _checks.positive_int("hidden size", _first(config, spec.hidden))
     if hidden % heads:

@@ -1,4 +1,5 @@
-"""Source adapters: BLOOM, MPT, Falcon and Baichuan (ALiBi) checkpoints as one canonical pre-norm transformer.
+"""Source adapters: BLOOM, MPT, Falcon, Baichuan and Refact (ALiBi) checkpoints as one canonical pre-norm
+transformer.
 
 Canonical block (float64 tensors), with x the residual stream (D), N a LayerNorm or an RMSNorm
 (``SourceInfo.norm``) and the MLP plain, down(act(up x)), or gated, down(act(gate x) * up x):
@@ -20,6 +21,9 @@ Per-family facts (transformers 5.x, read from its modelling code):
 - Baichuan 13B (its ``modeling_baichuan.py``): ``W_pack`` as [Q | K | V] blocks, RMSNorms (weight only), the MLP
   down(silu(gate x) * up x), no biases, an untied head (Baichuan2's rows normalised: ``head_rows``); logits =
   q.k/sqrt(hd) + m_f32*j.
+- Refact (its ``modeling_gpt_refact.py``): q alone and k, v fused (one kv head), read through ``views`` as the
+  multi-query QKV (h query heads, one k, one v, replicated here per head: exact); LayerNorms without bias; the
+  MLP down(silu(gate x) * up x) from one fused ``gate_up_proj``; no biases; logits = q.k/sqrt(hd) + m_f32*(j + 1).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import torch
 
 from .config import SourceInfo, declared_biases, from_config, load_config
 from .tensor_io import CheckpointReader
+from .views import ViewReader, stored_rows
 
 
 @dataclass
@@ -84,6 +89,14 @@ def expected_shapes(info: SourceInfo) -> dict[str, tuple[tuple[int, ...], bool]]
         for key, (rows, cols) in linears.items():
             out[n[key] + ".weight"] = ((rows, cols), True)
             out[n[key] + ".bias"] = ((rows,), False)
+        if info.spec.views is not None:  # the stored tensors a family's fused canonical ones are read from
+            views = info.spec.views(info, i)
+            cols = {s.name: out[canonical][0][1:] for canonical, segs in views.items() for s in segs}
+            for canonical in views:
+                del out[canonical], out[canonical.removesuffix(".weight") + ".bias"]
+            for name, rows in stored_rows(views).items():
+                out[name] = ((rows, *cols[name]), True)
+                out[name.removesuffix(".weight") + ".bias"] = ((rows,), False)
     return out
 
 
@@ -102,6 +115,10 @@ class SourceModel:
         if not self.info.n_layers or not self.info.vocab_size:
             raise ValueError(f"the {self.info.family} config lacks the layer count or vocab_size")
         self.reader = CheckpointReader(directory)
+        if self.info.spec.views is not None:  # its fused tensors, read as the canonical ones
+            views = self.info.spec.views
+            self.reader = ViewReader(self.reader, {k: v for i in range(self.info.n_layers)
+                                                   for k, v in views(self.info, i).items()})
         self._check_shapes()
         self._check_biases()
 
@@ -204,13 +221,13 @@ class SourceModel:
             return rows((part * h + a) * hd, (part * h + b) * hd).view(b - a, hd, *rest)
         if total == 3 * h * hd:  # per head (h, 3, hd): one read per head
             return torch.stack([rows((3 * j + part) * hd, (3 * j + part + 1) * hd) for j in range(a, b)])
-        if total == (h + 2) * hd and info.spec.qkv_layout == "per-head-or-multi-query":  # h q heads, one k, one v
+        if total == (h + 2) * hd and info.spec.qkv_layout in ("per-head-or-multi-query", "multi-query"):  # h q, 1 k, 1 v
             if part == 0:
                 return rows(a * hd, b * hd).view(b - a, hd, *rest)
             one = h + part - 1
             return rows(one * hd, (one + 1) * hd).view(1, hd, *rest).expand(b - a, hd, *rest)  # replicated (exact)
         raise ValueError(f"{name}.weight has {total} rows; expected {3 * h * hd}"
-                         + (f" or {(h + 2) * hd}" if info.spec.qkv_layout == "per-head-or-multi-query" else ""))
+                         + (f" or {(h + 2) * hd}" if "multi-query" in info.spec.qkv_layout else ""))
 
     def qkv(self, i: int) -> tuple[torch.Tensor, ...]:
         """Block i's (q_w, k_w, v_w) ``(h, hd, D)`` and (q_b, k_b, v_b) ``(h, hd)``, float64."""

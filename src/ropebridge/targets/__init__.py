@@ -16,7 +16,10 @@ from dataclasses import dataclass
 LAYER_NORMS = ("layernorm", "layernorm1p", "rmsnorm")  # weight as is; weight - 1 stored (LayerNorm1P); RMSNorm
 PAIR_DIMS = ("block", "first-and-middle", "first-two", "whole-head")  # rotary block; (0, hd'/2); (0, 1); (k, k + hd'/2)
 ROPE_FORMS = ("block", "llama3")  # base^(-2r/R) on a block or a free theta on one pair; llama3 bands (llama_rope)
-BLOCKS = ("layernorm", "rmsnorm-gated")  # the source blocks a target carries exactly (``SourceInfo.block``)
+BLOCKS = {  # the source blocks a target carries exactly (``SourceInfo.block``), as a refusal names them
+    "layernorm": "LayerNorm and a plain MLP", "rmsnorm-gated": "RMSNorm and a gated MLP",
+    "unbiased-layernorm-gated": "LayerNorm without bias and a gated MLP",
+    "layernorm-gated": "LayerNorm with bias and a gated MLP"}
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ class Target:
                 or not set(self.blocks) <= set(BLOCKS)):
             raise ValueError(f"target {self.name}: pair_dims {self.pair_dims!r}, layer_norm {self.layer_norm!r}, "
                              f"rope_form {self.rope_form!r} and blocks {self.blocks!r} must be of {PAIR_DIMS}, "
-                             f"{LAYER_NORMS}, {ROPE_FORMS} and {BLOCKS}")
+                             f"{LAYER_NORMS}, {ROPE_FORMS} and {tuple(BLOCKS)}")
 
     def check_source(self, info) -> None:
         """``ValueError`` in one line when this target cannot carry ``info``'s block (``SourceInfo.block``) exactly,
@@ -55,9 +58,9 @@ class Target:
         block = getattr(info, "block", None)
         if block is not None and block not in self.blocks:
             fits = " or ".join(t.name for t in TARGETS.values() if block in t.blocks)
-            what = "RMSNorm and a gated MLP" if block == "rmsnorm-gated" else "LayerNorm and a plain MLP"
-            raise ValueError(f"--target {self.name} cannot carry this {info.family} model exactly (it has {what}): "
-                             f"use --target {fits}")
+            use = f"use --target {fits}" if fits else "no target carries it yet"
+            raise ValueError(f"--target {self.name} cannot carry this {info.family} model exactly (it has "
+                             f"{BLOCKS.get(block, block)}): {use}")
 
     def default_strategy(self, dtype: str) -> str:
         """The ladder in half precision where the target carries it (its rounding does not grow with the context);
@@ -99,7 +102,7 @@ TARGETS = {t.name: t for t in (
            ("up_proj", "down_proj"), "transformers 5.x; vLLM (its rope run on the CPU: transformers' bit for bit); SGLang (code read)",
            (_HF.format(versions=" 5.x", note=""), _VLLM,
             "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}`"),
-           blocks=("rmsnorm-gated",), rope_form="llama3"),
+           blocks=("rmsnorm-gated", "unbiased-layernorm-gated"), rope_form="llama3"),
 )}
 
 DEFAULT_TARGET = "gpt-neox"  # of a plan without a source family (a family's own: ``Family.default_target``)

@@ -129,11 +129,14 @@ def proj_bias(src: SourceModel, i: int, lay: CompactLayout, part: int) -> torch.
     return bias.reshape(-1)  # (h hd',)
 
 
-def o_rows(src: SourceModel, i: int, lay: CompactLayout, a: int, b: int, dtype: torch.dtype) -> torch.Tensor:
-    """Rows ``[a, b)`` of the attention output ``(D, h hd')`` in ``dtype``: zero columns on the pair dims."""
+def o_rows(src: SourceModel, i: int, lay: CompactLayout, a: int, b: int, dtype: torch.dtype,
+           rows: Callable[[int, int], torch.Tensor] | None = None) -> torch.Tensor:
+    """Rows ``[a, b)`` of the attention output ``(D, h hd')`` in ``dtype``: zero columns on the pair dims. The
+    source's rows ``(b - a, h hd)`` come from ``rows(a, b)`` (default: as stored, one cast)."""
     info = src.info
+    source = src.weight(i, "o", dtype, (a, b)) if rows is None else rows(a, b)
     per_head = torch.zeros(b - a, info.n_heads, lay.head_dim, dtype=dtype)
-    per_head[:, :, lay.content] = src.weight(i, "o", dtype, (a, b)).view(b - a, info.n_heads, info.head_dim)
+    per_head[:, :, lay.content] = source.view(b - a, info.n_heads, info.head_dim)
     return per_head.view(b - a, -1)  # (rows, h hd')
 
 
