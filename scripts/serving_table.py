@@ -1,4 +1,4 @@
-"""The serving tables of docs/targets.md: BLOOM-176B, MPT-30B, Falcon-RW-7B and Baichuan2-13B native against their converted
+"""The serving tables of docs/targets.md: BLOOM-176B, MPT-30B, Falcon-RW-7B, Baichuan2-13B and Refact-1.6B native against their converted
 checkpoints, from shapes alone (no weights: a header-only checkpoint of each model, ``ropebridge.serving``).
 
     python scripts/serving_table.py           # compute (about 2 minutes: the ladders are planned), print the tables
@@ -30,6 +30,8 @@ MODELS = {
     "Baichuan2-13B": {"model_type": "baichuan", "num_hidden_layers": 40, "hidden_size": 5120, "num_attention_heads": 40,
                       "intermediate_size": 13696, "vocab_size": 125696, "hidden_act": "silu", "rms_norm_eps": 1e-6,
                       "model_max_length": 4096, "tie_word_embeddings": False},
+    "Refact-1.6B": {"model_type": "gpt_refact", "n_layer": 32, "n_embd": 2048, "n_head": 32, "n_inner": None,
+                    "multi_query": True, "vocab_size": 49216, "layer_norm_epsilon": 1e-5, "n_positions": 4096},
 }
 WINDOW, DTYPE = 8192, "bfloat16"  # the ladder planned for an 8K window in bfloat16
 GPUS, GPU_BYTES, UTILIZATION = 8, 80 * 2**30, 0.9  # 8 x H100 80 GB, vLLM's default gpu_memory_utilization
@@ -37,7 +39,8 @@ CONTEXTS = (2048, 8192, 32768)
 VARIANTS = {"gpt-neox": {}, "nemotron": {"target": "nemotron"}}  # column: the request beyond window and dtype
 COLUMNS = {"BLOOM-176B": {"gpt-neox, --rotary-dim 16": {"rotary_dim": 16}, **VARIANTS,  # also R = 16 and R = 64
                           "nemotron, --kernel fa3": {"target": "nemotron", "kernel": "fa3"}},
-           "Baichuan2-13B": {"llama": {}, "llama, --kernel fa3": {"kernel": "fa3"}}}  # its one target
+           "Baichuan2-13B": {"llama": {}, "llama, --kernel fa3": {"kernel": "fa3"}},  # its one target
+           "Refact-1.6B": {"llama": {}, "llama, --kernel fa3": {"kernel": "fa3"}}}
 
 
 def columns(name: str, work: Path) -> list[tuple[str, Geometry, int]]:
@@ -87,9 +90,9 @@ def table(cols: dict) -> str:
         row("weights, bfloat16 (per GPU at TP 8)",
             lambda c: f"{c['weights_bytes'] / gb:.1f} GB ({c['weights_per_gpu_bytes'] / gb:.1f} GB)"),
         row("weights against native", lambda c: f"{c['params'] / native['params']:.2f}x"),
-        row("KV cache per token, bfloat16", lambda c: f"{c['kv_bytes_per_token'] / 1e6:.2f} MB"),
+        row("KV cache per token, bfloat16", lambda c: f"{c['kv_bytes_per_token'] / 1e6:.3g} MB"),
         row("KV cache of one 2K / 8K / 32K sequence",
-            lambda c: " / ".join(f"{v / gb:.1f}" for v in c["kv_bytes_per_sequence"].values()) + " GB"),
+            lambda c: " / ".join(f"{v / gb:.3g}" for v in c["kv_bytes_per_sequence"].values()) + " GB"),
         row(f"2K / 8K / 32K sequences in {GPUS} x 80 GiB at {UTILIZATION:g}",
             lambda c: " / ".join(str(v) for v in c["sequences_that_fit"].values())),
         row("TP 2, 4, 8 split evenly", lambda c: "yes" if not any(c["tp_problems"].values()) else

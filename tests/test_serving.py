@@ -130,3 +130,17 @@ def test_a_remote_code_family_is_shaped_by_its_published_layout(tmp_path):
     with open(tmp_path / "b13" / "model.safetensors", "rb") as f:  # the header only: the data is a 26 GB hole
         names = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
     assert "model.layers.39.self_attn.W_pack.weight" in names and "lm_head.weight" in names
+
+
+def test_refact_is_shaped_by_its_stored_tensors(tmp_path):
+    # the header holds Refact's own fused tensors (attn.q, attn.kv, gate_up_proj), each once
+    import struct
+
+    MODELS = _serving_table().MODELS
+    d, f, v, layers = 2048, 5632, 49216, 32
+    per_layer = d * d + 2 * 64 * d + d * d + 2 * f * d + d * f + 2 * d  # q, kv, c_proj, gate_up, down, ln_1/ln_2
+    assert shape_only_checkpoint(MODELS["Refact-1.6B"], tmp_path / "r") == 2 * v * d + layers * per_layer + d
+    with open(tmp_path / "r" / "model.safetensors", "rb") as f_:
+        names = json.loads(f_.read(struct.unpack("<Q", f_.read(8))[0]))
+    assert {"transformer.h.31.attn.kv.weight", "transformer.h.0.mlp.gate_up_proj.weight", "ln_f.weight"} <= set(names)
+    assert not any("attn.qkv" in n or "mlp.gate." in n for n in names)

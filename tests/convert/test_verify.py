@@ -151,3 +151,19 @@ def test_a_baichuan_conversion_is_judged_against_the_exact_reference_which_stand
     # the reference is the only reading: a source beyond --reference-max-params is refused, naming it
     with pytest.raises(ValueError, match="reference-max-params"):
         verify(src, dst, context=128, reference_max_params=1000)
+
+
+def test_a_refact_conversion_verifies_and_its_byte_check_reads_the_fused_tensors(tmp_path):
+    # the byte check derives DST again through Refact's fused tensors; the reference stands for its code
+    from pico import build_remote
+
+    from convert.test_byte_check import edit_tensor
+
+    src = build_remote(tmp_path / "r", "refact")
+    dst = convert(src, tmp_path / "llama", PlanRequest(window=256, dtype="float32")).destination
+    report = verify(src, dst, context=128, greedy_tokens=8)
+    assert report.passed and report.byte_check["mode"] == "exact", report.failures
+    assert report.reference_converted_max_err <= report.thresholds["limit"] / 4 and report.greedy_identical
+    edit_tensor(dst, "model.layers.0.self_attn.k_proj.weight", lambda t: t * 1.001)  # the one shared k head
+    damaged = verify(src, dst, context=128, greedy_tokens=8)
+    assert not damaged.passed and any("k_proj" in f for f in damaged.failures), damaged.failures
