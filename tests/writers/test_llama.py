@@ -31,6 +31,9 @@ def test_baichuan_converts_by_default_to_llama_exact_in_float32(tmp_path, family
     assert config["head_dim"] == 96 // 6 + 2 if family == "baichuan" else config["head_dim"] == 32 // 4 + 2
     assert config["hidden_size"] == json.loads((src / "config.json").read_text())["hidden_size"]  # residual as is
     assert config["rope_parameters"]["rope_type"] == "llama3"
+    # the legacy keys transformers 4.x, TensorRT-LLM and llama.cpp's converter read: the same rope
+    assert {**config["rope_scaling"], "rope_theta": config["rope_theta"]} == config["rope_parameters"]
+    assert T.AutoConfig.from_pretrained(res.destination).rope_parameters == config["rope_parameters"]
     ids = torch.randint(0, 320, (1, 512), generator=torch.Generator().manual_seed(0))
     ref = baichuan_logits(src, ids)
     err = float((run(res.destination, ids, "float32") - ref).abs().max())

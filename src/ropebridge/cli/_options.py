@@ -59,7 +59,7 @@ def add_planning_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=tuple(DTYPES),
                    help="dtype of the converted model (default: the source checkpoint's; float32 with --heads)")
     p.add_argument("--target", default=None, choices=tuple(TARGETS),
-                   help="stock architecture (default: the family's: gpt-neox; llama for Baichuan)")
+                   help="stock architecture (default: the family's: gpt-neox; llama for Baichuan and Refact)")
     p.add_argument("--strategy", "--emulation", choices=STRATEGY_NAMES,
                    help="ladder (every pair of a rotary block; default for bfloat16/float16 on gpt-neox), single "
                         "(one slow pair per head; default for float32, the compact targets, and when --theta, "

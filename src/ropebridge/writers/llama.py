@@ -120,13 +120,17 @@ def add_tensors(src: SourceModel, lay: compact.CompactLayout, writer: ShardWrite
 
 
 def config(src: SourceModel, lay: compact.CompactLayout, plan: EmulationPlan) -> dict:
-    """config.json: the compact keys, Llama's own, and the plan's llama3 rope (also as the top-level
-    ``rope_theta``)."""
+    """config.json: the compact keys, Llama's own, and the plan's llama3 rope as ``rope_parameters`` (transformers
+    5.x, vLLM, SGLang) and as the legacy ``rope_theta`` + ``rope_scaling`` (transformers 4.x, which without them
+    loads the checkpoint with the default rope, silently wrong; TensorRT-LLM's ``RopeParams.from_config``;
+    llama.cpp's converter). transformers 5.x reads both as one."""
     rope = dict(plan.rope_parameters)
+    legacy = {k: v for k, v in rope.items() if k != "rope_theta"}
     return {**compact.common_config(src, lay, plan), "architectures": [lay.target.architecture],
             "model_type": lay.target.model_type, "num_key_value_heads": src.info.kv_heads,
             "rms_norm_eps": src.info.eps, "attention_bias": True,
-            "mlp_bias": False, "pretraining_tp": 1, "rope_theta": rope["rope_theta"], "rope_parameters": rope}
+            "mlp_bias": False, "pretraining_tp": 1, "rope_theta": rope["rope_theta"], "rope_parameters": rope,
+            "rope_scaling": legacy}
 
 
 def geometry(src: SourceModel, lay: compact.CompactLayout) -> dict:

@@ -1,0 +1,165 @@
+"""Engine parity without a GPU: the llama target's rope as vLLM or SGLang computes it, against ropebridge's plan
+and transformers.
+
+    python benchmarks/engines/engine_rope.py --engine vllm --python ENV/bin/python [--write]
+    python benchmarks/engines/engine_rope.py --engine sglang --python ENV/bin/python [--write]
+
+ENV is a virtual environment outside the repository with the engine (vLLM: ``python3 -m venv ENV &&
+ENV/bin/pip install vllm==0.33.0``, about 9.5 GB with its CUDA build of torch, whose CPU ops run here; SGLang
+0.5.23: its wheel's files on ``PYTHONPATH`` (``--engine-path``) inside that same environment, plus ``ipython``,
+the one module its import chain adds). For each case, a source pico with the real head geometry
+(``tests/pico.build_remote``, one layer: Baichuan's heads of 128, Refact's 64 with one kv head) is converted to
+the ``llama`` target; ``worker_{engine}_rope.py`` (run by ENV's Python) builds the engine's rope from the
+converted config as its ``llama.py`` does (``get_rope``, ``forward_native``; vLLM under
+``custom_ops=['none']``) and rotates the checkpoint's q and k emulation constants at every position of the
+window. Here:
+
+- the engine's ``inv_freq``, class, head size and rotary dims against the plan's (``llama_rope.inv_freq_float32``
+  of the plan's ``rope_parameters``): equal bit for bit, or the case fails;
+- the engine's rotated q and k against transformers' (``LlamaRotaryEmbedding`` + ``apply_rotary_pos_emb``, the
+  dtype's cos/sin): the largest difference, reported;
+- the emulated bias through the engine's rotation, q.k in the dtype (float32 accumulation) times 1/sqrt(hd'), on
+  64 sampled queries and every key: each head's error in the plan's own terms (the ladder: |logit - s + m d| up
+  to its exact distance and the rise above s - C beyond; the single pair: |logit + m d| where m d is within the
+  cutoff) against the head's predicted error.
+
+The table goes to stdout; ``--write`` stores ``benchmarks/results/{engine}_rope.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+CASES = [  # (family, heads, head_dim, dtype, window): Baichuan-13B's heads of 128 and Refact-1.6B's 64 (one kv head),
+    # the default strategy of each dtype
+    ("baichuan", 8, 128, "bfloat16", 4096), ("baichuan", 8, 128, "float16", 4096),
+    ("baichuan", 8, 128, "float32", 4096), ("baichuan", 40, 128, "bfloat16", 4096), ("refact", 32, 64, "bfloat16", 4096)]
+ENGINES = ("vllm", "sglang")
+
+
+def results(engine: str) -> Path:
+    return ROOT / "benchmarks" / "results" / f"{engine}_rope.json"
+
+
+def _source(family: str, heads: int, head_dim: int, work: Path) -> Path:
+    from pico import build_remote
+
+    if family == "refact":
+        return build_remote(work / "src", "refact", n_embd=heads * head_dim, n_head=heads, n_layer=1, vocab_size=64)
+    return build_remote(work / "src", "baichuan", hidden_size=heads * head_dim, num_attention_heads=heads,
+                        num_hidden_layers=1, intermediate_size=64, vocab_size=64)
+
+
+def case(engine: str, python: str, engine_path: str | None, family: str, heads: int, head_dim: int, dtype: str,
+         window: int, work: Path) -> dict:
+    import os
+
+    import transformers as T
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    from ropebridge.convert import convert
+    from ropebridge.emulation import PlanRequest
+    from ropebridge.emulation.error_model import matter_distance
+    from ropebridge.targets import llama_rope
+
+    src = _source(family, heads, head_dim, work)
+    res = convert(src, work / "llama", PlanRequest(window=window, dtype=dtype), force=True)
+    plan, config = res.plan, json.loads((res.destination / "config.json").read_text())
+    hd, kv = config["head_dim"], config["num_key_value_heads"]
+    job = {"model": str(res.destination), "dtype": dtype, "positions": list(range(window)), "out": str(work / "v.pt")}
+    (work / "job.json").write_text(json.dumps(job))
+    env = {**os.environ, "PYTHONPATH": engine_path} if engine_path else None
+    subprocess.run([python, str(Path(__file__).with_name(f"worker_{engine}_rope.py")), "run", str(work / "job.json")],
+                   check=True, cwd=Path(__file__).parent, capture_output=True, env=env)
+    got = torch.load(work / "v.pt")
+    planned = llama_rope.inv_freq_float32(hd, plan.rope_parameters)
+    # transformers' rotation of the same constants
+    dt = getattr(torch, dtype)
+    from safetensors import safe_open
+
+    with safe_open(str(next(res.destination.glob("*.safetensors"))), "pt") as f:
+        qb, kb = (f.get_tensor(f"model.layers.0.self_attn.{x}_proj.bias") for x in "qk")
+    cfg = T.AutoConfig.from_pretrained(res.destination)
+    pos = torch.arange(window)[None]
+    cos, sin = LlamaRotaryEmbedding(cfg)(torch.zeros(1, dtype=dt), pos)  # (1, s, hd) in the dtype
+    q = qb.to(dt).view(1, heads, 1, hd).expand(1, heads, window, hd)
+    k = kb.to(dt).view(1, kv, 1, hd).expand(1, kv, window, hd)
+    tq, tk = apply_rotary_pos_emb(q, k, cos, sin)  # (1, h, s, hd), (1, kv, s, hd)
+    vq, vk = got["q"].transpose(0, 1), got["k"].transpose(0, 1)  # (h, s, hd), (kv, s, hd)
+    rotation_diff = max(float((vq.double() - tq[0].double()).abs().max()), float((vk.double() - tk[0].double()).abs().max()))
+    g = torch.Generator().manual_seed(0)
+    queries = torch.unique(torch.cat([torch.arange(window - 32, window), torch.randint(0, window, (32,), generator=g)]))
+    d = (queries[:, None] - torch.arange(window)[None, :]).double()  # (s, t)
+    scale = torch.tensor(1 / math.sqrt(hd), dtype=torch.float64).to(dt)
+    heads_out = []
+    for hp in plan.heads:
+        key = vk[hp.head * kv // heads]  # (t, hd'): the head's kv head
+        logits = ((vq[hp.head, queries] @ key.T) * scale).double()  # (s, t): as the attention computes it
+        if hp.ladder is not None:
+            near, far = (d >= 0) & (d <= hp.ladder.exact_distance), d > hp.ladder.exact_distance
+            err = float((logits - hp.ladder.shift + hp.slope * d)[near].abs().max())
+            if far.any():
+                err = max(err, float((logits[far] - hp.ladder.shift + hp.ladder.floor).max()))
+        else:  # where the key can matter: m d up to the cutoff (``error_model.matter_distance``), as predicted
+            matters = (d >= 0) & (d <= matter_distance(hp.slope, window, plan.cutoff))
+            err = float((logits + hp.slope * d)[matters].abs().max())
+        heads_out.append({"head": hp.head, "measured": err, "predicted": hp.predicted_error})
+    return {"family": family, "heads": heads, "kv_heads": kv, "head_dim": head_dim, "dtype": dtype, "window": window,
+            "strategy": plan.strategy, "served_head_dim": hd, "engine": engine, "engine_version": got["version"],
+            "engine_rope": got["rope_class"], "engine_head_size": got["head_size"],
+            "engine_rotary_dim": got["rotary_dim"],
+            "inv_freq_equal": bool(torch.equal(got["inv_freq"], planned)),
+            "rotation_max_diff_vs_transformers": rotation_diff,
+            "worst_measured": max(h["measured"] for h in heads_out),
+            "worst_predicted": max(h["predicted"] for h in heads_out),
+            "within_prediction": all(h["measured"] <= h["predicted"] for h in heads_out),
+            "tolerance": plan.tolerance, "per_head": heads_out}
+
+
+def table(rows: list[dict]) -> str:
+    engine = rows[0]["engine"] if rows else "engine"
+    name = {"vllm": "vLLM", "sglang": "SGLang"}.get(engine, engine)
+    out = [f"| source | heads (kv) x head dim | dtype | window | strategy | {name} rope, head size | "
+           "inv_freq as planned | rotation vs transformers | worst bias error: measured / predicted | within |",
+           "|---" * 10 + "|"]
+    for r in rows:
+        out.append(f"| {r['family']} | {r['heads']} ({r['kv_heads']}) x {r['head_dim']} | {r['dtype']} | "
+                   f"{r['window']} | {r['strategy']} | {r['engine_rope']}, {r['engine_head_size']} | "
+                   f"{'identical' if r['inv_freq_equal'] else 'DIFFERS'} | "
+                   f"{r['rotation_max_diff_vs_transformers']:.3g} | {r['worst_measured']:.3g} / "
+                   f"{r['worst_predicted']:.3g} | {'yes' if r['within_prediction'] else 'no'} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", choices=ENGINES, required=True)
+    parser.add_argument("--python", required=True, help="the Python of an environment with the engine")
+    parser.add_argument("--engine-path", help="a directory to put on the worker's PYTHONPATH (SGLang's unpacked wheel)")
+    parser.add_argument("--write", action="store_true", help="store the results in benchmarks/results/ENGINE_rope.json")
+    args = parser.parse_args()
+    rows = []
+    for family, heads, head_dim, dtype, window in CASES:
+        with tempfile.TemporaryDirectory() as work:
+            rows.append(case(args.engine, args.python, args.engine_path, family, heads, head_dim, dtype, window,
+                             Path(work)))
+            print(f"{family} {heads} x {head_dim} {dtype}: done", file=sys.stderr)
+    print(table(rows))
+    if args.write:
+        results(args.engine).write_text(json.dumps(rows, indent=1) + "\n")
+    return 0 if all(r["inv_freq_equal"] and r["within_prediction"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
