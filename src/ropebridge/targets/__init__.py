@@ -89,18 +89,18 @@ _VLLM = "vLLM: `vllm serve {dst} --dtype {dtype} --max-model-len {window}`"
 TARGETS = {t.name: t for t in (
     Target("gpt-neox", "GPTNeoXForCausalLM", "gpt_neox", ("ladder", "single", "fixed-base"), True, "block",
            "layernorm", ("dense_h_to_4h", "dense_4h_to_h"),
-           "transformers 4.x/5.x, vLLM, TensorRT-LLM (TensorRT backend), llama.cpp, CTranslate2",
+           "transformers 4.x/5.x, llama.cpp, CTranslate2; vLLM and SGLang through their Transformers backends",
            (_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
             "llama.cpp: `convert_hf_to_gguf.py {dst}` drops the RoPE base; set `gptneox.rope.freq_base` to {base} "
             "in the GGUF, or convert with `--rope-base 10000` (docs/targets.md in ropebridge)")),
     Target("starcoder2", "Starcoder2ForCausalLM", "starcoder2", ("single",), False, "first-and-middle", "layernorm",
-           ("c_fc", "c_proj"), "transformers 5.x", (_HF.format(versions=" 5.x", note=""),)),
+           ("c_fc", "c_proj"), "transformers 5.x; vLLM through its Transformers backend", (_HF.format(versions=" 5.x", note=""),)),
     Target("nemotron", "NemotronForCausalLM", "nemotron", ("ladder", "single"), False, "first-two", "layernorm1p",
-           ("up_proj", "down_proj"), "transformers 5.x (4.x with the ladder), vLLM",
+           ("up_proj", "down_proj"), "transformers 5.x (4.x with the ladder), vLLM; SGLang through its Transformers backend",
            (_HF.format(versions="", note=" (5.x; 4.x with the ladder)"), _VLLM)),
     Target("llama", "LlamaForCausalLM", "llama", ("ladder", "single"), False, "whole-head", "rmsnorm",
-           ("up_proj", "down_proj"), "transformers 5.x; vLLM (its rope run on the CPU: transformers' bit for bit); SGLang (code read)",
-           (_HF.format(versions=" 5.x", note=""), _VLLM,
+           ("up_proj", "down_proj"), "transformers 4.x/5.x, vLLM, SGLang, TensorRT-LLM (PyTorch backend)",
+           (_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
             "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}`"),
            blocks=("rmsnorm-gated", "unbiased-layernorm-gated"), rope_form="llama3"),
 )}
