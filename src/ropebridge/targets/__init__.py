@@ -99,7 +99,7 @@ TARGETS = {t.name: t for t in (
            ("up_proj", "down_proj"), "transformers 5.x (4.x with the ladder), vLLM; SGLang through its Transformers backend",
            (_HF.format(versions="", note=" (5.x; 4.x with the ladder)"), _VLLM)),
     Target("llama", "LlamaForCausalLM", "llama", ("ladder", "single"), False, "whole-head", "rmsnorm",
-           ("up_proj", "down_proj"), "transformers 4.x/5.x, vLLM, SGLang, TensorRT-LLM (PyTorch backend)",
+           ("up_proj", "down_proj"), "transformers 4.x/5.x, vLLM, SGLang, llama.cpp, TensorRT-LLM (PyTorch backend)",
            (_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
             "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}`"),
            blocks=("rmsnorm-gated", "unbiased-layernorm-gated"), rope_form="llama3"),
