@@ -55,14 +55,15 @@ def baichuan_logits(directory: Path, ids: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def refact_logits(directory: Path, ids: torch.Tensor) -> torch.Tensor:
+def refact_logits(directory: Path, ids: torch.Tensor, norm: str = "layernorm") -> torch.Tensor:
     """Logits ``(1, s, V)`` float64 of the Refact checkpoint in ``directory`` on ``ids`` ``(1, s)``, read from its
     ``modeling_gpt_refact.py``: per layer ``ln_1`` (LayerNorm, no bias); q from ``attn.q``, k and v the two halves
     of ``attn.kv`` (one head, shared by every query head); scores q.k * hd^-0.5 plus ``get_alibi_biases``
     (the causal mask's cumulative sum, j + 1 on and below the diagonal, times ``_get_slopes``: ``torch.pow`` of
     2^(-8/n) in float32), ``-inf`` above the diagonal; softmax; ``attn.c_proj``; the residual; ``ln_2``; the MLP
     ``c_proj(silu(x1) * x2)`` with x1, x2 the two halves of ``gate_up_proj``; the residual; ``ln_f`` (LayerNorm,
-    no bias); ``lm_head`` (the embedding where it is absent)."""
+    no bias); ``lm_head`` (the embedding where it is absent). ``norm="rmsnorm"`` reads every norm as an RMSNorm
+    instead, as llama.cpp's Refact does."""
     from safetensors.torch import load_file
 
     config = json.loads((Path(directory) / "config.json").read_text())
@@ -71,6 +72,8 @@ def refact_logits(directory: Path, ids: torch.Tensor) -> torch.Tensor:
     hd, s = hidden // n, ids.shape[1]
 
     def ln(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        if norm == "rmsnorm":
+            return weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
         return torch.nn.functional.layer_norm(x, (hidden,), weight, None, eps)
 
     p2 = 2 ** math.floor(math.log2(n))  # _get_slopes, in torch's float32 as its code computes it

@@ -12,7 +12,12 @@ at the engine's own frequencies): ``ropebridge convert`` to the ``llama`` target
 ``worker_llamacpp.py`` runs the GGUF on 512 tokens (``-fa off``, f32 K/V cache) and continues 4 prompts
 greedily by 16 tokens, against the family's float64 reading (``tests/remote_models.py``) and its own greedy
 continuation. A case passes when its error is within the plan's float32 tolerance (the single pair) or 3x its
-prediction (the ladder, ``verdict.LOGIT_FACTOR``) and its greedy tokens are the reading's.
+prediction (the ladder, ``verdict.LOGIT_FACTOR``) and its greedy tokens are the reading's. Beside them, the Refact
+source itself through llama.cpp's own converter and its native Refact (``native``), judged by float32's
+tolerance: the independent implementation the conversion is checked against. llama.cpp reads Refact's norms
+as RMSNorms where its published code has LayerNorms without bias, so each Refact row is also compared with
+that reading (``remote_models.refact_logits(norm="rmsnorm")``): the native row agrees with it, not with the
+published code.
 
 The table goes to stdout; ``--write`` stores ``benchmarks/results/llamacpp_llama.json``.
 """
@@ -34,7 +39,8 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(HERE))
 RESULTS = ROOT / "benchmarks" / "results" / "llamacpp_llama.json"
-CASES = (("baichuan", "single"), ("refact", "single"), ("baichuan", "ladder"), ("refact", "ladder"))
+CASES = (("baichuan", "single"), ("refact", "single"), ("baichuan", "ladder"), ("refact", "ladder"),
+         ("refact", "native"))  # native: the source itself through llama.cpp's own Refact reading
 TOKENS, PROMPTS, GREEDY = 512, 4, 16
 
 
@@ -61,21 +67,26 @@ def case(env, family: str, strategy: str, tokenizer: Path, work: Path) -> dict:
     src = build_remote(work / family, family, vocab_size=size)
     for f in tokenizer.iterdir():
         shutil.copy(f, src / f.name)
-    res = convert(src, work / "llama", PlanRequest(window=TOKENS, dtype="float32", strategy=strategy), force=True)
+    request = PlanRequest(window=TOKENS, dtype="float32", strategy=None if strategy == "native" else strategy)
+    res = convert(src, work / "llama", request, force=True)
     plan = res.plan
-    limit = plan.tolerance if strategy == "single" else LOGIT_FACTOR * max(plan.worst_head.predicted_error,
+    limit = plan.tolerance if strategy != "ladder" else LOGIT_FACTOR * max(plan.worst_head.predicted_error,
                                                                            plan.tolerance)
     gguf = work / "llama.gguf"
-    env.run([env.convert_hf_to_gguf, res.destination, "--outtype", "f32", "--outfile", gguf], gguf=True,
-            log_file=work / "convert_hf_to_gguf.log")
+    env.run([env.convert_hf_to_gguf, src if strategy == "native" else res.destination, "--outtype", "f32",
+             "--outfile", gguf], gguf=True, log_file=work / "convert_hf_to_gguf.log")
     oracle = refact_logits if family == "refact" else baichuan_logits
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, size, (1, TOKENS), generator=g)
     np.save(work / "ref.npy", oracle(src, ids)[0].numpy())
+    references = {"oracle": str(work / "ref.npy")}
+    if family == "refact":  # llama.cpp's own reading of Refact: every norm an RMSNorm
+        np.save(work / "rms.npy", refact_logits(src, ids, norm="rmsnorm")[0].numpy())
+        references["rmsnorm"] = str(work / "rms.npy")
     prompts = [ids[:, 8 * p: 8 * p + 8] for p in range(PROMPTS)]
     expected = [_greedy(oracle, src, p) for p in prompts]
     job = {"model": str(gguf), "n_ctx": TOKENS + GREEDY, "sequence": ids[0].tolist(),
-           "references": {"oracle": str(work / "ref.npy")}, "prompts": [p[0].tolist() for p in prompts],
+           "references": references, "prompts": [p[0].tolist() for p in prompts],
            "greedy_tokens": GREEDY, "settings": {"flash_attn": False, "type_k": "f32", "type_v": "f32", "threads": 2},
            "out": str(work / "out.json")}
     (work / "job.json").write_text(json.dumps(job))
@@ -83,18 +94,22 @@ def case(env, family: str, strategy: str, tokenizer: Path, work: Path) -> dict:
     got = json.loads((work / "out.json").read_text())
     err = max(got["oracle"]["max_abs_by_position"])
     config = json.loads((res.destination / "config.json").read_text())
-    return {"family": family, "dtype": "float32", "strategy": plan.strategy, "head_dim": config["head_dim"],
-            "kv_heads": config["num_key_value_heads"], "llama_cpp_python": envs.LLAMA_CPP_PYTHON,
+    native = strategy == "native"
+    return {"family": family, "dtype": "float32", "strategy": "native" if native else plan.strategy,
+            "head_dim": config["head_dim"] - (2 if native else 0), "kv_heads": config["num_key_value_heads"], "llama_cpp_python": envs.LLAMA_CPP_PYTHON,
             "max_abs_vs_oracle": err, "predicted": plan.worst_head.predicted_error, "limit": limit,
+            "max_abs_vs_rmsnorm_reading": max(got["rmsnorm"]["max_abs_by_position"]) if "rmsnorm" in got else None,
             "greedy_identical": got["greedy"] == expected, "passes": bool(err <= limit) and got["greedy"] == expected}
 
 
 def table(rows: list[dict]) -> str:
     out = ["| source | dtype | strategy | head dim (kv heads) | llama-cpp-python | max \\|Δlogit\\| vs its code | "
-           "limit | greedy | passes |", "|---" * 9 + "|"]
+           "vs its code read with RMSNorms | limit | greedy | passes |", "|---" * 10 + "|"]
     for r in rows:
+        rms = r.get("max_abs_vs_rmsnorm_reading")
         out.append(f"| {r['family']} | {r['dtype']} | {r['strategy']} | {r['head_dim']} ({r['kv_heads']}) | "
-                   f"{r['llama_cpp_python']} | {r['max_abs_vs_oracle']:.3g} | {r['limit']:.3g} | "
+                   f"{r['llama_cpp_python']} | {r['max_abs_vs_oracle']:.3g} | {'—' if rms is None else f'{rms:.3g}'} | "
+                   f"{r['limit']:.3g} | "
                    f"{'identical' if r['greedy_identical'] else 'differs'} | {'yes' if r['passes'] else 'no'} |")
     return "\n".join(out)
 
