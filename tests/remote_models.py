@@ -96,3 +96,15 @@ def refact_logits(directory: Path, ids: torch.Tensor, norm: str = "layernorm") -
         x = x + (torch.nn.functional.silu(x1) * x2) @ w[p + "mlp.c_proj.weight"].T
     head = w.get("lm_head.weight", w["transformer.wte.weight"])
     return (ln(x, w["ln_f.weight"]) @ head.T)[None]  # (1, s, V)
+
+
+@torch.no_grad()
+def greedy_continuation(logits, directory: Path, prompt: torch.Tensor, n: int) -> list[int]:
+    """The ``n`` tokens a reading (``baichuan_logits``, ``refact_logits``) continues ``prompt`` ``(1, s)`` with,
+    greedily, recomputing the whole sequence each step (no cache: the reading is the plain formula)."""
+    seq, out = prompt, []
+    for _ in range(n):
+        nxt = int(logits(directory, seq)[0, -1].argmax())
+        out.append(nxt)
+        seq = torch.cat([seq, torch.tensor([[nxt]])], 1)
+    return out

@@ -44,19 +44,10 @@ CASES = (("baichuan", "single"), ("refact", "single"), ("baichuan", "ladder"), (
 TOKENS, PROMPTS, GREEDY = 512, 4, 16
 
 
-def _greedy(oracle, src: Path, prompt: torch.Tensor) -> list[int]:
-    seq, out = prompt, []
-    for _ in range(GREEDY):
-        nxt = int(oracle(src, seq)[0, -1].argmax())
-        out.append(nxt)
-        seq = torch.cat([seq, torch.tensor([[nxt]])], 1)
-    return out
-
-
 def case(env, family: str, strategy: str, tokenizer: Path, work: Path) -> dict:
     import envs
     from pico import build_remote
-    from remote_models import baichuan_logits, refact_logits
+    from remote_models import baichuan_logits, greedy_continuation, refact_logits
 
     from ropebridge.convert import convert
     from ropebridge.convert.verdict import LOGIT_FACTOR
@@ -84,7 +75,7 @@ def case(env, family: str, strategy: str, tokenizer: Path, work: Path) -> dict:
         np.save(work / "rms.npy", refact_logits(src, ids, norm="rmsnorm")[0].numpy())
         references["rmsnorm"] = str(work / "rms.npy")
     prompts = [ids[:, 8 * p: 8 * p + 8] for p in range(PROMPTS)]
-    expected = [_greedy(oracle, src, p) for p in prompts]
+    expected = [greedy_continuation(oracle, src, p, GREEDY) for p in prompts]
     job = {"model": str(gguf), "n_ctx": TOKENS + GREEDY, "sequence": ids[0].tolist(),
            "references": references, "prompts": [p[0].tolist() for p in prompts],
            "greedy_tokens": GREEDY, "settings": {"flash_attn": False, "type_k": "f32", "type_v": "f32", "threads": 2},

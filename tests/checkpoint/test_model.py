@@ -52,7 +52,7 @@ def test_a_shape_the_config_does_not_imply_is_refused_before_reading(tmp_path):
 def test_a_baichuan_checkpoint_is_checked_against_its_layout(tmp_path):
     # no Baichuan tensor carries a bias (its code builds none): one in the file is refused, naming it; a missing
     # gate and a W_pack of the wrong size likewise, before any byte is read
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     from pico import build_remote
 
@@ -63,20 +63,13 @@ def test_a_baichuan_checkpoint_is_checked_against_its_layout(tmp_path):
     cases = [("bias", {**tensors, "model.layers.0.mlp.up_proj.bias": torch.zeros(160)}, "the baichuan family has none"),
              ("gate", {k: v for k, v in tensors.items() if "layers.1.mlp.gate_proj" not in k}, "gate_proj.weight' is missing"),
              ("qkv", {**tensors, "model.layers.0.self_attn.W_pack.weight": torch.zeros(2 * 96, 96)}, "shape [192, 96]")]
-    for name, bad, needle in cases:
-        directory = tmp_path / name
-        directory.mkdir()
-        (directory / "config.json").write_text((src / "config.json").read_text())
-        save_file(bad, directory / "model.safetensors")
-        with pytest.raises(ValueError, match=needle.replace("[", r"\[").replace("]", r"\]")) as exc:
-            SourceModel(directory)
-        assert "\n" not in str(exc.value)
+    _each_refused_in_one_line(src, cases, tmp_path)
 
 
 def test_a_refact_checkpoint_is_read_through_its_fused_tensors_and_checked_by_their_names(tmp_path):
     # q alone, k and v fused in attn.kv, gate and up fused in gate_up_proj: read as the canonical multi-query QKV
     # and the gate and up; a stored tensor of the wrong size, a missing one or a bias are refused naming it
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     from pico import build_remote
 
@@ -94,6 +87,13 @@ def test_a_refact_checkpoint_is_read_through_its_fused_tensors_and_checked_by_th
     cases = [("kv", {**tensors, p + "attn.kv.weight": torch.zeros(48, 96)}, "'transformer.h.1.attn.kv.weight' has shape [48, 96]"),
              ("gate_up", {k: v for k, v in tensors.items() if "gate_up" not in k}, "gate_up_proj.weight' is missing"),
              ("bias", {**tensors, p + "attn.q.bias": torch.zeros(96)}, "attn.q.bias' is a bias")]
+    _each_refused_in_one_line(src, cases, tmp_path)
+
+
+def _each_refused_in_one_line(src, cases, tmp_path):
+    """Each (name, tensors, needle) of ``cases`` saved beside ``src``'s config is refused, one line naming it."""
+    from safetensors.torch import save_file
+
     for name, bad, needle in cases:
         directory = tmp_path / name
         directory.mkdir()

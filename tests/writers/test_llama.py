@@ -7,7 +7,7 @@ import pytest
 import torch
 import transformers as T
 from pico import build, build_remote
-from remote_models import baichuan_logits, refact_logits
+from remote_models import baichuan_logits, greedy_continuation, refact_logits
 
 from ropebridge.convert import convert
 from ropebridge.emulation import PlanRequest
@@ -41,12 +41,7 @@ def test_baichuan_converts_by_default_to_llama_exact_in_float32(tmp_path, family
     assert err <= res.plan.tolerance / 4, err
     greedy = T.AutoModelForCausalLM.from_pretrained(res.destination).generate(
         ids[:, :8], max_new_tokens=16, do_sample=False, attention_mask=torch.ones(1, 8, dtype=torch.long))[0, 8:]
-    expect, seq = [], ids[:, :8]
-    for _ in range(16):  # the independent reading's own greedy continuation
-        nxt = int(baichuan_logits(src, seq)[0, -1].argmax())
-        expect.append(nxt)
-        seq = torch.cat([seq, torch.tensor([[nxt]])], 1)
-    assert greedy.tolist() == expect
+    assert greedy.tolist() == greedy_continuation(baichuan_logits, src, ids[:, :8], 16)  # the reading's own
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
@@ -88,12 +83,7 @@ def test_refact_converts_by_default_to_llama_with_one_kv_head_exact_in_float32(t
     assert err <= res.plan.tolerance / 4, err  # 5.6e-5 measured on O(10) logits
     greedy = T.AutoModelForCausalLM.from_pretrained(res.destination).generate(
         ids[:, :8], max_new_tokens=16, do_sample=False, attention_mask=torch.ones(1, 8, dtype=torch.long))[0, 8:]
-    expect, seq = [], ids[:, :8]
-    for _ in range(16):
-        nxt = int(refact_logits(src, seq)[0, -1].argmax())
-        expect.append(nxt)
-        seq = torch.cat([seq, torch.tensor([[nxt]])], 1)
-    assert greedy.tolist() == expect
+    assert greedy.tolist() == greedy_continuation(refact_logits, src, ids[:, :8], 16)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
