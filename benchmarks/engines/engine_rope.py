@@ -9,8 +9,9 @@ ENV/bin/pip install vllm==0.33.0``, about 9.5 GB with its CUDA build of torch, w
 0.5.23: its wheel's files on ``PYTHONPATH`` (``--engine-path``) inside that same environment, plus ``ipython``,
 the one module its import chain adds). For each case, a source pico with the real head geometry
 (``tests/pico.build_remote``, one layer: Baichuan's heads of 128, Refact's 64 with one kv head) is converted to
-the ``llama`` target; ``worker_{engine}_rope.py`` (run by ENV's Python) builds the engine's rope from the
-converted config as its ``llama.py`` does (``get_rope``, ``forward_native``; vLLM under
+the ``llama`` target (and BLOOM picos to ``nemotron``'s ladder, which vLLM runs with a model of its own and
+SGLang does not); ``worker_{engine}_rope.py`` (run by ENV's Python) builds the engine's rope from the converted
+config as its ``llama.py`` (``nemotron.py``) does (``get_rope``, ``forward_native``; vLLM under
 ``custom_ops=['none']``) and rotates the checkpoint's q and k emulation constants at every position of the
 window. Here:
 
@@ -41,11 +42,19 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-CASES = [  # (family, heads, head_dim, dtype, window): Baichuan-13B's heads of 128 and Refact-1.6B's 64 (one kv head),
-    # the default strategy of each dtype
-    ("baichuan", 8, 128, "bfloat16", 4096), ("baichuan", 8, 128, "float16", 4096),
-    ("baichuan", 8, 128, "float32", 4096), ("baichuan", 40, 128, "bfloat16", 4096), ("refact", 32, 64, "bfloat16", 4096)]
+CASES = [  # (family, target, heads, head_dim, dtype, window), the default strategy of each dtype: the llama target
+    # on Baichuan-13B's heads of 128 and Refact-1.6B's 64 (one kv head); nemotron on BLOOM heads of 128
+    ("baichuan", "llama", 8, 128, "bfloat16", 4096), ("baichuan", "llama", 8, 128, "float16", 4096),
+    ("baichuan", "llama", 8, 128, "float32", 4096), ("baichuan", "llama", 40, 128, "bfloat16", 4096),
+    ("refact", "llama", 32, 64, "bfloat16", 4096), ("bloom", "nemotron", 8, 128, "bfloat16", 4096),
+    ("bloom", "nemotron", 8, 128, "float16", 4096)]  # nemotron's ladder, the form vLLM serves in half precision
 ENGINES = ("vllm", "sglang")
+NATIVE = {"vllm": ("llama", "nemotron"), "sglang": ("llama",)}  # the targets each engine runs with its own model
+
+
+def cases(engine: str) -> list[tuple]:
+    """The cases ENGINE runs: those of the targets it has a model of its own for."""
+    return [c for c in CASES if c[1] in NATIVE[engine]]
 
 
 def results(engine: str) -> Path:
@@ -53,20 +62,22 @@ def results(engine: str) -> Path:
 
 
 def _source(family: str, heads: int, head_dim: int, work: Path) -> Path:
-    from pico import build_remote
+    from pico import build, build_remote
 
+    if family == "bloom":
+        return build(work / "src", "bloom-4heads", n_layer=1, hidden_size=heads * head_dim, n_head=heads, vocab_size=64)
     if family == "refact":
         return build_remote(work / "src", "refact", n_embd=heads * head_dim, n_head=heads, n_layer=1, vocab_size=64)
     return build_remote(work / "src", "baichuan", hidden_size=heads * head_dim, num_attention_heads=heads,
                         num_hidden_layers=1, intermediate_size=64, vocab_size=64)
 
 
-def case(engine: str, python: str, engine_path: str | None, family: str, heads: int, head_dim: int, dtype: str,
-         window: int, work: Path) -> dict:
+def case(engine: str, python: str, engine_path: str | None, family: str, target: str, heads: int, head_dim: int,
+         dtype: str, window: int, work: Path) -> dict:
+    import importlib
     import os
 
     import transformers as T
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
     from ropebridge.convert import convert
     from ropebridge.emulation import PlanRequest
@@ -74,7 +85,7 @@ def case(engine: str, python: str, engine_path: str | None, family: str, heads: 
     from ropebridge.targets import llama_rope
 
     src = _source(family, heads, head_dim, work)
-    res = convert(src, work / "llama", PlanRequest(window=window, dtype=dtype), force=True)
+    res = convert(src, work / "dst", PlanRequest(window=window, dtype=dtype, target=target), force=True)
     plan, config = res.plan, json.loads((res.destination / "config.json").read_text())
     hd, kv = config["head_dim"], config["num_key_value_heads"]
     job = {"model": str(res.destination), "dtype": dtype, "positions": list(range(window)), "out": str(work / "v.pt")}
@@ -83,16 +94,21 @@ def case(engine: str, python: str, engine_path: str | None, family: str, heads: 
     subprocess.run([python, str(Path(__file__).with_name(f"worker_{engine}_rope.py")), "run", str(work / "job.json")],
                    check=True, cwd=Path(__file__).parent, capture_output=True, env=env)
     got = torch.load(work / "v.pt")
-    planned = llama_rope.inv_freq_float32(hd, plan.rope_parameters)
-    # transformers' rotation of the same constants
+    # transformers' rope and rotation of the same constants (its module for the target's model type)
     dt = getattr(torch, dtype)
     from safetensors import safe_open
 
     with safe_open(str(next(res.destination.glob("*.safetensors"))), "pt") as f:
         qb, kb = (f.get_tensor(f"model.layers.0.self_attn.{x}_proj.bias") for x in "qk")
     cfg = T.AutoConfig.from_pretrained(res.destination)
+    modeling = importlib.import_module(f"transformers.models.{cfg.model_type}.modeling_{cfg.model_type}")
+    rotary = getattr(modeling, f"{cfg.model_type.capitalize()}RotaryEmbedding")(cfg)
+    apply_rotary_pos_emb = modeling.apply_rotary_pos_emb
+    # the plan's frequencies where it states them (the llama target's llama3 rope), else transformers' own
+    planned = (llama_rope.inv_freq_float32(hd, plan.rope_parameters) if plan.rope_parameters is not None
+               else rotary.inv_freq.float())
     pos = torch.arange(window)[None]
-    cos, sin = LlamaRotaryEmbedding(cfg)(torch.zeros(1, dtype=dt), pos)  # (1, s, hd) in the dtype
+    cos, sin = rotary(torch.zeros(1, dtype=dt), pos)  # (1, s, rotary dims) in the dtype
     q = qb.to(dt).view(1, heads, 1, hd).expand(1, heads, window, hd)
     k = kb.to(dt).view(1, kv, 1, hd).expand(1, kv, window, hd)
     tq, tk = apply_rotary_pos_emb(q, k, cos, sin)  # (1, h, s, hd), (1, kv, s, hd)
@@ -105,7 +121,9 @@ def case(engine: str, python: str, engine_path: str | None, family: str, heads: 
     heads_out = []
     for hp in plan.heads:
         key = vk[hp.head * kv // heads]  # (t, hd'): the head's kv head
-        logits = ((vq[hp.head, queries] @ key.T) * scale).double()  # (s, t): as the attention computes it
+        # (s, t) as a GPU attention computes it: products of the dtype's numbers (exact in float32) summed in
+        # float32, then the scale in the dtype
+        logits = ((vq[hp.head, queries].float() @ key.float().T).to(dt) * scale).double()
         if hp.ladder is not None:
             near, far = (d >= 0) & (d <= hp.ladder.exact_distance), d > hp.ladder.exact_distance
             err = float((logits - hp.ladder.shift + hp.slope * d)[near].abs().max())
@@ -115,11 +133,12 @@ def case(engine: str, python: str, engine_path: str | None, family: str, heads: 
             matters = (d >= 0) & (d <= matter_distance(hp.slope, window, plan.cutoff))
             err = float((logits + hp.slope * d)[matters].abs().max())
         heads_out.append({"head": hp.head, "measured": err, "predicted": hp.predicted_error})
-    return {"family": family, "heads": heads, "kv_heads": kv, "head_dim": head_dim, "dtype": dtype, "window": window,
+    return {"family": family, "target": target, "heads": heads, "kv_heads": kv, "head_dim": head_dim, "dtype": dtype,
+            "window": window,
             "strategy": plan.strategy, "served_head_dim": hd, "engine": engine, "engine_version": got["version"],
             "engine_rope": got["rope_class"], "engine_head_size": got["head_size"],
-            "engine_rotary_dim": got["rotary_dim"],
-            "inv_freq_equal": bool(torch.equal(got["inv_freq"], planned)),
+            "engine_rotary_dim": got["rotary_dim"], "served_rotary_dim": 2 * len(rotary.inv_freq),
+            "inv_freq_equal": bool(torch.equal(got["inv_freq"].float(), planned)),
             "rotation_max_diff_vs_transformers": rotation_diff,
             "worst_measured": max(h["measured"] for h in heads_out),
             "worst_predicted": max(h["predicted"] for h in heads_out),
@@ -130,11 +149,11 @@ def case(engine: str, python: str, engine_path: str | None, family: str, heads: 
 def table(rows: list[dict]) -> str:
     engine = rows[0]["engine"] if rows else "engine"
     name = {"vllm": "vLLM", "sglang": "SGLang"}.get(engine, engine)
-    out = [f"| source | heads (kv) x head dim | dtype | window | strategy | {name} rope, head size | "
+    out = [f"| source, target | heads (kv) x head dim | dtype | window | strategy | {name} rope, head size | "
            "inv_freq as planned | rotation vs transformers | worst bias error: measured / predicted | within |",
            "|---" * 10 + "|"]
     for r in rows:
-        out.append(f"| {r['family']} | {r['heads']} ({r['kv_heads']}) x {r['head_dim']} | {r['dtype']} | "
+        out.append(f"| {r['family']}, {r['target']} | {r['heads']} ({r['kv_heads']}) x {r['head_dim']} | {r['dtype']} | "
                    f"{r['window']} | {r['strategy']} | {r['engine_rope']}, {r['engine_head_size']} | "
                    f"{'identical' if r['inv_freq_equal'] else 'DIFFERS'} | "
                    f"{r['rotation_max_diff_vs_transformers']:.3g} | {r['worst_measured']:.3g} / "
@@ -150,11 +169,11 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="store the results in benchmarks/results/ENGINE_rope.json")
     args = parser.parse_args()
     rows = []
-    for family, heads, head_dim, dtype, window in CASES:
+    for family, target, heads, head_dim, dtype, window in cases(args.engine):
         with tempfile.TemporaryDirectory() as work:
-            rows.append(case(args.engine, args.python, args.engine_path, family, heads, head_dim, dtype, window,
-                             Path(work)))
-            print(f"{family} {heads} x {head_dim} {dtype}: done", file=sys.stderr)
+            rows.append(case(args.engine, args.python, args.engine_path, family, target, heads, head_dim, dtype,
+                             window, Path(work)))
+            print(f"{family} {target} {heads} x {head_dim} {dtype}: done", file=sys.stderr)
     print(table(rows))
     if args.write:
         results(args.engine).write_text(json.dumps(rows, indent=1) + "\n")
