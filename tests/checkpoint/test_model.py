@@ -102,3 +102,19 @@ def _each_refused_in_one_line(src, cases, tmp_path):
         with pytest.raises(ValueError, match=needle.replace("[", r"\[").replace("]", r"\]")) as exc:
             SourceModel(directory)
         assert "\n" not in str(exc.value)
+
+
+def test_an_mpt_with_a_learned_position_table_is_refused_by_its_tensor_not_its_config(tmp_path):
+    # transformers' MptConfig writes learned_pos_emb = true by default (the embedded demo's config says so) and its
+    # MPT builds no wpe: the key alone is no evidence; a stored transformer.wpe.weight is, and is refused
+    from safetensors.torch import load_file, save_file
+
+    src = build(tmp_path / "mpt", "mpt")
+    config = json.loads((src / "config.json").read_text())
+    assert config.get("learned_pos_emb") is True and SourceModel(src).info.family == "mpt"
+    tensors = load_file(src / "model.safetensors")
+    tensors["transformer.wpe.weight"] = torch.zeros(config["max_seq_len"], config["d_model"])
+    save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="transformer.wpe.weight' is a learned position embedding") as exc:
+        SourceModel(src)
+    assert "\n" not in str(exc.value)

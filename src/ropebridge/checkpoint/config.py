@@ -104,7 +104,8 @@ class Family:
     the config key of its longest input (None: no limit), whether transformers' eager path (the one that
     returns attention maps) computes its attention, the target a conversion takes by default, and ``views``
     ((info, block i) -> the canonical tensors it stores fused, ``checkpoint.views``; None: it stores them as
-    they are read). ``attention`` None: transformers has no class for the family (remote code)."""
+    they are read) and ``refused_tensors`` (a tensor whose presence means a variant without a stock RoPE form,
+    with why). ``attention`` None: transformers has no class for the family (remote code)."""
 
     name: str
     model_types: tuple[str, ...]
@@ -123,6 +124,7 @@ class Family:
     eager_attention_maps: bool = True
     default_target: str = "gpt-neox"
     views: Callable[[SourceInfo, int], dict[str, tuple[Segment, ...]]] | None = None
+    refused_tensors: Mapping[str, str] = field(default_factory=dict)  # a tensor whose presence is refused -> why
 
 
 def _key(c: Mapping[str, Any], key: str, default: Any, *, null_is_default: bool = False) -> Any:
@@ -262,7 +264,9 @@ FAMILIES = {f.name: f for f in (
            _bloom, _h_names, _H_GLOBALS, "per-head", "eager", "transformer.word_embeddings_layernorm"),
     Family("mpt", ("mpt",), ("n_heads",), ("d_model",), ("n_layers",), _mpt, _mpt_names,
            {"emb": "transformer.wte.weight", "ln_f": "transformer.norm_f", "head": "lm_head.weight"}, "blocks", "eager",
-           biases=lambda c: ("no_bias", not c.get("no_bias", True), True), max_positions_key="max_seq_len"),
+           biases=lambda c: ("no_bias", not c.get("no_bias", True), True), max_positions_key="max_seq_len",
+           refused_tensors={"transformer.wpe.weight": "a learned position embedding beside ALiBi (its "
+                            "learned_pos_emb), which transformers' MPT never adds and no RoPE target carries"}),
     Family("falcon", ("falcon", "RefinedWeb", "RefinedWebModel"), ("num_attention_heads", "n_head"), ("hidden_size",),
            ("num_hidden_layers", "n_layer"), _falcon, _h_names, _H_GLOBALS, "per-head-or-multi-query", "sdpa",
            biases=lambda c: ("bias", bool(c.get("bias", False)), False), per_logit=_falcon_per_logit,

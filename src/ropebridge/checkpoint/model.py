@@ -121,6 +121,9 @@ class SourceModel:
                                                    for k, v in views(self.info, i).items()})
         self._check_shapes()
         self._check_biases()
+        for name, why in self.info.spec.refused_tensors.items():
+            if name in self.reader:
+                raise ValueError(f"tensor {name!r} is {why}: this {self.info.family} model has no stock RoPE form")
 
     def _names(self, i: int) -> dict[str, str]:
         return self.info.spec.block(i)
