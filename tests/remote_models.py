@@ -108,3 +108,6 @@ def greedy_continuation(logits, directory: Path, prompt: torch.Tensor, n: int) -
         out.append(nxt)
         seq = torch.cat([seq, torch.tensor([[nxt]])], 1)
     return out
+
+
+READINGS = {"baichuan": baichuan_logits, "baichuan2": baichuan_logits, "refact": refact_logits}  # pico name -> reading

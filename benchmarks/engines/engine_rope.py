@@ -82,6 +82,7 @@ def case(engine: str, python: str, engine_path: str | None, family: str, target:
     from ropebridge.convert import convert
     from ropebridge.emulation import PlanRequest
     from ropebridge.emulation.error_model import matter_distance
+    from ropebridge.emulation.fixed_base import engine_frequencies
     from ropebridge.targets import llama_rope
 
     src = _source(family, heads, head_dim, work)
@@ -104,9 +105,9 @@ def case(engine: str, python: str, engine_path: str | None, family: str, target:
     modeling = importlib.import_module(f"transformers.models.{cfg.model_type}.modeling_{cfg.model_type}")
     rotary = getattr(modeling, f"{cfg.model_type.capitalize()}RotaryEmbedding")(cfg)
     apply_rotary_pos_emb = modeling.apply_rotary_pos_emb
-    # the plan's frequencies where it states them (the llama target's llama3 rope), else transformers' own
+    # the frequencies the plan was fitted at: the llama3 rope it states, or the float32 block at its base
     planned = (llama_rope.inv_freq_float32(hd, plan.rope_parameters) if plan.rope_parameters is not None
-               else rotary.inv_freq.float())
+               else torch.from_numpy(engine_frequencies(plan.base, plan.rotary_dim)).float())
     pos = torch.arange(window)[None]
     cos, sin = rotary(torch.zeros(1, dtype=dt), pos)  # (1, s, rotary dims) in the dtype
     q = qb.to(dt).view(1, heads, 1, hd).expand(1, heads, window, hd)

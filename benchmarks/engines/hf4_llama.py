@@ -39,12 +39,6 @@ CASES = [(family, dtype) for family in ("baichuan", "baichuan2", "refact") for d
 TOKENS, PROMPTS, GREEDY = 512, 4, 16
 
 
-def _oracle(family: str):
-    from remote_models import baichuan_logits, refact_logits
-
-    return refact_logits if family == "refact" else baichuan_logits
-
-
 @torch.no_grad()
 def _transformers5(directory: Path, dtype: str, ids: torch.Tensor, prompts: list[torch.Tensor]):
     """transformers 5.x's logits ``(s, V)`` float32 and greedy tokens, as ``worker_hf4.py`` computes them."""
@@ -67,7 +61,9 @@ def case(python: str, family: str, dtype: str, work: Path) -> list[dict]:
 
     src = build_remote(work / family, family)
     res = convert(src, work / "llama", PlanRequest(window=TOKENS, dtype=dtype), force=True)
-    plan, oracle = res.plan, _oracle(family)
+    from remote_models import READINGS
+
+    plan, oracle = res.plan, READINGS[family]
     vocab = json.loads((src / "config.json").read_text())["vocab_size"]
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, min(vocab, 320), (1, TOKENS), generator=g)

@@ -47,7 +47,7 @@ TOKENS, PROMPTS, GREEDY = 512, 4, 16
 def case(env, family: str, strategy: str, tokenizer: Path, work: Path) -> dict:
     import envs
     from pico import build_remote
-    from remote_models import baichuan_logits, greedy_continuation, refact_logits
+    from remote_models import READINGS, greedy_continuation, refact_logits
 
     from ropebridge.convert import convert
     from ropebridge.convert.verdict import LOGIT_FACTOR
@@ -66,7 +66,7 @@ def case(env, family: str, strategy: str, tokenizer: Path, work: Path) -> dict:
     gguf = work / "llama.gguf"
     env.run([env.convert_hf_to_gguf, src if strategy == "native" else res.destination, "--outtype", "f32",
              "--outfile", gguf], gguf=True, log_file=work / "convert_hf_to_gguf.log")
-    oracle = refact_logits if family == "refact" else baichuan_logits
+    oracle = READINGS[family]
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, size, (1, TOKENS), generator=g)
     np.save(work / "ref.npy", oracle(src, ids)[0].numpy())
