@@ -28,11 +28,17 @@ SHAPES = {  # name: (pico family, config overrides): the attention shape and wid
     "mpt-30b": ("mpt", dict(n_layers=1, d_model=7168, n_heads=64)),
     "falcon-rw-7b": ("falcon-rw", dict(num_hidden_layers=1, hidden_size=4096, num_attention_heads=64,
                                        num_kv_heads=64)),
+    "poro-34b": ("bloom-4heads", dict(n_layer=1, hidden_size=7168, n_head=56)),  # BLOOM, 56 heads of 128
+    "replit-code-v1-3b": ("replit", dict(n_layers=1, d_model=2560, n_heads=32)),  # replit_lm, 32 heads of 80
+    "baichuan-13b": ("baichuan", dict(num_hidden_layers=1, hidden_size=5120, num_attention_heads=40,
+                                      intermediate_size=13696)),
+    "refact-1.6b": ("refact", dict(n_layer=1, n_embd=2048, n_head=32)),
 }
+REMOTE = ("replit", "baichuan", "refact")  # remote-code families: ``pico.build_remote``
 
 
 def main() -> int:
-    from pico import build
+    from pico import build, build_remote
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default=",".join(SHAPES))
@@ -43,7 +49,7 @@ def main() -> int:
         for name in args.shapes.split(","):
             family, overrides = SHAPES[name]
             src, dst = Path(work) / name, Path(work) / f"{name}-rope"
-            build(src, family, std=0.02, **overrides)
+            (build_remote if family in REMOTE else build)(src, family, std=0.02, **overrides)
             start = time.perf_counter()
             conv = subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--json"],
                                   capture_output=True, text=True)

@@ -76,6 +76,8 @@ REMOTE = {
     # Baichuan2-13B: its vocabulary of 125696 makes the output head a NormHead
     "baichuan2": dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64,
                       vocab_size=125696),
+    # Replit-code-v1-3b's first config (replit_lm, MosaicGPT's keys at the top level), 6 heads of 20
+    "replit": dict(d_model=120, n_heads=6, n_layers=2, vocab_size=320),
     # Refact-1.6B's config keys (configuration_gpt_refact.py), 6 heads of 16: its MLP is 256 wide (2/3 of 4D)
     "refact": dict(n_embd=96, n_head=6, n_layer=2, vocab_size=320),
 }
@@ -93,6 +95,23 @@ def _baichuan(shape: dict, normal, norm) -> tuple[dict, dict]:
                         p + "self_attn.W_pack.weight": normal(3 * d, d), p + "self_attn.o_proj.weight": normal(d, d),
                         p + "mlp.gate_proj.weight": normal(f, d), p + "mlp.up_proj.weight": normal(f, d),
                         p + "mlp.down_proj.weight": normal(d, f)})
+    return config, tensors
+
+
+def _replit(shape: dict, normal, norm) -> tuple[dict, dict]:
+    config = {"architectures": ["ReplitLM"], "model_type": "replit_lm", "alibi": True, "alibi_bias_max": 8,
+              "attn_clip_qkv": None, "attn_impl": "triton", "attn_qk_ln": False, "attn_uses_sequence_id": False,
+              "emb_pdrop": 0, "embedding_fraction": 1.0, "logit_scale": None, "low_precision_layernorm": True,
+              "max_seq_len": 2048, "mlp_ratio": 4, "no_bias": True, "prefix_lm": False, "softmax_scale": None,
+              "use_cache": False, "torch_dtype": "float32", **shape}
+    d, v = shape["d_model"], shape["vocab_size"]
+    f = config["mlp_ratio"] * d
+    tensors = {"transformer.wte.weight": normal(v, d), "transformer.ln_f.weight": norm(d)}
+    for i in range(shape["n_layers"]):
+        p = f"transformer.blocks.{i}."
+        tensors.update({p + "ln_1.weight": norm(d), p + "ln_2.weight": norm(d), p + "attn.Wqkv.weight": normal(3 * d, d),
+                        p + "attn.out_proj.weight": normal(d, d), p + "mlp.mlp_up.weight": normal(f, d),
+                        p + "mlp.mlp_down.weight": normal(d, f)})
     return config, tensors
 
 
@@ -117,7 +136,8 @@ def _refact(shape: dict, normal, norm) -> tuple[dict, dict]:
 def build_remote(directory: Path, family: str, *, seed: int = 0, std: float = 0.2, **overrides) -> Path:
     """Save a random pico of a remote-code family (``REMOTE``): its config.json and model.safetensors with the
     tensor names and shapes of the published modeling code (Baichuan: ``model.layers.i.self_attn.W_pack`` as
-    [Q | K | V], RMSNorm weights, gate/up/down, an untied ``lm_head``; Refact: ``attn.q``, ``attn.kv`` (one k
+    [Q | K | V], RMSNorm weights, gate/up/down, an untied ``lm_head``; Replit (``replit_lm``): MosaicGPT's
+    ``ln_1``, ``attn.Wqkv`` [Q | K | V], ``mlp.mlp_up``, LayerNorm weights without bias, the head tied; Refact: ``attn.q``, ``attn.kv`` (one k
     head, then one v), ``mlp.gate_up_proj`` (gate first), LayerNorm weights without bias, ``lm_head`` unless
     ``tie_word_embeddings``). Norm weights are 1 + 0.1 N(0, 1), the rest N(0, std)."""
     from safetensors.torch import save_file
@@ -130,7 +150,7 @@ def build_remote(directory: Path, family: str, *, seed: int = 0, std: float = 0.
     def norm(d: int) -> torch.Tensor:
         return 1 + 0.1 * torch.randn(d, generator=g)
 
-    layout = _refact if family == "refact" else _baichuan
+    layout = {"refact": _refact, "replit": _replit}.get(family, _baichuan)
     config, tensors = layout({**REMOTE[family], **overrides}, normal, norm)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

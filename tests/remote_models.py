@@ -110,4 +110,32 @@ def greedy_continuation(logits, directory: Path, prompt: torch.Tensor, n: int) -
     return out
 
 
-READINGS = {"baichuan": baichuan_logits, "baichuan2": baichuan_logits, "refact": refact_logits}  # pico name -> reading
+@torch.no_grad()
+def replit_logits(directory: Path, ids: torch.Tensor) -> torch.Tensor:
+    """Logits ``(1, s, V)`` float64 of the ``replit_lm`` checkpoint in ``directory`` on ``ids`` ``(1, s)``, run by
+    transformers' MPT: MosaicGPT, which ``replit_lm.py`` is, is the code MPT grew from, and Replit's repository
+    later renamed its tensors to MPT's (``ln_1`` -> ``norm_1``, ``mlp.mlp_up`` -> ``ffn.up_proj``, ``ln_f`` ->
+    ``norm_f``, as ggml's Replit loader followed) and its top-level keys into ``attn_config``."""
+    import transformers as T
+    from safetensors.torch import load_file
+
+    config = json.loads((Path(directory) / "config.json").read_text())
+    renames = {"ln_1.": "norm_1.", "ln_2.": "norm_2.", "mlp.mlp_up.": "ffn.up_proj.", "mlp.mlp_down.": "ffn.down_proj.",
+               "transformer.ln_f.": "transformer.norm_f."}
+    state = {}
+    for name, tensor in load_file(Path(directory) / "model.safetensors").items():
+        for old, new in renames.items():
+            name = name.replace(old, new)
+        state[name] = tensor.double()
+    mpt = T.MptConfig(d_model=config["d_model"], n_heads=config["n_heads"], n_layers=config["n_layers"],
+                      expansion_ratio=config["mlp_ratio"], max_seq_len=config["max_seq_len"],
+                      vocab_size=config["vocab_size"], no_bias=config["no_bias"],
+                      attn_config={"alibi": True, "alibi_bias_max": config["alibi_bias_max"]})
+    model = T.MptForCausalLM(mpt).double().eval()
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)  # the head is tied
+    return model(ids).logits  # (1, s, V)
+
+
+READINGS = {"baichuan": baichuan_logits, "baichuan2": baichuan_logits, "refact": refact_logits,
+            "replit": replit_logits}  # pico name -> reading

@@ -74,6 +74,19 @@ def test_baichuan_head_norm_changes_the_logits(tmp_path):
     assert float((reference_logits(model, ids) - reference_logits(plain, ids)).abs().max()) > 1.0
 
 
+def test_replit_reference_is_transformers_mpt_on_its_renamed_tensors(tmp_path):
+    # MosaicGPT (replit_lm) is MPT's earlier code: transformers' MPT on the renamed tensors reads it independently;
+    # transformers builds MPT's bias in float32, so the two agree to float32's rounding of the scores
+    from pico import build_remote
+    from remote_models import replit_logits
+
+    src_dir = build_remote(tmp_path / "replit", "replit")
+    ids = torch.randint(0, 320, (1, 96), generator=torch.Generator().manual_seed(6))
+    ours, theirs = reference_logits(SourceModel(src_dir), ids), replit_logits(src_dir, ids)
+    scale = float(theirs.abs().max())
+    assert float((ours - theirs).abs().max()) <= 64 * torch.finfo(torch.float32).eps * scale
+
+
 @pytest.mark.parametrize("tied", [False, True])
 def test_refact_reference_is_its_modelling_code(tmp_path, tied):
     # LayerNorm without bias, one kv head, gate_up_proj, m (j + 1) with its float32 slopes, the head tied where

@@ -277,3 +277,27 @@ def test_a_signal_as_dst_is_published_leaves_it_complete_and_reported(bloom, tmp
     with pytest.raises(_Stop):
         convert(bloom, tmp_path / "dst2", PlanRequest(window=256))
     assert [p.name for p in tmp_path.iterdir()] == ["dst"]
+
+
+# bigscience/bloomz-7b1's config.json beyond the sizes: Megatron-DeepSpeed's keys (offset_alibi, the fusions,
+# seq_length), which transformers' BLOOM and ropebridge both ignore
+BLOOMZ_KEYS = dict(offset_alibi=100, seq_length=2048, masked_softmax_fusion=True, bias_dropout_fusion=True,
+                   skip_bias_add=True, skip_bias_add_qkv=False, attention_softmax_in_fp32=True, n_inner=None,
+                   unk_token_id=0, pad_token_id=3)
+
+
+@pytest.mark.parametrize("name, config", [
+    ("poro-34b-heads", dict(n_head=56, hidden_size=56 * 8)),  # Poro-34B's 56 heads (of 128 there, of 8 here)
+    ("bloomz", dict(n_head=4, hidden_size=128, **BLOOMZ_KEYS)),
+])
+def test_new_shapes_of_bloom_convert_and_verify_exactly(tmp_path, name, config):
+    from ropebridge.checkpoint.config import from_config
+    from ropebridge.convert import verify
+
+    src = build(tmp_path / "src", "bloom-4heads", **config)
+    raw = json.loads((src / "config.json").read_text())
+    assert all(raw[k] == v for k, v in config.items())  # the keys as written reach the checkpoint's config
+    assert from_config(src).n_heads == config["n_head"]
+    res = convert(src, tmp_path / "rope", PlanRequest(window=512, dtype="float32"))
+    report = verify(src, res.destination, context=256, greedy_tokens=8)
+    assert report.passed and report.reference_converted_max_err < 1e-4, report.failures

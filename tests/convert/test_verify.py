@@ -167,3 +167,19 @@ def test_a_refact_conversion_verifies_and_its_byte_check_reads_the_fused_tensors
     edit_tensor(dst, "model.layers.0.self_attn.k_proj.weight", lambda t: t * 1.001)  # the one shared k head
     damaged = verify(src, dst, context=128, greedy_tokens=8)
     assert not damaged.passed and any("k_proj" in f for f in damaged.failures), damaged.failures
+
+
+def test_a_replit_lm_conversion_verifies_and_a_damaged_one_fails(tmp_path):
+    # a remote-code family on the gpt-neox target: the reference stands for its code, the byte check reads the
+    # MosaicGPT names
+    from pico import build_remote
+
+    from convert.test_byte_check import edit_tensor
+
+    src = build_remote(tmp_path / "r", "replit")
+    dst = convert(src, tmp_path / "neox", PlanRequest(window=256, dtype="float32")).destination
+    report = verify(src, dst, context=128, greedy_tokens=8)
+    assert report.passed and report.byte_check["mode"] == "exact" and report.greedy_identical, report.failures
+    edit_tensor(dst, "gpt_neox.layers.1.mlp.dense_4h_to_h.weight", lambda t: t * 1.001)
+    damaged = verify(src, dst, context=128, greedy_tokens=8)
+    assert not damaged.passed and any("dense_4h_to_h" in f for f in damaged.failures), damaged.failures

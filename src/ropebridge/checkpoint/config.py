@@ -9,6 +9,11 @@ slope (what the emulation must reproduce in the softmax input) differs (transfor
 - MPT (``attn_config.alibi``): the bias is added after the softmax scale, slope m (``alibi_bias_max``, default 8);
 - Falcon with ``alibi=True`` (Falcon-RW): (q.k + m*j)/sqrt(hd), slope m/sqrt(hd), and transformers rounds m to
   bfloat16 first, even in float32 models: we take those rounded values;
+- Replit-code-v1-3b as first published (``model_type: replit_lm``, remote code ``replit_lm.py``, MosaicGPT,
+  the code MPT grew from): MPT's attention and slopes with its keys at the top level (``alibi``,
+  ``alibi_bias_max``, ``mlp_ratio``, ``attn_qk_ln``, ``attn_clip_qkv``, ``softmax_scale``), its older tensor
+  names (``ln_1``, ``mlp.mlp_up``, ``ln_f``), no biases (``no_bias``), the head tied to the embedding. The repository
+  later renamed it to MPT's keys and names, which the MPT row reads.
 - Baichuan-13B and Baichuan2-13B (``model_type: baichuan``, remote code ``modeling_baichuan.py``): scores =
   q.k/sqrt(hd) + m*j, m Press et al.'s (``_get_interleave``) built as a float32 tensor: we take those float32
   values. RMSNorm, a gated SiLU MLP, no biases. The family's 7B models share the model_type and use RoPE; as
@@ -162,6 +167,20 @@ def _mpt(c, d, hd) -> dict[str, Any]:
                 qk_scale=_key(attn, "softmax_scale", 1 / math.sqrt(hd), null_is_default=True))
 
 
+def _replit(c, d, hd) -> dict[str, Any]:
+    if not c.get("alibi", False):
+        raise ValueError("this replit_lm config has alibi = false: not an ALiBi model")
+    for key in ("attn_clip_qkv", "attn_qk_ln", "prefix_lm", "logit_scale"):
+        if c.get(key):
+            raise ValueError(f"replit_lm with {key}={c[key]!r} has no stock RoPE equivalent")
+    ratio = _key(c, "mlp_ratio", 4)
+    if ratio * d != int(ratio * d):
+        raise ValueError(f"config key mlp_ratio {ratio!r} times d_model {d} is not a whole MLP width")
+    return dict(max_bias=float(_key(c, "alibi_bias_max", 8)), eps=1e-5, activation="gelu", parallel=False,
+                intermediate_size=int(ratio * d),
+                qk_scale=_key(c, "softmax_scale", 1 / math.sqrt(hd), null_is_default=True))
+
+
 def _falcon(c, d, hd) -> dict[str, Any]:
     if not c.get("alibi", False):
         raise ValueError(f"this Falcon config (model_type {c.get('model_type')!r}) has alibi = false: it uses RoPE "
@@ -212,6 +231,12 @@ def _mpt_names(i: int) -> dict[str, str]:
     p = f"transformer.blocks.{i}."
     return {"ln1": p + "norm_1", "ln2": p + "norm_2", "qkv": p + "attn.Wqkv", "o": p + "attn.out_proj",
             "up": p + "ffn.up_proj", "down": p + "ffn.down_proj"}
+
+
+def _replit_names(i: int) -> dict[str, str]:
+    p = f"transformer.blocks.{i}."
+    return {"ln1": p + "ln_1", "ln2": p + "ln_2", "qkv": p + "attn.Wqkv", "o": p + "attn.out_proj",
+            "up": p + "mlp.mlp_up", "down": p + "mlp.mlp_down"}
 
 
 def _baichuan_names(i: int) -> dict[str, str]:
@@ -267,6 +292,9 @@ FAMILIES = {f.name: f for f in (
            biases=lambda c: ("no_bias", not c.get("no_bias", True), True), max_positions_key="max_seq_len",
            refused_tensors={"transformer.wpe.weight": "a learned position embedding beside ALiBi (its "
                             "learned_pos_emb), which transformers' MPT never adds and no RoPE target carries"}),
+    Family("replit", ("replit_lm",), ("n_heads",), ("d_model",), ("n_layers",), _replit, _replit_names,
+           {"emb": "transformer.wte.weight", "ln_f": "transformer.ln_f", "head": "lm_head.weight"}, "blocks", None,
+           biases=lambda c: ("no_bias", not c.get("no_bias", False), True), max_positions_key="max_seq_len"),
     Family("falcon", ("falcon", "RefinedWeb", "RefinedWebModel"), ("num_attention_heads", "n_head"), ("hidden_size",),
            ("num_hidden_layers", "n_layer"), _falcon, _h_names, _H_GLOBALS, "per-head-or-multi-query", "sdpa",
            biases=lambda c: ("bias", bool(c.get("bias", False)), False), per_logit=_falcon_per_logit,
@@ -286,7 +314,8 @@ def declared_biases(family: str, config: Mapping[str, Any]) -> tuple[str, bool, 
     """The key that says whether the linear layers carry biases, whether they do, and whether the key covers the
     LayerNorms too (a bias tensor the key does not declare would be read by ropebridge and ignored by the family's
     own code), from the family's row: Falcon ``bias`` (default false; its LayerNorms always have one), MPT
-    ``no_bias`` (default true; linears and LayerNorms), BLOOM always, Baichuan and Refact never (no key: "")."""
+    ``no_bias`` (default true; linears and LayerNorms), Replit's ``no_bias`` likewise but false by default
+    (MosaicGPT's), BLOOM always, Baichuan and Refact never (no key: "")."""
     return FAMILIES[family].biases(config)
 
 
@@ -343,8 +372,8 @@ def from_config(config: Mapping[str, Any] | str | Path) -> SourceInfo:
     spec = next((f for f in FAMILIES.values() if model_type in f.model_types), None)
     if spec is None:
         raise ValueError(
-            f"model_type {model_type!r} is not an ALiBi model ropebridge knows (bloom, mpt, falcon with alibi=true, "
-            "baichuan, gpt_refact)")
+            f"model_type {model_type!r} is not an ALiBi model ropebridge knows (bloom, mpt, replit_lm, falcon with "
+            "alibi=true, baichuan, gpt_refact)")
     heads = _checks.positive_int("number of heads", _first(config, spec.heads))
     hidden = _checks.positive_int("hidden size", _first(config, spec.hidden))
     if hidden % heads:
