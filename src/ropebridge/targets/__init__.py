@@ -103,6 +103,13 @@ TARGETS = {t.name: t for t in (
            (_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
             "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}`"),
            blocks=("rmsnorm-gated", "unbiased-layernorm-gated"), rope_form="llama3"),
+    Target("persimmon", "PersimmonForCausalLM", "persimmon", ("ladder", "single", "fixed-base"), True, "block",
+           "layernorm", ("dense_h_to_4h", "dense_4h_to_h"),
+           "transformers 4.x/5.x, SGLang 0.5.23 (with the transformers 5.19 it pins; 5.20+ drops the attribute its "
+           "Persimmon reads)",
+           (_HF.format(versions="", note=" (4.x and 5.x)"),
+            "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}` (transformers 5.19, as SGLang "
+            "0.5.23 pins it)")),
 )}
 
 DEFAULT_TARGET = "gpt-neox"  # of a plan without a source family (a family's own: ``Family.default_target``)

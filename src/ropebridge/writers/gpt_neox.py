@@ -152,9 +152,18 @@ def _qkv_bias(src: SourceModel, i: int, lay: NeoxLayout) -> torch.Tensor:
     return bias.reshape(-1)  # (3 h hd',)
 
 
-def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter) -> None:
-    """Describe every target tensor to ``writer``; each is computed from the source when written, in row (or head)
-    blocks of at most ``checkpoint.tensor_io.BLOCK_BYTES`` of float64, so memory is bounded by a block, not a tensor."""
+# The tensor names of the padded GPT-NeoX block: block i's prefix (``{i}``) and its parts, and the globals. A target
+# with the same block and other names (``persimmon``) passes its own.
+NAMES = {"embed": "gpt_neox.embed_in.weight", "block": "gpt_neox.layers.{i}.", "ln1": "input_layernorm",
+         "ln2": "post_attention_layernorm", "qkv": "attention.query_key_value", "o": "attention.dense",
+         "up": "mlp.dense_h_to_4h", "down": "mlp.dense_4h_to_h", "final": "gpt_neox.final_layer_norm",
+         "head": "embed_out.weight"}
+
+
+def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter, names: Mapping[str, str] = NAMES) -> None:
+    """Describe every target tensor to ``writer`` under ``names`` (``NAMES``); each is computed from the source when
+    written, in row (or head) blocks of at most ``checkpoint.tensor_io.BLOCK_BYTES`` of float64, so memory is
+    bounded by a block, not a tensor."""
     info = src.info
     d, pads, dp, v, h = info.hidden_size, lay.hidden_size - info.hidden_size, lay.hidden_size, info.vocab_size, info.n_heads
     r, hd, f = lay.rotary_dim, info.head_dim, info.intermediate_size
@@ -183,29 +192,30 @@ def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter) -> None:
     def bias(i: int, which: str, padded: bool) -> Producer:
         return single(lambda: _pad_rows_with_mean(src.bias(i, which, WORK), pads) if padded else src.bias(i, which, WORK))
 
-    writer.add("gpt_neox.embed_in.weight", (v, dp), row_blocks(embed_rows, v, 8 * dp))
+    n = names
+    writer.add(n["embed"], (v, dp), row_blocks(embed_rows, v, 8 * dp))
     for i in range(info.n_layers):
-        p = f"gpt_neox.layers.{i}."
+        p = n["block"].format(i=i)
         ln2 = "ln1" if info.parallel else "ln2"  # parallel: both read the same LayerNorm
-        for name, which in (("input_layernorm", "ln1"), ("post_attention_layernorm", ln2)):
+        for name, which in ((n["ln1"], "ln1"), (n["ln2"], ln2)):
             writer.add(p + name + ".weight", (dp,), single(lambda i=i, w=which: _norm(*src.norm(i, w), d, pads)[0]))
             writer.add(p + name + ".bias", (dp,), single(lambda i=i, w=which: _norm(*src.norm(i, w), d, pads)[1]))
         n_qkv = 3 * h * lay.head_dim
         # a block of whole heads: each head's q, k and v rows are contiguous in the target
-        writer.add(p + "attention.query_key_value.weight", (n_qkv, dp),
+        writer.add(p + n["qkv"] + ".weight", (n_qkv, dp),
                    row_blocks(lambda a, b, i=i: _qkv_heads(src, i, lay, a, b, writer.dtype), h, 8 * 3 * lay.head_dim * dp))
-        writer.add(p + "attention.query_key_value.bias", (n_qkv,), single(lambda i=i: _qkv_bias(src, i, lay)))
-        writer.add(p + "attention.dense.weight", (dp, h * lay.head_dim),
+        writer.add(p + n["qkv"] + ".bias", (n_qkv,), single(lambda i=i: _qkv_bias(src, i, lay)))
+        writer.add(p + n["o"] + ".weight", (dp, h * lay.head_dim),
                    mean_padded_rows(lambda a, b, i=i: attn_out_rows(i, a, b), d, pads, h * lay.head_dim))
-        writer.add(p + "attention.dense.bias", (dp,), bias(i, "o", True))
-        writer.add(p + "mlp.dense_h_to_4h.weight", (f, dp), row_blocks(lambda a, b, i=i: up_rows(i, a, b), f, 8 * dp))
-        writer.add(p + "mlp.dense_h_to_4h.bias", (f,), bias(i, "up", False))
-        writer.add(p + "mlp.dense_4h_to_h.weight", (dp, f),
+        writer.add(p + n["o"] + ".bias", (dp,), bias(i, "o", True))
+        writer.add(p + n["up"] + ".weight", (f, dp), row_blocks(lambda a, b, i=i: up_rows(i, a, b), f, 8 * dp))
+        writer.add(p + n["up"] + ".bias", (f,), bias(i, "up", False))
+        writer.add(p + n["down"] + ".weight", (dp, f),
                    mean_padded_rows(lambda a, b, i=i: src.weight(i, "down", WORK, (a, b)), d, pads, f))
-        writer.add(p + "mlp.dense_4h_to_h.bias", (dp,), bias(i, "down", True))
-    writer.add("gpt_neox.final_layer_norm.weight", (dp,), single(lambda: _norm(*src.final_norm(), d, pads)[0]))
-    writer.add("gpt_neox.final_layer_norm.bias", (dp,), single(lambda: _norm(*src.final_norm(), d, pads)[1]))
-    writer.add("embed_out.weight", (v, dp), row_blocks(head_rows, v, 8 * dp))
+        writer.add(p + n["down"] + ".bias", (dp,), bias(i, "down", True))
+    writer.add(n["final"] + ".weight", (dp,), single(lambda: _norm(*src.final_norm(), d, pads)[0]))
+    writer.add(n["final"] + ".bias", (dp,), single(lambda: _norm(*src.final_norm(), d, pads)[1]))
+    writer.add(n["head"], (v, dp), row_blocks(head_rows, v, 8 * dp))
 
 
 def config(src: SourceModel, lay: NeoxLayout, plan: EmulationPlan) -> dict:
