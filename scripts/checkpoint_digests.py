@@ -46,6 +46,11 @@ VARIANTS = (
     ("nemotron-ladder-bf16", "pico:falcon-rw", ["--dtype", "bfloat16", "--target", "nemotron"]),
     ("ladder-r64", "demo:demo", ["--dtype", "bfloat16", "--rotary-dim", "64", "--floor", "40"]),
 )
+LATER_VARIANTS = (  # after the remote-code families (cases are indexed: new ones go last)
+    ("persimmon", "pico:bloom-4heads", ["--dtype", "float32", "--target", "persimmon"]),
+    ("persimmon-ladder-bf16", "pico:mpt", ["--dtype", "bfloat16", "--target", "persimmon"]),
+    ("persimmon-ladder-f16", "pico:falcon-rw", ["--dtype", "float16", "--target", "persimmon"]),
+)
 
 
 def _plan_record(plan: dict) -> dict:
@@ -112,9 +117,11 @@ def cases() -> list[tuple[str, str, list[str]]]:
     for name, spec, flags in VARIANTS:
         window = PICO_WINDOW if spec.startswith("pico") else DEMO_WINDOW
         out.append((f"{spec}/{name}", spec, [*flags, "--window", str(window)]))
-    for family in pico.REMOTE:  # last: a case's output directory is named by its index
+    for family in pico.REMOTE:  # after the others: a case's output directory is named by its index
         for dtype in DTYPES:
             out.append((f"pico:{family}/{dtype}", f"pico:{family}", ["--dtype", dtype, "--window", str(PICO_WINDOW)]))
+    for name, spec, flags in LATER_VARIANTS:
+        out.append((f"{spec}/{name}", spec, [*flags, "--window", str(PICO_WINDOW)]))
     return out
 
 

@@ -76,10 +76,10 @@ REMOTE = {
     # Baichuan2-13B: its vocabulary of 125696 makes the output head a NormHead
     "baichuan2": dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64,
                       vocab_size=125696),
-    # Replit-code-v1-3b's first config (replit_lm, MosaicGPT's keys at the top level), 6 heads of 20
-    "replit": dict(d_model=120, n_heads=6, n_layers=2, vocab_size=320),
     # Refact-1.6B's config keys (configuration_gpt_refact.py), 6 heads of 16: its MLP is 256 wide (2/3 of 4D)
     "refact": dict(n_embd=96, n_head=6, n_layer=2, vocab_size=320),
+    # Replit-code-v1-3b's first config (replit_lm, MosaicGPT's keys at the top level), 6 heads of 20
+    "replit": dict(d_model=120, n_heads=6, n_layers=2, vocab_size=320),
 }
 
 

@@ -1,5 +1,5 @@
-"""Engine parity without a GPU: the llama target's rope as vLLM or SGLang computes it, against ropebridge's plan
-and transformers.
+"""Engine parity without a GPU: the llama and persimmon targets' rope as vLLM or SGLang computes it, against
+ropebridge's plan and transformers.
 
     python benchmarks/engines/engine_rope.py --engine vllm --python ENV/bin/python [--write]
     python benchmarks/engines/engine_rope.py --engine sglang --python ENV/bin/python [--write]
@@ -8,10 +8,13 @@ ENV is a virtual environment outside the repository with the engine (vLLM: ``pyt
 ENV/bin/pip install vllm==0.33.0``, about 9.5 GB with its CUDA build of torch, whose CPU ops run here; SGLang
 0.5.23: its wheel's files on ``PYTHONPATH`` (``--engine-path``) inside that same environment, plus ``ipython``,
 the one module its import chain adds). For each case, a source pico with the real head geometry
-(``tests/pico.build_remote``, one layer: Baichuan's heads of 128, Refact's 64 with one kv head) is converted to
+(``tests/pico.build_remote``, one layer: Baichuan's heads of 128, Refact's 64 with one kv head; BLOOM with its q and k
+biases zeroed, so that the converted q and k biases hold the emulation's constants alone) is converted to
 the ``llama`` target (and BLOOM picos to ``nemotron``'s ladder, which vLLM runs with a model of its own and
-SGLang does not); ``worker_{engine}_rope.py`` (run by ENV's Python) builds the engine's rope from the converted
-config as its ``llama.py`` (``nemotron.py``) does (``get_rope``, ``forward_native``; vLLM under
+SGLang does not, and to ``persimmon``, which SGLang runs and vLLM 0.33 has no model for; SGLang's Persimmon reads
+its config through transformers, so ``--engine-path`` also holds transformers 5.19, the version SGLang 0.5.23
+pins); ``worker_{engine}_rope.py`` (run by ENV's Python) builds the engine's rope from the converted
+config as its ``llama.py`` (``nemotron.py``, ``persimmon.py``) does (``get_rope``, ``forward_native``; vLLM under
 ``custom_ops=['none']``) and rotates the checkpoint's q and k emulation constants at every position of the
 window. Here:
 
@@ -47,9 +50,12 @@ CASES = [  # (family, target, heads, head_dim, dtype, window), the default strat
     ("baichuan", "llama", 8, 128, "bfloat16", 4096), ("baichuan", "llama", 8, 128, "float16", 4096),
     ("baichuan", "llama", 8, 128, "float32", 4096), ("baichuan", "llama", 40, 128, "bfloat16", 4096),
     ("refact", "llama", 32, 64, "bfloat16", 4096), ("bloom", "nemotron", 8, 128, "bfloat16", 4096),
-    ("bloom", "nemotron", 8, 128, "float16", 4096)]  # nemotron's ladder, the form vLLM serves in half precision
+    ("bloom", "nemotron", 8, 128, "float16", 4096),  # nemotron's ladder, the form vLLM serves in half precision
+    # persimmon (the gpt-neox block under Persimmon's names), the LayerNorm families' form SGLang runs natively
+    ("bloom", "persimmon", 8, 128, "bfloat16", 4096), ("bloom", "persimmon", 8, 128, "float16", 4096),
+    ("bloom", "persimmon", 8, 128, "float32", 4096)]
 ENGINES = ("vllm", "sglang")
-NATIVE = {"vllm": ("llama", "nemotron"), "sglang": ("llama",)}  # the targets each engine runs with its own model
+NATIVE = {"vllm": ("llama", "nemotron"), "sglang": ("llama", "persimmon")}  # the targets each engine runs natively
 
 
 def cases(engine: str) -> list[tuple]:
@@ -64,8 +70,15 @@ def results(engine: str) -> Path:
 def _source(family: str, heads: int, head_dim: int, work: Path) -> Path:
     from pico import build, build_remote
 
-    if family == "bloom":
-        return build(work / "src", "bloom-4heads", n_layer=1, hidden_size=heads * head_dim, n_head=heads, vocab_size=64)
+    if family == "bloom":  # its q and k biases zeroed: the converted q and k biases are then the emulation's alone
+        src = build(work / "src", "bloom-4heads", n_layer=1, hidden_size=heads * head_dim, n_head=heads, vocab_size=64)
+        from safetensors.torch import load_file, save_file
+
+        tensors = load_file(src / "model.safetensors")
+        qkv = tensors["transformer.h.0.self_attention.query_key_value.bias"].view(heads, 3, head_dim)  # BLOOM's (h, 3, hd)
+        qkv[:, :2] = 0
+        save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
+        return src
     if family == "refact":
         return build_remote(work / "src", "refact", n_embd=heads * head_dim, n_head=heads, n_layer=1, vocab_size=64)
     return build_remote(work / "src", "baichuan", hidden_size=heads * head_dim, num_attention_heads=heads,
@@ -88,7 +101,8 @@ def case(engine: str, python: str, engine_path: str | None, family: str, target:
     src = _source(family, heads, head_dim, work)
     res = convert(src, work / "dst", PlanRequest(window=window, dtype=dtype, target=target), force=True)
     plan, config = res.plan, json.loads((res.destination / "config.json").read_text())
-    hd, kv = config["head_dim"], config["num_key_value_heads"]
+    hd = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    kv = config.get("num_key_value_heads", config["num_attention_heads"])
     job = {"model": str(res.destination), "dtype": dtype, "positions": list(range(window)), "out": str(work / "v.pt")}
     (work / "job.json").write_text(json.dumps(job))
     env = {**os.environ, "PYTHONPATH": engine_path} if engine_path else None
@@ -100,7 +114,11 @@ def case(engine: str, python: str, engine_path: str | None, family: str, target:
     from safetensors import safe_open
 
     with safe_open(str(next(res.destination.glob("*.safetensors"))), "pt") as f:
-        qb, kb = (f.get_tensor(f"model.layers.0.self_attn.{x}_proj.bias") for x in "qk")
+        if target == "persimmon":  # fused per head: (h, 3, hd')
+            fused = f.get_tensor("model.layers.0.self_attn.query_key_value.bias").view(heads, 3, hd)
+            qb, kb = fused[:, 0].reshape(-1), fused[:, 1].reshape(-1)
+        else:
+            qb, kb = (f.get_tensor(f"model.layers.0.self_attn.{x}_proj.bias") for x in "qk")
     cfg = T.AutoConfig.from_pretrained(res.destination)
     modeling = importlib.import_module(f"transformers.models.{cfg.model_type}.modeling_{cfg.model_type}")
     rotary = getattr(modeling, f"{cfg.model_type.capitalize()}RotaryEmbedding")(cfg)
@@ -112,7 +130,9 @@ def case(engine: str, python: str, engine_path: str | None, family: str, target:
     cos, sin = rotary(torch.zeros(1, dtype=dt), pos)  # (1, s, rotary dims) in the dtype
     q = qb.to(dt).view(1, heads, 1, hd).expand(1, heads, window, hd)
     k = kb.to(dt).view(1, kv, 1, hd).expand(1, kv, window, hd)
-    tq, tk = apply_rotary_pos_emb(q, k, cos, sin)  # (1, h, s, hd), (1, kv, s, hd)
+    r = cos.shape[-1]  # transformers' rotary dims: the whole head, or Persimmon's first int(hd' * factor)
+    tq, tk = apply_rotary_pos_emb(q[..., :r], k[..., :r], cos, sin)  # (1, h, s, r), (1, kv, s, r)
+    tq, tk = torch.cat([tq, q[..., r:]], -1), torch.cat([tk, k[..., r:]], -1)  # (1, h, s, hd), (1, kv, s, hd)
     vq, vk = got["q"].transpose(0, 1), got["k"].transpose(0, 1)  # (h, s, hd), (kv, s, hd)
     rotation_diff = max(float((vq.double() - tq[0].double()).abs().max()), float((vk.double() - tk[0].double()).abs().max()))
     g = torch.Generator().manual_seed(0)
@@ -166,7 +186,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", choices=ENGINES, required=True)
     parser.add_argument("--python", required=True, help="the Python of an environment with the engine")
-    parser.add_argument("--engine-path", help="a directory to put on the worker's PYTHONPATH (SGLang's unpacked wheel)")
+    parser.add_argument("--engine-path", help="the worker's PYTHONPATH (SGLang's unpacked wheel, and transformers 5.19)")
     parser.add_argument("--write", action="store_true", help="store the results in benchmarks/results/ENGINE_rope.json")
     args = parser.parse_args()
     rows = []
