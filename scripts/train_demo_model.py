@@ -12,7 +12,10 @@ Model: transformers' ``BloomForCausalLM`` (a genuine ALiBi checkpoint): 4 layers
 (head dim 32, a non-power-of-two head count), byte-level BPE of 4096 tokens trained with ``tokenizers``,
 trained at context 256 so the demo can show extrapolation to 4x that. Weights are stored in float16.
 ``--family mpt|falcon --tokenizer src/ropebridge/data/demo`` trains the same shape as an MPT or a Falcon-RW
-(alibi) model with the demo's tokenizer, for the fidelity benchmark (``data/demo-mpt``, ``data/demo-falcon``).
+(alibi) model with the demo's tokenizer, for the fidelity benchmark (``data/demo-mpt``, ``data/demo-falcon``);
+``--family baichuan`` a Baichuan-13B-architecture model (``data/demo-baichuan``, MLP 512 wide), which
+transformers cannot build (remote code): ``Baichuan`` below computes what its ``modeling_baichuan.py`` computes
+and saves the published config keys and tensor names.
 """
 
 from __future__ import annotations
@@ -44,6 +47,95 @@ FAMILIES = {
                                                        parallel_attn=False, bias=True, **special),
 }
 HELDOUT_CHARS = 120_000
+BAICHUAN = {"architectures": ["BaichuanForCausalLM"], "model_type": "baichuan", "hidden_act": "silu",
+            "hidden_size": 192, "num_attention_heads": 6, "num_hidden_layers": 4, "intermediate_size": 512,
+            "rms_norm_eps": 1e-6, "initializer_range": 0.02, "model_max_length": 4096, "tie_word_embeddings": False,
+            "use_cache": True, "torch_dtype": "float16"}
+
+
+class _RMSNorm(torch.nn.Module):
+    def __init__(self, d: int, eps: float):
+        super().__init__()
+        self.weight, self.eps = torch.nn.Parameter(torch.ones(d)), eps
+
+    def forward(self, x):  # (b, s, D)
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def _interleave(n: int) -> list[float]:
+    """Press et al.'s slopes as Baichuan's ``_get_interleave`` computes them (start * ratio^i, in Python floats)."""
+    def power_of_2(n: int) -> list[float]:
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start ** i for i in range(n)]
+
+    c = 2 ** math.floor(math.log2(n))
+    return power_of_2(n) if c == n else power_of_2(c) + _interleave(2 * c)[0::2][: n - c]
+
+
+class Baichuan(torch.nn.Module):
+    """Baichuan-13B (``modeling_baichuan.py``), trainable: per layer RMSNorm, ``W_pack`` = [Q | K | V], scores
+    q.k/sqrt(hd) + m*j (j the key position, m Press et al.'s slopes as a float32 tensor), causal softmax,
+    ``o_proj``, RMSNorm, ``down(silu(gate) * up)``; a final RMSNorm and an untied ``lm_head``. Parameter names
+    are the checkpoint's tensor names. ``forward(ids (b, s), labels)`` returns ``.loss`` like transformers."""
+
+    def __init__(self, c: dict):
+        super().__init__()
+        nn, d, f, v = torch.nn, c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+        self.n = c["num_attention_heads"]
+        self.model = nn.Module()
+        self.model.embed_tokens = nn.Embedding(v, d)
+        self.model.layers = nn.ModuleList()
+        for _ in range(c["num_hidden_layers"]):
+            layer = nn.Module()
+            layer.input_layernorm, layer.post_attention_layernorm = (_RMSNorm(d, c["rms_norm_eps"]) for _ in "ab")
+            layer.self_attn, layer.mlp = nn.Module(), nn.Module()
+            layer.self_attn.W_pack, layer.self_attn.o_proj = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+            layer.mlp.gate_proj, layer.mlp.up_proj = (nn.Linear(d, f, bias=False) for _ in "ab")
+            layer.mlp.down_proj = nn.Linear(f, d, bias=False)
+            self.model.layers.append(layer)
+        self.model.norm = _RMSNorm(d, c["rms_norm_eps"])
+        self.lm_head = nn.Linear(d, v, bias=False)
+        for name, p in self.named_parameters():
+            if not name.endswith("layernorm.weight") and name != "model.norm.weight":
+                nn.init.normal_(p, std=c["initializer_range"])
+        self.register_buffer("slopes", torch.tensor(_interleave(self.n), dtype=torch.float32), persistent=False)
+
+    def forward(self, ids, labels=None):
+        from types import SimpleNamespace
+
+        b, s = ids.shape
+        bias = self.slopes[:, None, None] * torch.arange(s, dtype=torch.float32)  # (n, 1, s): m * j
+        bias = bias + torch.full((s, s), float("-inf")).triu(1)  # (n, s, s)
+        x = self.model.embed_tokens(ids)  # (b, s, D)
+        for layer in self.model.layers:
+            qkv = layer.self_attn.W_pack(layer.input_layernorm(x)).view(b, s, 3, self.n, -1)  # (b, s, 3, n, hd)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (b, n, s, hd)
+            ctx = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
+            x = x + layer.self_attn.o_proj(ctx.transpose(1, 2).reshape(b, s, -1))  # (b, s, D)
+            h = layer.post_attention_layernorm(x)
+            x = x + layer.mlp.down_proj(torch.nn.functional.silu(layer.mlp.gate_proj(h)) * layer.mlp.up_proj(h))
+        logits = self.lm_head(self.model.norm(x))  # (b, s, V)
+        loss = None if labels is None else torch.nn.functional.cross_entropy(
+            logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten())
+        return SimpleNamespace(loss=loss, logits=logits)
+
+    def save_pretrained(self, out: Path) -> None:
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, out / "model.safetensors",
+                  metadata={"format": "pt"})
+        config = {**BAICHUAN, "vocab_size": self.lm_head.out_features, **self.special,
+                  "torch_dtype": str(self.lm_head.weight.dtype).removeprefix("torch.")}
+        (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def baichuan_from(out: Path) -> Baichuan:
+    """The saved Baichuan demo model, in float32."""
+    from safetensors.torch import load_file
+
+    model = Baichuan({**BAICHUAN, **json.loads((out / "config.json").read_text())})
+    model.load_state_dict({k: v.float() for k, v in load_file(out / "model.safetensors").items()})
+    return model.eval()
 
 
 def fetch_corpus(work: Path) -> tuple[list[str], list[str], str]:
@@ -113,8 +205,9 @@ def main() -> int:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--family", choices=tuple(FAMILIES), default="bloom",
-                   help="architecture: bloom (the demo), mpt or falcon (Falcon-RW: alibi, sequential, bias)")
+    p.add_argument("--family", choices=(*FAMILIES, "baichuan"), default="bloom",
+                   help="architecture: bloom (the demo), mpt, falcon (Falcon-RW: alibi, sequential, bias) or "
+                        "baichuan (Baichuan-13B)")
     p.add_argument("--tokenizer", help="reuse this directory's tokenizer (the demo's, for mpt/falcon) instead of "
                                        "training one")
     args = p.parse_args()
@@ -134,8 +227,11 @@ def main() -> int:
 
     special = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                    pad_token_id=tokenizer.pad_token_id)
-    config = FAMILIES[args.family](T, len(tokenizer), special)
-    model = T.AutoModelForCausalLM.from_config(config)
+    if args.family == "baichuan":
+        model = Baichuan({**BAICHUAN, "vocab_size": len(tokenizer)})
+        model.special = special
+    else:
+        model = T.AutoModelForCausalLM.from_config(FAMILIES[args.family](T, len(tokenizer), special))
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95))
     warmup = max(1, args.steps // 20)
@@ -185,8 +281,9 @@ def main() -> int:
         "config": {"hidden_size": 192, "n_layer": 4, "n_head": 6, "vocab_size": len(tokenizer)},
         "train_context": args.context, "steps": args.steps, "batch": args.batch, "lr": args.lr,
         "final_val_loss": evaluate(model32, held_ids, args.context),
-        "final_val_loss_float16_weights": evaluate(T.AutoModelForCausalLM.from_pretrained(out).float(), held_ids,
-                                                   args.context),
+        "final_val_loss_float16_weights": evaluate(
+            baichuan_from(out) if args.family == "baichuan" else T.AutoModelForCausalLM.from_pretrained(out).float(),
+            held_ids, args.context),
         "history": history, "seconds": time.time() - t0, "torch": torch.__version__, "transformers": T.__version__,
     }
     (out / "training.json").write_text(json.dumps(record, indent=1))

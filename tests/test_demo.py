@@ -76,7 +76,8 @@ def test_demo_bad_input(capsys, tmp_path):
         assert needle in err and len(err.strip().splitlines()) == 1, (argv, err)
 
 
-@pytest.mark.parametrize("name, family", [("demo", "bloom"), ("demo-mpt", "mpt"), ("demo-falcon", "falcon")])
+@pytest.mark.parametrize("name, family", [("demo", "bloom"), ("demo-mpt", "mpt"), ("demo-falcon", "falcon"),
+                                          ("demo-baichuan", "baichuan")])
 def test_every_real_text_model_ships_and_is_the_family_it_claims(name, family):
     import sys
     from pathlib import Path
@@ -93,5 +94,15 @@ def test_every_real_text_model_ships_and_is_the_family_it_claims(name, family):
     import train_demo_model
     import transformers as T
 
-    config = train_demo_model.FAMILIES[family](T, 4096, {})
-    assert from_config(config.to_dict()).n_heads == from_config(directory).n_heads == 6
+    if family == "baichuan":  # remote code: the script's own module and its config keys
+        config = {**train_demo_model.BAICHUAN, "vocab_size": 4096}
+    else:
+        config = train_demo_model.FAMILIES[family](T, 4096, {}).to_dict()
+    assert from_config(config).n_heads == from_config(directory).n_heads == 6
+
+
+def test_the_demo_refuses_a_family_transformers_cannot_run_in_one_line(capsys):
+    # the demo runs the ALiBi model itself in transformers: Baichuan is remote code, so convert and verify it
+    assert main(["demo", "--model", str(data_dir("demo-baichuan"))]) == 2
+    err = capsys.readouterr().err
+    assert "no baichuan class" in err and len(err.strip().splitlines()) == 1, err

@@ -34,8 +34,9 @@ EVAL_TOKENS = 16384  # held-out tokens scored at every context
 
 
 def data_dir(name: str = "demo") -> Path:
-    """An embedded model's directory (package data): ``demo`` (BLOOM), ``demo-mpt`` or ``demo-falcon``, all
-    trained on the same text with the same tokenizer (``scripts/train_demo_model.py``)."""
+    """An embedded model's directory (package data): ``demo`` (BLOOM), ``demo-mpt``, ``demo-falcon`` or
+    ``demo-baichuan`` (Baichuan-13B's architecture), all trained on the same text with the same tokenizer
+    (``scripts/train_demo_model.py``)."""
     return Path(str(resources.files("ropebridge") / "data" / name))
 
 
@@ -120,6 +121,10 @@ def run_demo(out: str | Path | None = None, *, context: int | None = None, model
     """Plan, convert and verify the embedded model; write ``report.md`` and plots into ``out`` when given."""
     model_dir = Path(model_dir) if model_dir is not None else data_dir()
     record = _check_data(model_dir)
+    family = from_config(model_dir).family
+    if family not in FAMILY_NAMES:
+        raise ValueError(f"the demo runs the ALiBi model in transformers, which has no {family} class (remote code); "
+                         f"convert and verify {model_dir} instead")
     train_context = int(record["train_context"])
     eval_context = 4 * train_context if context is None else _checks.positive_int("context", context)
     if out is not None:

@@ -16,7 +16,7 @@ from ropebridge.convert.verdict import LOGIT_FACTOR
 
 
 def run(directory, ids: torch.Tensor, dtype: str) -> torch.Tensor:
-    model = T.AutoModelForCausalLM.from_pretrained(directory, dtype=DTYPES[dtype]).eval()
+    model = T.AutoModelForCausalLM.from_pretrained(directory, dtype={**DTYPES, "float64": torch.float64}[dtype]).eval()
     assert type(model).__name__ == "LlamaForCausalLM"
     with torch.no_grad():
         return model(ids).logits.double()
@@ -104,3 +104,38 @@ def test_a_shared_k_with_a_split_per_head_is_refused_naming_the_flag(tmp_path):
     assert "\n" not in str(exc.value) and not (tmp_path / "out").exists()
     res = convert(src, tmp_path / "ok", PlanRequest(window=512, dtype="float32", strategy="single", split=4.0))
     assert {h.split for h in res.plan.heads} == {4.0}
+
+
+def test_the_embedded_baichuan_is_its_training_module_and_converts_exactly(tmp_path):
+    # the real-text Baichuan (data/demo-baichuan): the module it was trained as computes what the independent
+    # reading of modeling_baichuan.py computes; its default conversion (llama, float32) is exact as a function
+    # (run in float64: float32's rounding of the stored weights only) and within the plan's tolerance when run
+    # in float32, greedy included
+    import sys
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from ropebridge.demo import data_dir
+
+    src = data_dir("demo-baichuan")
+    text = (src / "heldout.txt").read_text()[:20_000]
+    ids = torch.tensor([AutoTokenizer.from_pretrained(src)(text)["input_ids"][:512]])
+    reading = baichuan_logits(src, ids)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import train_demo_model
+
+    trained = train_demo_model.baichuan_from(src).double()
+    trained.slopes = trained.slopes.double()
+    with torch.no_grad():
+        assert float((trained(ids).logits - reading).abs().max()) <= 1e-9 * float(reading.abs().max())
+    res = convert(src, tmp_path / "llama", PlanRequest(window=2048, dtype="float32"))
+    assert res.target == "llama"
+    as_function = float((run(res.destination, ids, "float64") - reading).abs().max())
+    assert as_function <= 1e-5, as_function  # measured 3.6e-6
+    err = float((run(res.destination, ids, "float32") - reading).abs().max())
+    assert err <= res.plan.tolerance, err  # measured 2.7e-4 (docs/decisions.md: float32 on hd + 2 heads)
+    model = T.AutoModelForCausalLM.from_pretrained(res.destination, dtype=torch.float32).eval()
+    with torch.no_grad():
+        greedy = model.generate(ids[:, :64], max_new_tokens=16, do_sample=False)[0, 64:]
+    assert greedy.tolist() == greedy_continuation(baichuan_logits, src, ids[:, :64], 16)
