@@ -58,10 +58,14 @@ def main() -> int:
                 summary = json.loads(conv.stdout)
                 row.update(window=summary["window"], predicted=summary["worst_predicted_error"])
                 start = time.perf_counter()
+                # a remote-code family is judged against the float64 reference alone, whatever its size
+                reference = ["--reference-max-params", "1e9"] if family in REMOTE else []
                 ver = subprocess.run([sys.executable, "-m", "ropebridge", "verify", str(src), str(dst), "--context",
-                                      str(args.context), "--greedy-tokens", "8", "--json"],
+                                      str(args.context), "--greedy-tokens", "8", "--json", *reference],
                                      capture_output=True, text=True)
                 row.update(verify_exit=ver.returncode, verify_seconds=time.perf_counter() - start)
+                if ver.returncode == 2:
+                    row["refusal"] = (ver.stderr.strip().splitlines() or ["?"])[-1]
                 if ver.returncode in (0, 1):
                     report = json.loads(ver.stdout)
                     row.update(max_abs_logit_diff=report["max_abs_logit_diff"], against=report["thresholds"]["against"],

@@ -3,14 +3,17 @@ reference (``ropebridge.checkpoint.reference``, blockwise attention).
 
     python benchmarks/fidelity.py [--quick] [--models demo,demo-mpt,demo-falcon,mpt,falcon,bloom560m]
                                   [--contexts 512,2048,8192] [--merge]
+    python benchmarks/fidelity.py --models demo-baichuan --merge
 
 For every model, dtype (float32, bfloat16, float16) and context: max |Δlogit| and mean KL(reference || model)
-of the native model (transformers; Falcon: its default SDPA path, which rounds the ALiBi bias to bfloat16)
+of the native model (transformers; Falcon: its default SDPA path, which rounds the ALiBi bias to bfloat16;
+none for a remote-code family such as Baichuan, which transformers cannot build)
 and of the converted model (converted *for that dtype*), their ratio (converted / native: <= 1 means the
 conversion adds no more error than the native model's own rounding), in half precision the **floor** (the
 source model in that dtype with attention and its bias exact, ``reference_hidden(round_to=…)``, as FA2 and
 vLLM add ALiBi in float32) and converted / floor, and, on real text (the demo models: BLOOM, MPT and
-Falcon-RW trained on the same corpus), the perplexity of each. Logits are compared a block of positions at a time (a 560M model's logits at 8K
+Falcon-RW trained on the same corpus), the perplexity of each; on real text at 2048 also whether the converted
+model's greedy continuation (transformers' ``generate``, ``GREEDY_TOKENS`` tokens) is the reference's. Logits are compared a block of positions at a time (a 560M model's logits at 8K
 would take 16 GB). Prints a table and writes benchmarks/results/fidelity.json (or fidelity_quick.json).
 """
 
@@ -35,10 +38,11 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # Every model therefore runs in a child process (an out-of-memory kill costs only that row's native
 # numbers), before the float64 reference is built; those long contexts are in the defaults but slow.
 DEFAULT_CONTEXTS = {"demo": "512,2048,8192,32768", "demo-mpt": "512,2048,8192,32768",
-                    "demo-falcon": "512,2048,8192,32768", "mpt": "512,2048,8192", "falcon": "512,2048,8192",
+                    "demo-falcon": "512,2048,8192,32768", "demo-baichuan": "2048,8192,32768", "mpt": "512,2048,8192", "falcon": "512,2048,8192",
                     "bloom560m": "512,2048,8192", "bloom-hd128": "2048,8192"}
 # Real-text models shipped as package data (scripts/train_demo_model.py --family …): name -> data directory
-TEXT_MODELS = {"demo": "demo", "demo-mpt": "demo-mpt", "demo-falcon": "demo-falcon"}
+TEXT_MODELS = {"demo": "demo", "demo-mpt": "demo-mpt", "demo-falcon": "demo-falcon", "demo-baichuan": "demo-baichuan"}
+GREEDY_CONTEXT, GREEDY_TOKENS = 2048, 32
 CHILD = """
 import sys, torch, transformers as T
 path, dtype, ids_file, out = sys.argv[1:]
@@ -47,6 +51,15 @@ base = getattr(model, "transformer", None) or getattr(model, "gpt_neox", None) o
 with torch.no_grad():
     hidden = base(torch.load(ids_file)[None]).last_hidden_state[0]  # (s, D) in dtype
 torch.save({"hidden": hidden, "head": model.get_output_embeddings().weight.detach()}, out)
+"""
+GREEDY = """
+import sys, torch, transformers as T
+path, dtype, ids_file, out, n = sys.argv[1:]
+model = T.AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
+ids = torch.load(ids_file)[None]
+with torch.no_grad():
+    new = model.generate(ids, max_new_tokens=int(n), do_sample=False, min_new_tokens=int(n))[0, ids.shape[1]:]
+torch.save(new, out)
 """
 
 
@@ -86,21 +99,24 @@ def tokens(name: str, src: Path, n: int) -> torch.Tensor:
 
 
 def convert_for(src: Path, dst: Path, dtype: str, window: int, calibration: Path | None,
-                target: str = "gpt-neox", kernel: str = "any") -> None:
-    """``ropebridge convert`` of SRC for DTYPE, WINDOW, TARGET and KERNEL with the defaults, calibrated on the text
-    file CALIBRATION if given (a plan that misses its tolerance is refused, as for a user)."""
+                target: str | None = None, kernel: str = "any") -> None:
+    """``ropebridge convert`` of SRC for DTYPE, WINDOW, TARGET (None: the family's default) and KERNEL with the
+    defaults, calibrated on the text file CALIBRATION if given (a plan that misses its tolerance is refused, as
+    for a user)."""
     subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--dtype", dtype,
-                    "--window", str(window), "--target", target, "--kernel", kernel, "--json", "--force",
-                    *(["--calibration-text", str(calibration)] if calibration is not None else [])],
+                    "--window", str(window), *(["--target", target] if target else []), "--kernel", kernel,
+                    "--json", "--force", *(["--calibration-text", str(calibration)] if calibration is not None else [])],
                    check=True, capture_output=True)
 
 
-def forward_in_child(path: Path, dtype: str, ids: torch.Tensor, work: Path, script: str = CHILD) -> dict | str:
+def forward_in_child(path: Path, dtype: str, ids: torch.Tensor, work: Path, script: str = CHILD,
+                     *extra: str) -> dict | torch.Tensor | str:
     """Last hidden state (s, D) and output head (V, D), in DTYPE, computed in a child process running SCRIPT
-    (default ``CHILD``); or the reason it failed (an out-of-memory kill included)."""
+    (default ``CHILD``; ``GREEDY``: the greedy continuation, with the token count in EXTRA); or the reason it
+    failed (an out-of-memory kill included)."""
     ids_file, out = work / "ids.pt", work / f"{path.name}-{dtype}.pt"
     torch.save(ids, ids_file)
-    proc = subprocess.run([sys.executable, "-c", script, str(path), dtype, str(ids_file), str(out)],
+    proc = subprocess.run([sys.executable, "-c", script, str(path), dtype, str(ids_file), str(out), *extra],
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         if proc.returncode == -9:
@@ -118,6 +134,8 @@ def compare(name, runs: dict, dtype, ids, ref_hidden, head64) -> dict:
     """RUNS: {"native"|"converted": forward_in_child's result}."""
     out = {}
     hidden, heads = {}, {}
+    if "greedy_identical" in runs:
+        out["greedy_identical"] = runs.pop("greedy_identical")
     for which, res in runs.items():
         if isinstance(res, str):
             out[which] = res
@@ -154,7 +172,20 @@ def compare(name, runs: dict, dtype, ids, ref_hidden, head64) -> dict:
     return out
 
 
+@torch.no_grad()
+def reference_greedy(model, ids: torch.Tensor, n: int) -> torch.Tensor:
+    """The exact float64 reference's greedy continuation ``(n,)`` of ``ids`` ``(s,)``."""
+    from ropebridge.checkpoint.reference import reference_hidden
+
+    head64 = model.head_rows(0, model.info.vocab_size)
+    out = ids
+    for _ in range(n):
+        out = torch.cat([out, (reference_hidden(model, out)[-1] @ head64.T).argmax()[None]])
+    return out[len(ids):]
+
+
 NAMES = {"demo": "demo (BLOOM)", "demo-mpt": "MPT, real text", "demo-falcon": "Falcon-RW, real text",
+         "demo-baichuan": "Baichuan-13B arch., real text",
          "bloom560m": "BLOOM-560M shape", "mpt": "MPT pico", "falcon": "Falcon-RW pico",
          "bloom-hd128": "BLOOM, 16 heads of 128"}
 
@@ -166,11 +197,12 @@ def markdown(rows: list[dict]) -> str:
         return fmt.format(v) if isinstance(v, float) else "—"
 
     out = ["| model | dtype | context | native max err | floor max err | converted max err | converted / native "
-           "| converted / floor | KL converted / native | perplexity native / floor / converted / exact |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "| converted / floor | KL converted / native | perplexity native / floor / converted / exact "
+           "| greedy = exact |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         reason = str(r.get("native", ""))
-        native = (num(r, "native_max_abs_logit_err") if "native_max_abs_logit_err" in r else "out of memory"
+        native = (num(r, "native_max_abs_logit_err") if "native_max_abs_logit_err" in r else "remote code"
+                  if "remote code" in reason else "out of memory"
                   if "memory" in reason or "allocate" in reason else "refused (max_seq_len)" if "size of tensor" in reason else "failed")
         ppl = "" if r.get("reference_ppl") is None else " / ".join(
             num(r, k, "{:.2f}") for k in ("native_ppl", "floor_ppl", "converted_ppl", "reference_ppl"))
@@ -179,18 +211,20 @@ def markdown(rows: list[dict]) -> str:
             label += f", R = {r['rotary_dim']} (--kernel {r['kernel']})"
         out.append(f"| {label} | {r['dtype']} | {r['context']} | {native} | "
                    f"{num(r, 'floor_max_abs_logit_err')} | {num(r, 'converted_max_abs_logit_err')} | "
-                   f"{num(r, 'ratio_max')} | {num(r, 'ratio_floor')} | {num(r, 'ratio_kl')} | {ppl} |")
+                   f"{num(r, 'ratio_max')} | {num(r, 'ratio_floor')} | {num(r, 'ratio_kl')} | {ppl} | "
+                   f"{ {True: 'yes', False: 'no'}.get(r.get('greedy_identical'), '') } |")
     return "\n".join(out)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="demo, mpt and falcon picos at 512 and 2048")
-    p.add_argument("--models", help="comma-separated: demo, demo-mpt, demo-falcon, mpt, falcon, bloom560m")
+    p.add_argument("--models", help="comma-separated: demo, demo-mpt, demo-falcon, demo-baichuan, "
+                                    "mpt, falcon, bloom560m, bloom-hd128")
     p.add_argument("--contexts", help="comma-separated contexts (default: DEFAULT_CONTEXTS per model)")
     p.add_argument("--dtypes", default="float32,bfloat16,float16")
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "ropebridge-bench"))
-    p.add_argument("--target", default="gpt-neox", help="the converted models' target (default gpt-neox)")
+    p.add_argument("--target", help="the converted models' target (default: each family's, as convert chooses)")
     p.add_argument("--kernel", default="any", help="the kernel the head dim is chosen for (default any)")
     p.add_argument("--merge", action="store_true", help="replace only the rows measured now in the results file")
     p.add_argument("--table", action="store_true", help="print the README table of the stored results and exit")
@@ -204,6 +238,7 @@ def main() -> int:
         models = set(args.models.split(",")) if args.models else None
         print(markdown([r for r in rows if r["context"] in contexts and (models is None or r["model"] in models)]))
         return 0
+    from ropebridge.checkpoint.config import FAMILIES
     from ropebridge.checkpoint.model import SourceModel
     from ropebridge.checkpoint.reference import reference_hidden
 
@@ -222,7 +257,7 @@ def main() -> int:
             text = cache / f"calibration-{name}.txt"
             text.write_text(calibration_text(src))
         def converted(dtype):
-            return cache / f"fidelity-{name}-{args.target}-{args.kernel}-{dtype}-{max(contexts)}"
+            return cache / f"fidelity-{name}-{args.target or 'default'}-{args.kernel}-{dtype}-{max(contexts)}"
 
         for dtype in dtypes:  # converted afresh every run: the plan changes with the code
             convert_for(src, converted(dtype), dtype, max(contexts), text if dtype != "float32" else None,
@@ -234,8 +269,20 @@ def main() -> int:
                 runs = {dtype: {} for dtype in dtypes}
                 for which in ("native", "converted"):
                     for dtype in dtypes:
+                        if which == "native" and FAMILIES[model.info.family].attention is None:
+                            runs[dtype][which] = f"remote code: transformers has no {model.info.family} class"
+                            continue
                         path = src if which == "native" else converted(dtype)
                         runs[dtype][which] = forward_in_child(path, dtype, ids, Path(work))
+                greedy = {}
+                if name in TEXT_MODELS and c == GREEDY_CONTEXT:
+                    for dtype in dtypes:
+                        greedy[dtype] = forward_in_child(converted(dtype), dtype, ids, Path(work), GREEDY,
+                                                         str(GREEDY_TOKENS))
+            if greedy:
+                expected = reference_greedy(model, ids, GREEDY_TOKENS)
+                for dtype, got in greedy.items():
+                    runs[dtype]["greedy_identical"] = got if isinstance(got, str) else bool(torch.equal(got, expected))
             ref = reference_hidden(model, ids)
             head64 = model.head_rows(0, model.info.vocab_size)
             for dtype in dtypes:
@@ -243,8 +290,9 @@ def main() -> int:
                     dt = DTYPES[dtype]
                     runs[dtype]["floor"] = {"hidden": reference_hidden(model, ids, round_to=dt),
                                             "head": head64.to(dt).double()}
-                layout = json.loads((converted(dtype) / "ropebridge.json").read_text())["layout"]
-                row = {"model": name, "target": args.target, "kernel": args.kernel, "rotary_dim": layout.get("rotary_dim"),
+                record = json.loads((converted(dtype) / "ropebridge.json").read_text())
+                row = {"model": name, "target": record["target"], "kernel": args.kernel,
+                       "rotary_dim": record["layout"].get("rotary_dim"),
                        "dtype": dtype, "context": c, **compare(name, runs[dtype], dtype, ids, ref, head64)}
                 rows.append(row)
                 print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)

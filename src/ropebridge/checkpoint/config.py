@@ -12,8 +12,9 @@ slope (what the emulation must reproduce in the softmax input) differs (transfor
 - Replit-code-v1-3b as first published (``model_type: replit_lm``, remote code ``replit_lm.py``, MosaicGPT,
   the code MPT grew from): MPT's attention and slopes with its keys at the top level (``alibi``,
   ``alibi_bias_max``, ``mlp_ratio``, ``attn_qk_ln``, ``attn_clip_qkv``, ``softmax_scale``), its older tensor
-  names (``ln_1``, ``mlp.mlp_up``, ``ln_f``), no biases (``no_bias``), the head tied to the embedding. The repository
-  later renamed it to MPT's keys and names, which the MPT row reads.
+  names (``ln_1``, ``mlp.mlp_up``, ``ln_f``), biases as ``no_bias`` says (MosaicGPT's default: false;
+  Replit-code-v1-3b: true), the head tied to the embedding. The repository later renamed it to MPT's keys and
+  names, which the MPT row reads.
 - Baichuan-13B and Baichuan2-13B (``model_type: baichuan``, remote code ``modeling_baichuan.py``): scores =
   q.k/sqrt(hd) + m*j, m Press et al.'s (``_get_interleave``) built as a float32 tensor: we take those float32
   values. RMSNorm, a gated SiLU MLP, no biases. The family's 7B models share the model_type and use RoPE; as
