@@ -80,6 +80,12 @@ REMOTE = {
     "refact": dict(n_embd=96, n_head=6, n_layer=2, vocab_size=320),
     # Replit-code-v1-3b's first config (replit_lm, MosaicGPT's keys at the top level), 6 heads of 20
     "replit": dict(d_model=120, n_heads=6, n_layers=2, vocab_size=320),
+    # Jais-13B's config keys (embeddings_scale, width_scale, scale_qk_dot_by_d), 6 heads of 16, the head tied
+    "jais": dict(n_embd=96, n_head=6, n_layer=2, n_inner=160, vocab_size=320, embeddings_scale=14.6,
+                 width_scale=0.111, scale_qk_dot_by_d=True),
+    # BTLM-3B-8K's and Jais-30B's spelling (mup_*), 4 heads of 24, an untied head
+    "btlm": dict(n_embd=96, n_head=4, n_layer=2, n_inner=192, vocab_size=320, mup_embeddings_scale=14.6,
+                 mup_output_alpha=2.22, mup_width_scale=0.1, mup_scale_qk_dot_by_d=True, tie_word_embeddings=False),
 }
 
 
@@ -133,13 +139,46 @@ def _refact(shape: dict, normal, norm) -> tuple[dict, dict]:
     return config, tensors
 
 
+def _jais(shape: dict, normal, norm) -> tuple[dict, dict]:
+    from oracles import press_reference
+
+    model_type = "btlm" if "mup_width_scale" in shape else "jais"
+    config = {"architectures": ["BTLMLMHeadModel" if model_type == "btlm" else "JAISLMHeadModel"],
+              "model_type": model_type, "position_embedding_type": "alibi", "activation_function": "swiglu",
+              "layer_norm_epsilon": 1e-5, "n_positions": 2048, "scale_attn_weights": True,
+              "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False, "use_cache": True,
+              "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "float32", **shape}
+    d, f, v, n = shape["n_embd"], shape["n_inner"], shape["vocab_size"], shape["n_head"]
+
+    def ln(prefix: str) -> dict:
+        return {prefix + ".weight": norm(d), prefix + ".bias": normal(d) / 2}
+
+    # Conv1D: every block weight stored input x output; relative_pe.slopes as its torch.tensor builds them
+    tensors = {"transformer.wte.weight": normal(v, d), **ln("transformer.ln_f"),
+               "transformer.relative_pe.slopes": torch.tensor(press_reference(n)).unsqueeze(-1)}
+    if not shape.get("tie_word_embeddings", True):
+        tensors["lm_head.weight"] = normal(v, d)
+    for i in range(shape["n_layer"]):
+        p = f"transformer.h.{i}."
+        tensors.update({**ln(p + "ln_1"), **ln(p + "ln_2"),
+                        p + "attn.c_attn.weight": normal(d, 3 * d), p + "attn.c_attn.bias": normal(3 * d),
+                        p + "attn.c_proj.weight": normal(d, d), p + "attn.c_proj.bias": normal(d),
+                        p + "mlp.c_fc.weight": normal(d, f), p + "mlp.c_fc.bias": normal(f),
+                        p + "mlp.c_fc2.weight": normal(d, f), p + "mlp.c_fc2.bias": normal(f),
+                        p + "mlp.c_proj.weight": normal(f, d), p + "mlp.c_proj.bias": normal(d)})
+    return config, tensors
+
+
 def build_remote(directory: Path, family: str, *, seed: int = 0, std: float = 0.2, **overrides) -> Path:
     """Save a random pico of a remote-code family (``REMOTE``): its config.json and model.safetensors with the
     tensor names and shapes of the published modeling code (Baichuan: ``model.layers.i.self_attn.W_pack`` as
     [Q | K | V], RMSNorm weights, gate/up/down, an untied ``lm_head``; Replit (``replit_lm``): MosaicGPT's
     ``ln_1``, ``attn.Wqkv`` [Q | K | V], ``mlp.mlp_up``, LayerNorm weights without bias, the head tied; Refact: ``attn.q``, ``attn.kv`` (one k
     head, then one v), ``mlp.gate_up_proj`` (gate first), LayerNorm weights without bias, ``lm_head`` unless
-    ``tie_word_embeddings``). Norm weights are 1 + 0.1 N(0, 1), the rest N(0, std)."""
+    ``tie_word_embeddings``; Jais and BTLM: GPT-2's ``transformer.h.i`` with every block weight stored input x output
+(``Conv1D``), ``attn.c_attn`` [Q | K | V], ``mlp.c_fc``, ``mlp.c_fc2``, ``mlp.c_proj``, biases everywhere,
+``transformer.relative_pe.slopes``, ``lm_head`` unless tied). Norm weights are 1 + 0.1 N(0, 1), the rest N(0, std).
+Overrides change config keys (``tie_word_embeddings`` false adds an ``lm_head``)."""
     from safetensors.torch import save_file
 
     g = torch.Generator().manual_seed(seed)
@@ -150,7 +189,7 @@ def build_remote(directory: Path, family: str, *, seed: int = 0, std: float = 0.
     def norm(d: int) -> torch.Tensor:
         return 1 + 0.1 * torch.randn(d, generator=g)
 
-    layout = {"refact": _refact, "replit": _replit}.get(family, _baichuan)
+    layout = {"refact": _refact, "replit": _replit, "jais": _jais, "btlm": _jais}.get(family, _baichuan)
     config, tensors = layout({**REMOTE[family], **overrides}, normal, norm)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Independent float64 readings of the remote-code families, written from their published modelling code and
+"""Independent float64 readings of the remote-code families (Baichuan, Refact, Replit, Jais, BTLM), written from their published modelling code and
 nothing of ropebridge's: the cross-check of ``checkpoint.reference`` (and of what a conversion computes) for
 families transformers has no class for.
 
@@ -137,5 +137,46 @@ def replit_logits(directory: Path, ids: torch.Tensor) -> torch.Tensor:
     return model(ids).logits  # (1, s, V)
 
 
+@torch.no_grad()
+def jais_logits(directory: Path, ids: torch.Tensor) -> torch.Tensor:
+    """Logits ``(1, s, V)`` float64 of the Jais or BTLM checkpoint in ``directory`` on ``ids`` ``(1, s)``, read from
+    ``modeling_jais.py`` / ``modeling_btlm.py`` (GPT-2 with muP and ALiBi): ``wte`` times ``embeddings_scale``
+    (``mup_embeddings_scale``); per layer ``ln_1`` (LayerNorm with bias); ``c_attn`` a ``Conv1D`` (x @ W + b, W
+    stored input x output) split into q, k, v; scores q.k / hd^p (p = 1 where ``scale_qk_dot_by_d``, read first,
+    or ``mup_scale_qk_dot_by_d`` is set, else 1/2), plus ``relative_pe``'s bias ``(slopes / -scale) * |j - i|`` with
+    the stored slopes and scale ``alibi_scaling.factor`` (1 without it), ``-inf`` above the diagonal; softmax;
+    ``c_proj``; the residual; ``ln_2``; the MLP ``c_proj(c_fc(h) * silu(c_fc2(h)))``; the residual; ``ln_f``; the
+    head (``lm_head``, or ``wte`` where tied) times ``width_scale`` (else ``mup_output_alpha * mup_width_scale``)."""
+    from safetensors.torch import load_file
+
+    c = json.loads((Path(directory) / "config.json").read_text())
+    w = {k: v.double() for k, v in load_file(Path(directory) / "model.safetensors").items()}
+    n, hidden, eps = c["n_head"], c["n_embd"], c["layer_norm_epsilon"]
+    hd, s = hidden // n, ids.shape[1]
+    by_d = c["scale_qk_dot_by_d"] if "scale_qk_dot_by_d" in c else c.get("mup_scale_qk_dot_by_d", False)
+    scale = (c.get("alibi_scaling") or {}).get("factor", 1.0)
+    out_scale = c["width_scale"] if "width_scale" in c else c.get("mup_output_alpha", 1.0) * c.get("mup_width_scale", 1.0)
+
+    def ln(x: torch.Tensor, prefix: str) -> torch.Tensor:
+        return torch.nn.functional.layer_norm(x, (hidden,), w[prefix + ".weight"], w[prefix + ".bias"], eps)
+
+    def conv1d(x: torch.Tensor, prefix: str) -> torch.Tensor:
+        return x @ w[prefix + ".weight"] + w[prefix + ".bias"]
+
+    pos = torch.arange(s, dtype=torch.float64)
+    alibi = (w["transformer.relative_pe.slopes"] / -scale)[:, :, None] * (pos[None, :] - pos[:, None]).abs()  # (n, s, s)
+    alibi = alibi + torch.full((s, s), float("-inf"), dtype=torch.float64).triu(1)
+    x = w["transformer.wte.weight"][ids[0]] * c.get("embeddings_scale", c.get("mup_embeddings_scale", 1.0))  # (s, D)
+    for i in range(c["n_layer"]):
+        p = f"transformer.h.{i}."
+        q, k, v = (t.view(s, n, hd).transpose(0, 1) for t in conv1d(ln(x, p + "ln_1"), p + "attn.c_attn").split(hidden, -1))
+        scores = q @ k.transpose(1, 2) / hd ** (1.0 if by_d else 0.5) + alibi  # (n, s, s)
+        x = x + conv1d((torch.softmax(scores, -1) @ v).transpose(0, 1).reshape(s, hidden), p + "attn.c_proj")
+        h = ln(x, p + "ln_2")
+        x = x + conv1d(conv1d(h, p + "mlp.c_fc") * torch.nn.functional.silu(conv1d(h, p + "mlp.c_fc2")), p + "mlp.c_proj")
+    head = w.get("lm_head.weight", w["transformer.wte.weight"])
+    return (ln(x, "transformer.ln_f") @ head.T * out_scale)[None]  # (1, s, V)
+
+
 READINGS = {"baichuan": baichuan_logits, "baichuan2": baichuan_logits, "refact": refact_logits,
-            "replit": replit_logits}  # pico name -> reading
+            "replit": replit_logits, "jais": jais_logits, "btlm": jais_logits}  # pico name -> reading

@@ -118,3 +118,42 @@ def test_an_mpt_with_a_learned_position_table_is_refused_by_its_tensor_not_its_c
     with pytest.raises(ValueError, match="transformer.wpe.weight' is a learned position embedding") as exc:
         SourceModel(src)
     assert "\n" not in str(exc.value)
+
+
+def test_a_jais_checkpoint_is_read_through_its_conv1d_tensors_and_stored_slopes(tmp_path):
+    # GPT-2's Conv1D: every block weight stored input x output, read transposed; the stored slopes taken as stored,
+    # after the check against the formula; muP's scales folded into the embedding and head rows
+    from safetensors.torch import load_file
+
+    from pico import build_remote
+
+    src = build_remote(tmp_path / "j", "jais")
+    model = SourceModel(src)
+    tensors = {k: v.double() for k, v in load_file(src / "model.safetensors").items()}
+    p = "transformer.h.1."
+    c_attn = tensors[p + "attn.c_attn.weight"]  # (D, 3D)
+    assert torch.equal(model.qkv_part(1, 1), c_attn[:, 96:192].T.reshape(6, 16, 96))  # [Q | K | V], K's block
+    assert torch.equal(model.weight(1, "gate", rows=(5, 9)), tensors[p + "mlp.c_fc2.weight"][:, 5:9].T)
+    assert torch.equal(model.weight(1, "down"), tensors[p + "mlp.c_proj.weight"].T)
+    assert model.info.slopes == tuple(tensors["transformer.relative_pe.slopes"].reshape(-1).tolist())
+    assert torch.equal(model.embedding_rows(3, 5), tensors["transformer.wte.weight"][3:5] * 14.6)
+    assert torch.equal(model.head_rows(3, 5), tensors["transformer.wte.weight"][3:5] * 0.111)  # tied, times width_scale
+    cases = [("slope", {**tensors, "transformer.relative_pe.slopes": tensors["transformer.relative_pe.slopes"] * 1.01},
+              "holds slope .* for head 0, where ALiBi's formula gives"),
+             ("c_fc", {**tensors, p + "mlp.c_fc.weight": torch.zeros(160, 96)}, "shape [96, 160] .read transposed, as GPT-2.s Conv1D")]
+    _each_refused_in_one_line(src, cases, tmp_path)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_slopes_stored_in_half_precision_are_taken_as_stored(tmp_path, dtype):
+    # a half-precision checkpoint stores the slopes rounded to its dtype, and its code applies those
+    from safetensors.torch import load_file, save_file
+
+    from pico import build_remote
+
+    src = build_remote(tmp_path / "b", "btlm", alibi_scaling={"type": "linear", "factor": 2.0})
+    tensors = load_file(src / "model.safetensors")
+    tensors["transformer.relative_pe.slopes"] = tensors["transformer.relative_pe.slopes"].to(dtype)
+    save_file(tensors, src / "model.safetensors")
+    stored = tensors["transformer.relative_pe.slopes"].double().reshape(-1)
+    assert SourceModel(src).info.slopes == tuple((stored / 2).tolist())

@@ -38,3 +38,20 @@ def test_stored_rows_are_the_largest_stop_and_a_range_outside_is_refused(reader)
     with pytest.raises(ValueError, match="'kv' has 4 rows; its rows 0:8 are read"):
         short.shape("x")
     assert "y" not in ViewReader(view.reader, {"y": (Segment("missing", 0, 1),)})
+
+
+def test_a_transposed_tensor_reads_its_rows_as_the_stored_columns(tmp_path):
+    from ropebridge.checkpoint.views import TransposedReader
+
+    g = torch.Generator().manual_seed(1)
+    stored = {"conv": torch.randn(5, 7, generator=g), "plain": torch.randn(3, 2, generator=g), "bias": torch.randn(7)}
+    save_file(stored, tmp_path / "model.safetensors")
+    reader = TransposedReader(CheckpointReader(tmp_path), ["conv", "bias"])
+    assert reader.shape("conv") == (7, 5) and reader.shape("plain") == (3, 2) and reader.shape("bias") == (7,)
+    assert torch.equal(reader.read("conv"), stored["conv"].double().T)
+    for a, b in [(0, 7), (2, 5), (6, 7), (3, 3)]:
+        assert torch.equal(reader.read("conv", (a, b), torch.float32), stored["conv"][:, a:b].T), (a, b)
+    assert torch.equal(reader.read("plain", (1, 3)), stored["plain"][1:3].double())  # not transposed: as stored
+    assert torch.equal(reader.read("bias"), stored["bias"].double())  # one dim: as stored
+    with pytest.raises(ValueError, match="rows 5:8 of tensor 'conv'"):
+        reader.read("conv", (5, 8))

@@ -30,8 +30,8 @@ def test_a_row_with_an_unknown_convention_is_refused():
 
 
 def test_the_targets_carrying_a_strategy_come_from_the_rows():
-    assert carrying("ladder") == ("gpt-neox", "nemotron", "llama", "persimmon")
-    assert carrying("fixed-base") == ("gpt-neox", "persimmon")  # the rotary block's targets
+    assert carrying("ladder") == ("gpt-neox", "nemotron", "llama", "persimmon", "stablelm")
+    assert carrying("fixed-base") == ("gpt-neox", "persimmon", "stablelm")  # the rotary block's targets
 
 
 def test_the_served_head_dim():

@@ -1,4 +1,4 @@
-"""Source adapters: BLOOM, MPT, Falcon, Baichuan and Refact (ALiBi) checkpoints as one canonical pre-norm
+"""Source adapters: BLOOM, MPT, Falcon, Baichuan, Refact, Jais and BTLM (ALiBi) checkpoints as one canonical pre-norm
 transformer.
 
 Canonical block (float64 tensors), with x the residual stream (D), N a LayerNorm or an RMSNorm
@@ -24,19 +24,25 @@ Per-family facts (transformers 5.x, read from its modelling code):
 - Refact (its ``modeling_gpt_refact.py``): q alone and k, v fused (one kv head), read through ``views`` as the
   multi-query QKV (h query heads, one k, one v, replicated here per head: exact); LayerNorms without bias; the
   MLP down(silu(gate x) * up x) from one fused ``gate_up_proj``; no biases; logits = q.k/sqrt(hd) + m_f32*(j + 1).
+- Jais and BTLM (their ``modeling_jais.py``, ``modeling_btlm.py``): every block weight stored transposed (GPT-2's
+  ``Conv1D``, read through ``views.TransposedReader``), ``c_attn`` as [Q | K | V]; LayerNorms and linears with
+  biases; the MLP c_proj(c_fc x * silu(c_fc2 x)): ``c_fc2`` is the gate; logits = q.k * qk_scale - (m/f)|i - j|
+  with m the stored ``relative_pe.slopes``; muP's embedding and logit scales folded into ``embedding_rows`` and
+  ``head_rows``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .config import SourceInfo, declared_biases, from_config, load_config
+from .config import SourceInfo, declared_biases, family_slopes, from_config, load_config
 from .tensor_io import CheckpointReader
-from .views import ViewReader, stored_rows
+from .views import TransposedReader, ViewReader, stored_rows
 
 
 @dataclass
@@ -75,6 +81,8 @@ def expected_shapes(info: SourceInfo) -> dict[str, tuple[tuple[int, ...], bool]]
     g = info.spec.globals
     out: dict[str, tuple[tuple[int, ...], bool]] = {g["emb"]: ((v, d), True), g["head"]: ((v, d), False),
                                                      g["ln_f"] + ".weight": ((d,), True), g["ln_f"] + ".bias": ((d,), False)}
+    if info.spec.slopes_tensor:
+        out[info.spec.slopes_tensor] = ((info.n_heads, 1), False)
     if info.spec.embedding_norm:
         out[info.spec.embedding_norm + ".weight"] = ((d,), True)
         out[info.spec.embedding_norm + ".bias"] = ((d,), False)
@@ -115,6 +123,9 @@ class SourceModel:
         if not self.info.n_layers or not self.info.vocab_size:
             raise ValueError(f"the {self.info.family} config lacks the layer count or vocab_size")
         self.reader = CheckpointReader(directory)
+        if self.info.spec.transposed:  # GPT-2's Conv1D: block weights stored input x output
+            self.reader = TransposedReader(self.reader, [self._names(i)[k] + ".weight" for i in range(self.info.n_layers)
+                                                         for k in self.linears()])
         if self.info.spec.views is not None:  # its fused tensors, read as the canonical ones
             views = self.info.spec.views
             self.reader = ViewReader(self.reader, {k: v for i in range(self.info.n_layers)
@@ -124,6 +135,27 @@ class SourceModel:
         for name, why in self.info.spec.refused_tensors.items():
             if name in self.reader:
                 raise ValueError(f"tensor {name!r} is {why}: this {self.info.family} model has no stock RoPE form")
+        self._take_stored_slopes()
+
+    def _take_stored_slopes(self) -> None:
+        """The slopes a family stores (``Family.slopes_tensor``: Jais, BTLM) are what its code applies: each is checked
+        against Press et al.'s formula as the family builds it (float32), rounded to the stored dtype, to within one
+        unit in the last place of that dtype, and taken as stored (divided by ``alibi_factor``); a slope further off
+        (trained or edited) is refused, naming the head. Absent, the formula's values stand (the code builds them)."""
+        name = self.info.spec.slopes_tensor
+        if name is None or name not in self.reader:
+            return
+        info, dtype = self.info, self.reader.dtype(name)
+        stored = self.reader.read(name).reshape(-1)  # (h,) float64
+        formula = torch.tensor(family_slopes(info.family, info.n_heads, info.head_dim, info.max_bias),
+                               dtype=torch.float64).to(dtype).to(torch.float64)
+        off = (stored - formula).abs() > torch.finfo(dtype).eps * formula
+        if bool(off.any()):
+            h = int(off.nonzero()[0])
+            raise ValueError(f"tensor {name!r} holds slope {float(stored[h]):.9g} for head {h}, where ALiBi's formula "
+                             f"gives {float(formula[h]):.9g} in {str(dtype)[6:]}: trained or edited slopes are not "
+                             "this family's ALiBi; refusing to convert")
+        self.info = dataclasses.replace(info, slopes=tuple((stored / info.alibi_factor).tolist()))
 
     def _names(self, i: int) -> dict[str, str]:
         return self.info.spec.block(i)
@@ -153,8 +185,10 @@ class SourceModel:
                                  "floating point")
             found = tuple(self.reader.shape(name))
             if found != shape:
-                raise ValueError(f"tensor {name!r} has shape {list(found)}, the {self.info.family} config implies "
-                                 f"{list(shape)} (hidden {self.info.hidden_size}, {self.info.n_heads} heads of "
+                stored = " (read transposed, as GPT-2's Conv1D stores it)" if tuple(found) != tuple(
+                    self.reader.reader.shape(name) if isinstance(self.reader, TransposedReader) else found) else ""
+                raise ValueError(f"tensor {name!r} has shape {list(found)}{stored}, the {self.info.family} config "
+                                 f"implies {list(shape)} (hidden {self.info.hidden_size}, {self.info.n_heads} heads of "
                                  f"{self.info.head_dim}, vocabulary {self.info.vocab_size})")
 
     def _check_biases(self) -> None:
@@ -181,22 +215,26 @@ class SourceModel:
         return w, _zeros_if_missing(self.reader, prefix + ".bias", w.shape)
 
     def embedding_rows(self, start: int, stop: int) -> torch.Tensor:
-        """Input embedding rows ``(rows, D)``, BLOOM's embedding LayerNorm folded in (float64)."""
+        """Input embedding rows ``(rows, D)``, BLOOM's embedding LayerNorm folded in, times ``info.embedding_scale``
+        (muP; 1 for most families), float64."""
         rows = self.reader.read(self._global_names()["emb"], (start, stop))
         if self.info.spec.embedding_norm:
             w, b = self._ln(self.info.spec.embedding_norm)
             rows = torch.nn.functional.layer_norm(rows, (rows.shape[-1],), w, b, self.info.eps)  # float64
-        return rows
+        return rows * self.info.embedding_scale if self.info.embedding_scale != 1 else rows
 
     def head_rows(self, start: int, stop: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """Output head rows ``(rows, D)``: ``lm_head`` if stored, else the tied (raw) embedding; with
-        ``info.head_norm`` each row divided by its length (max(|w|, 1e-12), ``torch.nn.functional.normalize``'s),
-        in float64 and cast once."""
-        g = self._global_names()
+        ``info.head_norm`` each row divided by its length (max(|w|, 1e-12), ``torch.nn.functional.normalize``'s), and
+        times ``info.logit_scale`` (muP's output scale, which multiplies the logits), in float64 and cast once."""
+        g, scale = self._global_names(), self.info.logit_scale
         name = g["head"] if g["head"] in self.reader else g["emb"]
-        if not self.info.head_norm:
+        if not self.info.head_norm and scale == 1:
             return self.reader.read(name, (start, stop), dtype)
-        return torch.nn.functional.normalize(self.reader.read(name, (start, stop)), dim=-1).to(dtype)  # float64
+        rows = self.reader.read(name, (start, stop))  # float64
+        if self.info.head_norm:
+            rows = torch.nn.functional.normalize(rows, dim=-1)
+        return (rows * scale if scale != 1 else rows).to(dtype)
 
     def final_norm(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self._ln(self._global_names()["ln_f"])

@@ -191,6 +191,31 @@ class CheckpointReader:
         data = self._pread(info.file, begin, end, name)
         return _finite(name, torch.frombuffer(data, dtype=info.dtype).reshape(shape).to(dtype))
 
+    def read_columns(self, name: str, cols: tuple[int, int], dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """Columns ``[start, stop)`` of the 2-D tensor ``name`` ``(rows, stop - start)`` in ``dtype``: one read of
+        each row's span (a file opened once), so memory holds those columns only."""
+        full = self.shape(name)
+        if len(full) != 2 or not 0 <= cols[0] <= cols[1] <= full[1]:
+            raise ValueError(f"columns {cols[0]}:{cols[1]} of tensor {name!r} lie outside its {list(full)}")
+        if name in self._bin or cols == (0, full[1]):
+            return self.read(name, dtype=dtype)[:, cols[0]: cols[1]].contiguous()
+        info = self._infos[name]
+        size = torch.empty((), dtype=info.dtype).element_size()
+        width = (cols[1] - cols[0]) * size
+        data = bytearray(full[0] * width)
+        view = memoryview(data)
+        fd = os.open(info.file, os.O_RDONLY)
+        try:
+            for r in range(full[0]):
+                begin = info.begin + (r * full[1] + cols[0]) * size
+                if os.preadv(fd, [view[r * width: (r + 1) * width]], begin) != width:
+                    raise ValueError(f"{info.file} is truncated while reading {name}")
+        finally:
+            os.close(fd)
+        out = torch.frombuffer(data, dtype=info.dtype).reshape(full[0], cols[1] - cols[0]) if data else \
+            torch.empty(full[0], 0, dtype=info.dtype)
+        return _finite(name, out.to(dtype))
+
 
 def _finite(name: str, t: torch.Tensor) -> torch.Tensor:
     """``t``, or ``ValueError`` naming the tensor when it holds NaN or inf (a conversion would copy them)."""

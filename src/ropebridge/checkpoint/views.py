@@ -1,10 +1,14 @@
-"""Canonical tensors a family stores differently: each is a row-wise concatenation of row ranges of stored tensors.
+"""Canonical tensors a family stores differently: a row-wise concatenation of row ranges of stored tensors
+(``ViewReader``), or the transpose of a stored one (``TransposedReader``).
 
 Refact stores q alone and k, v fused (``attn.q``, ``attn.kv``), and the MLP's gate and up fused (``gate_up_proj``,
 gate first); the canonical block reads one fused QKV ``(h + 2) hd`` rows (h query heads, one k, one v) and a gate
 and an up of F rows each. A ``Segment`` names a stored tensor and the rows of it a canonical tensor takes; a
 ``ViewReader`` answers for the canonical names (shape, dtype, rows) and passes every other name to the checkpoint
 itself. ``names`` lists the stored tensors, so a parameter count sees each stored byte once.
+
+GPT-2's ``Conv1D`` (Jais, BTLM) stores a linear layer's weight input x output; a ``TransposedReader`` answers for
+those names with the canonical output x input shape and reads a block of canonical rows as the stored columns.
 """
 
 from __future__ import annotations
@@ -89,6 +93,42 @@ class ViewReader:
         if not parts:
             return torch.zeros(0, *self.shape(name)[1:], dtype=dtype)
         return torch.cat(parts)
+
+    def read_elements(self, name: str, start: int, stop: int) -> torch.Tensor:
+        return self.reader.read_elements(name, start, stop)
+
+
+class TransposedReader:
+    """``reader`` with the 2-D tensors ``names`` read as their transpose ``(out, in)`` (stored ``(in, out)``)."""
+
+    def __init__(self, reader, names):
+        self.reader = reader
+        self.transposed = frozenset(names)
+        self.directory = reader.directory
+        self.files = reader.files
+
+    def names(self) -> list[str]:
+        return self.reader.names()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.reader
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        shape = self.reader.shape(name)
+        return tuple(reversed(shape)) if name in self.transposed and len(shape) == 2 else shape
+
+    def dtype(self, name: str) -> torch.dtype:
+        return self.reader.dtype(name)
+
+    def read(self, name: str, rows: tuple[int, int] | None = None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """Tensor ``name`` (or its canonical rows ``[start, stop)``, the stored columns) in ``dtype``."""
+        if name not in self.transposed or len(self.reader.shape(name)) != 2:
+            return self.reader.read(name, rows, dtype)
+        total = self.shape(name)[0]
+        lo, hi = (0, total) if rows is None else rows
+        if not 0 <= lo <= hi <= total:
+            raise ValueError(f"rows {lo}:{hi} of tensor {name!r} lie outside its {total} rows (stored transposed)")
+        return self.reader.read_columns(name, (lo, hi), dtype).T.contiguous()  # (hi - lo, in)
 
     def read_elements(self, name: str, start: int, stop: int) -> torch.Tensor:
         return self.reader.read_elements(name, start, stop)

@@ -110,6 +110,11 @@ TARGETS = {t.name: t for t in (
            (_HF.format(versions="", note=" (4.x and 5.x)"),
             "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}` (transformers 5.19, as SGLang "
             "0.5.23 pins it)")),
+    Target("stablelm", "StableLmForCausalLM", "stablelm", ("ladder", "single", "fixed-base"), True, "block",
+           "layernorm", ("up_proj", "down_proj"), "transformers 4.x/5.x, vLLM 0.33, SGLang 0.5.23",
+           (_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
+            "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}`"),
+           blocks=("layernorm-gated", "unbiased-layernorm-gated")),
 )}
 
 DEFAULT_TARGET = "gpt-neox"  # of a plan without a source family (a family's own: ``Family.default_target``)

@@ -17,11 +17,12 @@ from ..checkpoint.model import SourceModel
 from ..checkpoint.tensor_io import ShardWriter
 from ..emulation import EmulationPlan
 from ..targets import Target
-from . import gpt_neox, llama, nemotron, persimmon, starcoder2
+from . import gpt_neox, llama, nemotron, persimmon, stablelm, starcoder2
 from .protocol import Writer
 
 WRITERS: dict[str, Writer] = {"gpt-neox": gpt_neox.WRITER, "nemotron": nemotron.WRITER, "starcoder2": starcoder2.WRITER,
-                               "llama": llama.WRITER, "persimmon": persimmon.WRITER}
+                               "llama": llama.WRITER, "persimmon": persimmon.WRITER,
+                               "stablelm": stablelm.WRITER}
 
 
 def writer_for(target: Target) -> Writer:

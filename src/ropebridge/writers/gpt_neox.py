@@ -124,7 +124,9 @@ def mean_padded_rows(read: Callable[[int, int], torch.Tensor], n_real: int, pads
     return gen
 
 
-def _norm(w: torch.Tensor, b: torch.Tensor, d: int, pads: int) -> tuple[torch.Tensor, torch.Tensor]:
+def padded_norm(w: torch.Tensor, b: torch.Tensor, d: int, pads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A LayerNorm's weight and bias ``(D,)`` on the padded stream ``(D + P,)``: gamma * sqrt(D / D') on the real
+    dims (module doc), zero on the pads."""
     g = math.sqrt(d / (d + pads))
     return torch.cat([w * g, w.new_zeros(pads)]), torch.cat([b, b.new_zeros(pads)])
 
@@ -198,8 +200,8 @@ def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter, names: M
         p = n["block"].format(i=i)
         ln2 = "ln1" if info.parallel else "ln2"  # parallel: both read the same LayerNorm
         for name, which in ((n["ln1"], "ln1"), (n["ln2"], ln2)):
-            writer.add(p + name + ".weight", (dp,), single(lambda i=i, w=which: _norm(*src.norm(i, w), d, pads)[0]))
-            writer.add(p + name + ".bias", (dp,), single(lambda i=i, w=which: _norm(*src.norm(i, w), d, pads)[1]))
+            writer.add(p + name + ".weight", (dp,), single(lambda i=i, w=which: padded_norm(*src.norm(i, w), d, pads)[0]))
+            writer.add(p + name + ".bias", (dp,), single(lambda i=i, w=which: padded_norm(*src.norm(i, w), d, pads)[1]))
         n_qkv = 3 * h * lay.head_dim
         # a block of whole heads: each head's q, k and v rows are contiguous in the target
         writer.add(p + n["qkv"] + ".weight", (n_qkv, dp),
@@ -213,8 +215,8 @@ def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter, names: M
         writer.add(p + n["down"] + ".weight", (dp, f),
                    mean_padded_rows(lambda a, b, i=i: src.weight(i, "down", WORK, (a, b)), d, pads, f))
         writer.add(p + n["down"] + ".bias", (dp,), bias(i, "down", True))
-    writer.add(n["final"] + ".weight", (dp,), single(lambda: _norm(*src.final_norm(), d, pads)[0]))
-    writer.add(n["final"] + ".bias", (dp,), single(lambda: _norm(*src.final_norm(), d, pads)[1]))
+    writer.add(n["final"] + ".weight", (dp,), single(lambda: padded_norm(*src.final_norm(), d, pads)[0]))
+    writer.add(n["final"] + ".bias", (dp,), single(lambda: padded_norm(*src.final_norm(), d, pads)[1]))
     writer.add(n["head"], (v, dp), row_blocks(head_rows, v, 8 * dp))
 
 
