@@ -95,3 +95,18 @@ def test_per_head_floors_from_a_file_reproduce_a_plan(bloom, tmp_path, capsys):
     (tmp_path / "bad.json").write_text('{"heads": [{"slope": 1}]}')
     assert main(["plan", "--model", str(bloom), *flags, "--floor", str(tmp_path / "bad.json")]) == 2
     assert "a floor per head" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("family, flags, target", [("jais", [], "stablelm"), ("baichuan", ["--dtype", "bfloat16"], "llama"),
+                                                   ("jais", ["--target", "stablelm", "--dtype", "float16"], "stablelm")])
+def test_a_checkpoints_plan_names_the_target_convert_takes_and_its_engines(tmp_path, capsys, family, flags, target):
+    from pico import build_remote
+
+    from ropebridge.targets import TARGETS
+
+    src = build_remote(tmp_path / family, family)
+    assert main(["plan", "--model", str(src), "--window", "512", *flags]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"target {target} ({TARGETS[target].architecture}): {TARGETS[target].engines}"
+    assert main(["plan", "--heads", "4", "--head-dim", "16", "--window", "512"]) == 0  # no checkpoint: no target line
+    assert "target" not in capsys.readouterr().out
