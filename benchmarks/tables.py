@@ -276,12 +276,27 @@ def engines_ladder() -> str:
     return "\n".join(out) + "\n"
 
 
+def _engine_script_table(script: str, results: str) -> str:
+    """An engine benchmark's own table (``benchmarks/engines/SCRIPT.py``'s ``table``) of its stored rows."""
+    import importlib.util
+
+    path = ROOT / "benchmarks" / "engines" / f"{script}.py"
+    spec = importlib.util.spec_from_file_location(f"_tables_{script}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.table(json.loads((RESULTS / f"{results}.json").read_text())) + "\n"
+
+
 TABLES = {"window-guide": window_guide, "verdicts": verdicts, "verdicts-8k": verdicts_8k,
           "default-shapes": default_shapes,
           "convert-560m": convert_560m, "convert-width": convert_width, "speed-memory": speed_memory,
           "speed-ladder": speed_ladder, "fidelity": fidelity, "arch-floor": arch_floor,
           "rounding-budget": rounding_budget, "rounding-widths": rounding_widths,
-          "engines": engines, "engines-ladder": engines_ladder, "targets-compared": targets_compared}
+          "engines": engines, "engines-ladder": engines_ladder, "targets-compared": targets_compared,
+          "vllm-rope": lambda: _engine_script_table("engine_rope", "vllm_rope"),
+          "sglang-rope": lambda: _engine_script_table("engine_rope", "sglang_rope"),
+          "hf4-llama": lambda: _engine_script_table("hf4_llama", "hf4_llama"),
+          "llamacpp-llama": lambda: _engine_script_table("llamacpp_llama", "llamacpp_llama")}
 
 
 def render(text: str) -> str:

@@ -1,4 +1,5 @@
-"""The serving tables of docs/targets.md: BLOOM-176B, MPT-30B, Falcon-RW-7B, Baichuan2-13B and Refact-1.6B native against their converted
+"""The serving tables of docs/targets.md: BLOOM-176B, MPT-30B, Falcon-RW-7B, Baichuan2-13B, Refact-1.6B, Jais-30B and
+BTLM-3B-8K native against their converted
 checkpoints, from shapes alone (no weights: a header-only checkpoint of each model, ``ropebridge.serving``).
 
     python scripts/serving_table.py           # compute (about 2 minutes: the ladders are planned), print the tables
@@ -32,6 +33,14 @@ MODELS = {
                       "model_max_length": 4096, "tie_word_embeddings": False},
     "Refact-1.6B": {"model_type": "gpt_refact", "n_layer": 32, "n_embd": 2048, "n_head": 32, "n_inner": None,
                     "multi_query": True, "vocab_size": 49216, "layer_norm_epsilon": 1e-5, "n_positions": 4096},
+    "Jais-30B": {"model_type": "jais", "n_layer": 48, "n_embd": 7168, "n_head": 56, "n_inner": 19114, "vocab_size": 84992,
+                 "position_embedding_type": "alibi", "activation_function": "swiglu", "mup_embeddings_scale": 14.6,
+                 "mup_output_alpha": 2.22, "mup_width_scale": 0.03571428571428571, "mup_scale_qk_dot_by_d": True,
+                 "n_positions": 8192},
+    "BTLM-3B-8K": {"model_type": "btlm", "n_layer": 32, "n_embd": 2560, "n_head": 32, "n_inner": 6826,
+                   "vocab_size": 50257, "position_embedding_type": "alibi", "activation_function": "swiglu",
+                   "mup_embeddings_scale": 14.6, "mup_output_alpha": 2.22, "mup_width_scale": 0.1,
+                   "mup_scale_qk_dot_by_d": True, "n_positions": 8192},
 }
 WINDOW, DTYPE = 8192, "bfloat16"  # the ladder planned for an 8K window in bfloat16
 GPUS, GPU_BYTES, UTILIZATION = 8, 80 * 2**30, 0.9  # 8 x H100 80 GB, vLLM's default gpu_memory_utilization
@@ -40,7 +49,8 @@ VARIANTS = {"gpt-neox": {}, "nemotron": {"target": "nemotron"}}  # column: the r
 COLUMNS = {"BLOOM-176B": {"gpt-neox, --rotary-dim 16": {"rotary_dim": 16}, **VARIANTS,  # also R = 16 and R = 64
                           "nemotron, --kernel fa3": {"target": "nemotron", "kernel": "fa3"}},
            "Baichuan2-13B": {"llama": {}, "llama, --kernel fa3": {"kernel": "fa3"}},  # its one target
-           "Refact-1.6B": {"llama": {}, "llama, --kernel fa3": {"kernel": "fa3"}}}
+           "Refact-1.6B": {"llama": {}, "llama, --kernel fa3": {"kernel": "fa3"}},
+           "Jais-30B": {"stablelm": {}}, "BTLM-3B-8K": {"stablelm": {}}}  # R = 16 misses bfloat16's tolerance at 8K
 
 
 def columns(name: str, work: Path) -> list[tuple[str, Geometry, int]]:

@@ -144,3 +144,33 @@ def test_refact_is_shaped_by_its_stored_tensors(tmp_path):
         names = json.loads(f_.read(struct.unpack("<Q", f_.read(8))[0]))
     assert {"transformer.h.31.attn.kv.weight", "transformer.h.0.mlp.gate_up_proj.weight", "ln_f.weight"} <= set(names)
     assert not any("attn.qkv" in n or "mlp.gate." in n for n in names)
+
+
+def test_jais_is_shaped_by_its_conv1d_tensors_and_its_biases(tmp_path):
+    # GPT-2's Conv1D stores each block weight input x output; every linear has a bias; the head is tied: the
+    # conversion's MLP grows by the bias unit to the next multiple of 128, which the header's biases ask for
+    import struct
+
+    config = _serving_table().MODELS["Jais-30B"]
+    d, f, v, layers = 7168, 19114, 84992, 48
+    per_layer = 4 * d + (3 * d * d + 3 * d) + (d * d + d) + 2 * (d * f + f) + (f * d + d)  # LNs, c_attn, c_proj, MLP
+    assert shape_only_checkpoint(config, tmp_path / "j") == v * d + layers * per_layer + 2 * d
+    with open(tmp_path / "j" / "model.safetensors", "rb") as f_:
+        names = json.loads(f_.read(struct.unpack("<Q", f_.read(8))[0]))
+    assert names["transformer.h.0.attn.c_attn.weight"]["shape"] == [d, 3 * d] and "lm_head.weight" not in names
+    _, converted = converted_checkpoint(tmp_path / "j", PlanRequest(window=8192, dtype="bfloat16"))
+    assert converted["architectures"] == ["StableLmForCausalLM"] and converted["intermediate_size"] == 19200
+
+
+@pytest.mark.parametrize("family", ["jais", "btlm"])
+def test_counts_from_shapes_are_what_convert_stores_for_a_remote_code_family(family, tmp_path):
+    from pico import build_remote
+
+    src = build_remote(tmp_path / "src", family)
+    config = json.loads((src / "config.json").read_text())
+    slopes = config["n_head"]  # the stored slopes are not parameters a shape-only checkpoint holds
+    assert shape_only_checkpoint(config, tmp_path / "shapes") == stored_params(src) - slopes
+    request = PlanRequest(window=128, dtype="bfloat16")
+    params, predicted_config = converted_checkpoint(tmp_path / "shapes", request)
+    dst = convert(src, tmp_path / "dst", request).destination
+    assert params == stored_params(dst) and predicted_config == json.loads((dst / "config.json").read_text())

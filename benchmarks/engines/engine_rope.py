@@ -1,5 +1,5 @@
-"""Engine parity without a GPU: the llama and persimmon targets' rope as vLLM or SGLang computes it, against
-ropebridge's plan and transformers.
+"""Engine parity without a GPU: the llama, persimmon and stablelm targets' rope as vLLM or SGLang computes it,
+against ropebridge's plan and transformers.
 
     python benchmarks/engines/engine_rope.py --engine vllm --python ENV/bin/python [--write]
     python benchmarks/engines/engine_rope.py --engine sglang --python ENV/bin/python [--write]
@@ -11,7 +11,8 @@ the one module its import chain adds). For each case, a source pico with the rea
 (``tests/pico.build_remote``, one layer: Baichuan's heads of 128, Refact's 64 with one kv head; BLOOM with its q and k
 biases zeroed, so that the converted q and k biases hold the emulation's constants alone) is converted to
 the ``llama`` target (and BLOOM picos to ``nemotron``'s ladder, which vLLM runs with a model of its own and
-SGLang does not, and to ``persimmon``, which SGLang runs and vLLM 0.33 has no model for; SGLang's Persimmon reads
+SGLang does not, and to ``persimmon``, which SGLang runs and vLLM 0.33 has no model for; Jais and BTLM picos, their
+q and k biases zeroed likewise, to ``stablelm``, which both run; SGLang's Persimmon reads
 its config through transformers, so ``--engine-path`` also holds transformers 5.19, the version SGLang 0.5.23
 pins); ``worker_{engine}_rope.py`` (run by ENV's Python) builds the engine's rope from the converted
 config as its ``llama.py`` (``nemotron.py``, ``persimmon.py``) does (``get_rope``, ``forward_native``; vLLM under
@@ -53,9 +54,14 @@ CASES = [  # (family, target, heads, head_dim, dtype, window), the default strat
     ("bloom", "nemotron", 8, 128, "float16", 4096),  # nemotron's ladder, the form vLLM serves in half precision
     # persimmon (the gpt-neox block under Persimmon's names), the LayerNorm families' form SGLang runs natively
     ("bloom", "persimmon", 8, 128, "bfloat16", 4096), ("bloom", "persimmon", 8, 128, "float16", 4096),
-    ("bloom", "persimmon", 8, 128, "float32", 4096)]
+    ("bloom", "persimmon", 8, 128, "float32", 4096),
+    # stablelm (the gpt-neox block with StableLM's separate q, k, v), the form Jais and BTLM take, on Jais-13B's
+    # heads of 128, and on BTLM-3B's 80 (32 heads)
+    ("jais", "stablelm", 8, 128, "bfloat16", 4096), ("jais", "stablelm", 8, 128, "float16", 4096),
+    ("jais", "stablelm", 8, 128, "float32", 4096), ("btlm", "stablelm", 32, 80, "bfloat16", 4096)]
 ENGINES = ("vllm", "sglang")
-NATIVE = {"vllm": ("llama", "nemotron"), "sglang": ("llama", "persimmon")}  # the targets each engine runs natively
+NATIVE = {"vllm": ("llama", "nemotron", "stablelm"), "sglang": ("llama", "persimmon", "stablelm")}  # run natively
+ROTARY_CLASSES = {"stablelm": "StableLmRotaryEmbedding"}  # transformers' class where it is not the capitalised type
 
 
 def cases(engine: str) -> list[tuple]:
@@ -77,6 +83,15 @@ def _source(family: str, heads: int, head_dim: int, work: Path) -> Path:
         tensors = load_file(src / "model.safetensors")
         qkv = tensors["transformer.h.0.self_attention.query_key_value.bias"].view(heads, 3, head_dim)  # BLOOM's (h, 3, hd)
         qkv[:, :2] = 0
+        save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
+        return src
+    if family in ("jais", "btlm"):  # its q and k biases zeroed (c_attn's first two thirds), as BLOOM's
+        src = build_remote(work / "src", family, n_embd=heads * head_dim, n_head=heads, n_layer=1, n_inner=64,
+                           vocab_size=64)
+        from safetensors.torch import load_file, save_file
+
+        tensors = load_file(src / "model.safetensors")
+        tensors["transformer.h.0.attn.c_attn.bias"][: 2 * heads * head_dim] = 0
         save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
         return src
     if family == "refact":
@@ -121,7 +136,7 @@ def case(engine: str, python: str, engine_path: str | None, family: str, target:
             qb, kb = (f.get_tensor(f"model.layers.0.self_attn.{x}_proj.bias") for x in "qk")
     cfg = T.AutoConfig.from_pretrained(res.destination)
     modeling = importlib.import_module(f"transformers.models.{cfg.model_type}.modeling_{cfg.model_type}")
-    rotary = getattr(modeling, f"{cfg.model_type.capitalize()}RotaryEmbedding")(cfg)
+    rotary = getattr(modeling, ROTARY_CLASSES.get(cfg.model_type, f"{cfg.model_type.capitalize()}RotaryEmbedding"))(cfg)
     apply_rotary_pos_emb = modeling.apply_rotary_pos_emb
     # the frequencies the plan was fitted at: the llama3 rope it states, or the float32 block at its base
     planned = (llama_rope.inv_freq_float32(hd, plan.rope_parameters) if plan.rope_parameters is not None
@@ -187,10 +202,14 @@ def main() -> int:
     parser.add_argument("--engine", choices=ENGINES, required=True)
     parser.add_argument("--python", required=True, help="the Python of an environment with the engine")
     parser.add_argument("--engine-path", help="the worker's PYTHONPATH (SGLang's unpacked wheel, and transformers 5.19)")
+    parser.add_argument("--targets", help="comma-separated targets to run (default: every one the engine runs natively)")
     parser.add_argument("--write", action="store_true", help="store the results in benchmarks/results/ENGINE_rope.json")
     args = parser.parse_args()
     rows = []
+    chosen = None if args.targets is None else set(args.targets.split(","))
     for family, target, heads, head_dim, dtype, window in cases(args.engine):
+        if chosen is not None and target not in chosen:
+            continue
         with tempfile.TemporaryDirectory() as work:
             rows.append(case(args.engine, args.python, args.engine_path, family, target, heads, head_dim, dtype,
                              window, Path(work)))

@@ -4,7 +4,8 @@
 rope_theta, rope_scaling)``), or its ``persimmon.py`` from the transformers config object (``get_rope(head_dim,
 rotary_dim=head_dim, max_position_embeddings, rope_parameters["rope_theta"],
 partial_rotary_factor=config.partial_rotary_factor)``, head dim hidden / heads: with transformers 5.19, as SGLang
-0.5.23 pins it, on ``PYTHONPATH`` too), rotated by its PyTorch-native path ``forward_native`` on the CPU, applied
+0.5.23 pins it, on ``PYTHONPATH`` too), or its ``stablelm.py`` likewise (``get_rope(head_dim, rotary_dim=int(head_dim *
+rope_pct))``, ``rope_pct`` read before ``partial_rotary_factor``), rotated by its PyTorch-native path ``forward_native`` on the CPU, applied
 to the checkpoint's own q and k emulation constants (``_rope_job``).
 
     PYTHONPATH=SGLANG_WHEEL_DIR[:TRANSFORMERS_5_19_DIR] python worker_sglang_rope.py run JOB.json
@@ -22,6 +23,8 @@ def run(job_path: str) -> int:
     config = job["config"]
     if config["model_type"] == "persimmon":
         rope = persimmon_rope(job)
+    elif config["model_type"] == "stablelm":
+        rope = stablelm_rope(job)
     else:
         rope = llama_rope(job)
     q_rot, k_rot = rope.forward_native(job["positions"], job["q"], job["k"])
@@ -44,6 +47,18 @@ def persimmon_rope(job: dict):
     return get_rope(head_dim, rotary_dim=head_dim, max_position=config.max_position_embeddings,
                     base=config.rope_parameters["rope_theta"], partial_rotary_factor=config.partial_rotary_factor,
                     dtype=job["dtype"])
+
+
+def stablelm_rope(job: dict):
+    """``StablelmAttention``'s rope, from the config object as SGLang's model receives it: rotary dims
+    ``int(head_dim * rope_pct)``, ``rope_pct`` falling back to ``partial_rotary_factor`` and then 1."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(job["model"])
+    head_dim = config.hidden_size // config.num_attention_heads
+    rope_pct = getattr(config, "rope_pct", getattr(config, "partial_rotary_factor", 1))
+    return get_rope(head_dim, rotary_dim=int(head_dim * rope_pct), max_position=config.max_position_embeddings,
+                    base=config.rope_parameters["rope_theta"], dtype=job["dtype"])
 
 
 def llama_rope(job: dict):

@@ -1,5 +1,6 @@
 """Runs inside a vLLM environment (never ropebridge's): a converted checkpoint's rope as vLLM builds it from the
-config (``get_rope``, the PyTorch-native path ``forward_native``, on the CPU), applied to the checkpoint's own q
+config as its ``llama.py``, ``nemotron.py`` and ``stablelm.py`` do (``get_rope`` of the head size, hidden / heads
+where the config states none, and ``rope_parameters``, which carries ``partial_rotary_factor``; the PyTorch-native path ``forward_native``, on the CPU), applied to the checkpoint's own q
 and k emulation constants (``_rope_job``).
 
     python worker_vllm_rope.py run JOB.json
@@ -18,7 +19,8 @@ def run(job_path: str) -> int:
     config = job["config"]
     current = VllmConfig(compilation_config=CompilationConfig(custom_ops=["none"]), device_config=DeviceConfig(device="cpu"))
     with set_current_vllm_config(current):
-        rope = get_rope(config["head_dim"], int(job["positions"].max()) + 1, is_neox_style=True,
+        # llama.py, nemotron.py and stablelm.py: get_rope(head size, max position, rope_parameters)
+        rope = get_rope(_rope_job.head_dim(config), int(job["positions"].max()) + 1, is_neox_style=True,
                         rope_parameters=config.get("rope_parameters"), dtype=job["dtype"])
         q_rot, k_rot = rope.forward_native(job["positions"], job["q"], job["k"])
     _rope_job.save(job, rope, q_rot, k_rot, rope._compute_inv_freq(rope.base), vllm.__version__)

@@ -80,21 +80,25 @@ class Geometry:
 def shape_only_checkpoint(config: Mapping[str, Any], directory: str | Path) -> int:
     """Write ``config`` and a bfloat16 ``model.safetensors`` holding only a header into DIRECTORY: every
     parameter of transformers' model for ``config`` (built on the meta device; a tied head once), or, for a family
-    transformers has no class for (Baichuan), every tensor its published code holds (``checkpoint.model
-    .expected_shapes``: the required ones and the untied head), with the file extended to its full size as a hole
-    (sparse: no data is written or read). Returns the parameter count."""
+    transformers has no class for (Baichuan, Refact, Jais), every tensor its published code holds as it stores them
+    (``checkpoint.model.stored_shapes``: the required ones, the biases it declares, and the head unless tied; not Jais' slopes, which a
+    hole would give as zeros), with the file extended to its full size as a hole (sparse: no data is written or
+    read). Returns the parameter count."""
     import torch
     import transformers as T
 
-    from .checkpoint.config import from_config
-    from .checkpoint.model import expected_shapes
+    from .checkpoint.config import declared_biases, from_config
+    from .checkpoint.model import stored_shapes
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     info = from_config(config)
     if info.spec.attention is None:  # remote code: the tensors of its layout
-        head = info.spec.globals["head"]
-        shapes = {n: shape for n, (shape, required) in expected_shapes(info).items() if required or n == head}
+        tied = config.get("tie_word_embeddings", info.spec.tied_by_default)
+        head = None if tied else info.spec.globals["head"]
+        biases = declared_biases(info.family, config)[1]  # the biases its code builds
+        shapes = {n: shape for n, (shape, required) in stored_shapes(info).items()
+                  if required or n == head or (biases and n.endswith(".bias"))}
         (directory / "config.json").write_text(json.dumps(dict(config), indent=2))
     else:
         cfg = T.AutoConfig.for_model(**config)

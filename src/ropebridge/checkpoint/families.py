@@ -68,7 +68,8 @@ class Family:
     ((info, block i) -> the canonical tensors it stores fused, ``checkpoint.views``; None: it stores them as
     they are read) and ``refused_tensors`` (a tensor whose presence means a variant without a stock RoPE form,
     with why), ``transposed`` (block weights stored input x output, GPT-2's Conv1D) and ``slopes_tensor`` (the
-    tensor holding the slopes the family's code applies, checked against the formula and taken as stored).
+    tensor holding the slopes the family's code applies, checked against the formula and taken as stored) and
+    ``tied_by_default`` (GPT-2's configs tie the head unless ``tie_word_embeddings`` says otherwise).
     ``attention`` None: transformers has no class for the family (remote code)."""
 
     name: str
@@ -90,6 +91,7 @@ class Family:
     views: Callable[[Any, int], dict[str, tuple[Segment, ...]]] | None = None
     transposed: bool = False  # block weights stored input x output (GPT-2's Conv1D), read transposed
     slopes_tensor: str | None = None  # the stored ALiBi slopes ``(h, 1)`` the family's code applies
+    tied_by_default: bool = False  # the head tied to the embedding where the config has no tie_word_embeddings
     refused_tensors: Mapping[str, str] = field(default_factory=dict)  # a tensor whose presence is refused -> why
 
 
@@ -316,7 +318,8 @@ FAMILIES = {f.name: f for f in (
              ("n_layer", "num_hidden_layers"), _jais, _gpt2_names,
              {"emb": "transformer.wte.weight", "ln_f": "transformer.ln_f", "head": "lm_head.weight"}, "blocks", None,
              biases=lambda c: ("", True, True), per_logit=_float32_per_logit, default_target="stablelm",
-             transposed=True, slopes_tensor="transformer.relative_pe.slopes") for name in ("jais", "btlm")),
+             transposed=True, slopes_tensor="transformer.relative_pe.slopes", tied_by_default=True)
+      for name in ("jais", "btlm")),
 )}
 
 

@@ -108,6 +108,20 @@ def expected_shapes(info: SourceInfo) -> dict[str, tuple[tuple[int, ...], bool]]
     return out
 
 
+def transposed_names(info: SourceInfo) -> list[str]:
+    """The block weights a family stores input x output (``Family.transposed``: GPT-2's Conv1D), else none."""
+    if not info.spec.transposed:
+        return []
+    linears = ("qkv", "o", "up", "down") + (("gate",) if info.gated else ())
+    return [info.spec.block(i)[k] + ".weight" for i in range(info.n_layers) for k in linears]
+
+
+def stored_shapes(info: SourceInfo) -> dict[str, tuple[tuple[int, ...], bool]]:
+    """``expected_shapes`` as the checkpoint stores them: a transposed family's block weights input x output."""
+    flip = set(transposed_names(info))
+    return {n: (tuple(reversed(s)) if n in flip else s, required) for n, (s, required) in expected_shapes(info).items()}
+
+
 def _zeros_if_missing(reader: CheckpointReader, name: str, shape: tuple[int, ...]) -> torch.Tensor:
     return reader.read(name) if name in reader else torch.zeros(shape, dtype=torch.float64)
 
@@ -124,8 +138,7 @@ class SourceModel:
             raise ValueError(f"the {self.info.family} config lacks the layer count or vocab_size")
         self.reader = CheckpointReader(directory)
         if self.info.spec.transposed:  # GPT-2's Conv1D: block weights stored input x output
-            self.reader = TransposedReader(self.reader, [self._names(i)[k] + ".weight" for i in range(self.info.n_layers)
-                                                         for k in self.linears()])
+            self.reader = TransposedReader(self.reader, transposed_names(self.info))
         if self.info.spec.views is not None:  # its fused tensors, read as the canonical ones
             views = self.info.spec.views
             self.reader = ViewReader(self.reader, {k: v for i in range(self.info.n_layers)

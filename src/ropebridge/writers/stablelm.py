@@ -15,9 +15,10 @@ Its LayerNorms have a bias, its q, k, v have biases (``use_qkv_bias``); its outp
   1 and no weight, so the attention output there is sum_j p_j = 1 to the dtype's rounding of a sum of
   probabilities; the output projection's column for it is the source's output bias.
 - **a bias unit**: one extra MLP unit with gate 64 and up 1/64 on c: silu(64) * 1/64 = 1 exactly in float32,
-  bfloat16 and float16 (sigmoid(64) rounds to 1), so its down column is the source's down bias. The width grows by
-  the largest power of two up to 128 dividing F (F' = F + g; the extra units beyond the first are zero), which keeps
-  every tensor-parallel split of F. Only where the source has the biases.
+  bfloat16 and float16 (sigmoid(64) rounds to 1), so its down column is the source's down bias. The width becomes
+  the next multiple of 128 above F (the units after the first are zero), so tensor parallelism up to 128 ways
+  splits it even where it could not split F (Jais-30B's 19114 becomes 19200). Only where the source has the
+  biases.
 
 vLLM 0.33's and SGLang 0.5.23's StableLM fix the MLP's activation to SiLU and the residual to sequential: a source
 with another activation or a parallel residual is refused.
@@ -38,6 +39,7 @@ from .gpt_neox import WORK, NeoxLayout
 from .protocol import Writer
 
 UNIT_GATE = 64.0  # the bias unit's gate; silu(64) = 64 in float32/16 and bfloat16, and its up is 1/64
+UNIT_ALIGN = 128  # with the bias unit, the MLP width is the next multiple of this above F
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ def layout(src: SourceModel, plan: EmulationPlan, target: Target) -> StableLmLay
                          f"{info.activation}")
     unit = _has_bias(src, "down")
     f = info.intermediate_size
-    return StableLmLayout(gpt_neox.layout(src, plan, target), f + (min(128, f & -f) if unit else 0), unit,
+    return StableLmLayout(gpt_neox.layout(src, plan, target), f + (UNIT_ALIGN - f % UNIT_ALIGN if unit else 0), unit,
                           _has_bias(src, "o"))
 
 
