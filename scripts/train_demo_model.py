@@ -15,7 +15,9 @@ trained at context 256 so the demo can show extrapolation to 4x that. Weights ar
 (alibi) model with the demo's tokenizer, for the fidelity benchmark (``data/demo-mpt``, ``data/demo-falcon``);
 ``--family baichuan`` a Baichuan-13B-architecture model (``data/demo-baichuan``, MLP 512 wide), which
 transformers cannot build (remote code): ``Baichuan`` below computes what its ``modeling_baichuan.py`` computes
-and saves the published config keys and tensor names.
+and saves the published config keys and tensor names; ``--family jais`` likewise a Jais-architecture model
+(``data/demo-jais``: ``Jais`` below, ``modeling_jais.py``'s function with its muP scales, Conv1D tensors and
+stored slopes).
 """
 
 from __future__ import annotations
@@ -129,11 +131,93 @@ class Baichuan(torch.nn.Module):
         (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
-def baichuan_from(out: Path) -> Baichuan:
-    """The saved Baichuan demo model, in float32."""
+JAIS = {"architectures": ["JAISLMHeadModel"], "model_type": "jais", "position_embedding_type": "alibi",
+        "activation_function": "swiglu", "n_embd": 192, "n_head": 6, "n_layer": 4, "n_inner": 512,
+        "layer_norm_epsilon": 1e-5, "n_positions": 32768, "scale_attn_weights": True, "mup_embeddings_scale": 14.6,
+        "mup_output_alpha": 2.22, "mup_width_scale": 0.25, "mup_scale_qk_dot_by_d": True, "alibi_scaling": None,
+        "tie_word_embeddings": True, "initializer_range": 0.02, "use_cache": True, "torch_dtype": "float16"}
+
+
+class _Conv1D(torch.nn.Module):
+    """GPT-2's Conv1D: ``x @ weight + bias``, the weight stored input x output."""
+
+    def __init__(self, n_in: int, n_out: int, std: float):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(n_in, n_out) * std)
+        self.bias = torch.nn.Parameter(torch.zeros(n_out))
+
+    def forward(self, x):  # (..., in) -> (..., out)
+        return x @ self.weight + self.bias
+
+
+class Jais(torch.nn.Module):
+    """Jais (``modeling_jais.py``, the Jais family's mup_* keys), trainable: the embedding times
+    ``mup_embeddings_scale``; per layer LayerNorm, ``c_attn`` = [Q | K | V], scores q.k/hd (``mup_scale_qk_dot_by_d``)
+    - m|i - j| with m ``relative_pe.slopes`` (a stored, frozen parameter), causal softmax, ``c_proj``, LayerNorm,
+    ``c_proj(c_fc(h) * silu(c_fc2(h)))``, every linear with a bias; a final LayerNorm and the head tied to the
+    embedding, the logits times ``mup_output_alpha * mup_width_scale``. Parameter names are the checkpoint's."""
+
+    def __init__(self, c: dict):
+        super().__init__()
+        nn, d, f, v, std = torch.nn, c["n_embd"], c["n_inner"], c["vocab_size"], c["initializer_range"]
+        self.n, self.c = c["n_head"], c
+        self.transformer = nn.Module()
+        self.transformer.wte = nn.Embedding(v, d)
+        nn.init.normal_(self.transformer.wte.weight, std=std)
+        self.transformer.h = nn.ModuleList()
+        for _ in range(c["n_layer"]):
+            block = nn.Module()
+            block.ln_1, block.ln_2 = (nn.LayerNorm(d, eps=c["layer_norm_epsilon"]) for _ in "ab")
+            block.attn, block.mlp = nn.Module(), nn.Module()
+            block.attn.c_attn, block.attn.c_proj = _Conv1D(d, 3 * d, std), _Conv1D(d, d, std)
+            block.mlp.c_fc, block.mlp.c_fc2, block.mlp.c_proj = _Conv1D(d, f, std), _Conv1D(d, f, std), _Conv1D(f, d, std)
+            self.transformer.h.append(block)
+        self.transformer.ln_f = nn.LayerNorm(d, eps=c["layer_norm_epsilon"])
+        self.transformer.relative_pe = nn.Module()
+        slopes = torch.tensor(_interleave(self.n)).unsqueeze(-1)  # (n, 1): as its torch.tensor builds them
+        self.transformer.relative_pe.slopes = nn.Parameter(slopes, requires_grad=False)
+
+    def forward(self, ids, labels=None):
+        from types import SimpleNamespace
+
+        b, s = ids.shape
+        c, hd = self.c, self.c["n_embd"] // self.n
+        pos = torch.arange(s)
+        bias = -self.transformer.relative_pe.slopes[:, :, None] * (pos[None, :] - pos[:, None]).abs()  # (n, s, s)
+        bias = bias + torch.full((s, s), float("-inf")).triu(1)
+        x = self.transformer.wte(ids) * c["mup_embeddings_scale"]  # (b, s, D)
+        for block in self.transformer.h:
+            qkv = block.attn.c_attn(block.ln_1(x)).view(b, s, 3, self.n, hd)  # (b, s, 3, n, hd)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (b, n, s, hd)
+            ctx = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), scale=1 / hd)
+            x = x + block.attn.c_proj(ctx.transpose(1, 2).reshape(b, s, -1))  # (b, s, D)
+            h = block.ln_2(x)
+            x = x + block.mlp.c_proj(block.mlp.c_fc(h) * torch.nn.functional.silu(block.mlp.c_fc2(h)))
+        scale = c["mup_output_alpha"] * c["mup_width_scale"]
+        logits = self.transformer.ln_f(x) @ self.transformer.wte.weight.T * scale  # (b, s, V)
+        loss = None if labels is None else torch.nn.functional.cross_entropy(
+            logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten())
+        return SimpleNamespace(loss=loss, logits=logits)
+
+    def save_pretrained(self, out: Path) -> None:
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, out / "model.safetensors",
+                  metadata={"format": "pt"})
+        config = {**JAIS, "vocab_size": self.transformer.wte.num_embeddings, **self.special,
+                  "torch_dtype": str(self.transformer.wte.weight.dtype).removeprefix("torch.")}
+        (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+REMOTE = {"baichuan": (Baichuan, BAICHUAN), "jais": (Jais, JAIS)}  # remote-code families: (module, config keys)
+
+
+def remote_from(family: str, out: Path) -> torch.nn.Module:
+    """The saved remote-code demo model of ``family`` (``REMOTE``), in float32."""
     from safetensors.torch import load_file
 
-    model = Baichuan({**BAICHUAN, **json.loads((out / "config.json").read_text())})
+    module, keys = REMOTE[family]
+    model = module({**keys, **json.loads((out / "config.json").read_text())})
     model.load_state_dict({k: v.float() for k, v in load_file(out / "model.safetensors").items()})
     return model.eval()
 
@@ -205,9 +289,9 @@ def main() -> int:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--family", choices=(*FAMILIES, "baichuan"), default="bloom",
-                   help="architecture: bloom (the demo), mpt, falcon (Falcon-RW: alibi, sequential, bias) or "
-                        "baichuan (Baichuan-13B)")
+    p.add_argument("--family", choices=(*FAMILIES, *REMOTE), default="bloom",
+                   help="architecture: bloom (the demo), mpt, falcon (Falcon-RW: alibi, sequential, bias), "
+                        "baichuan (Baichuan-13B) or jais (the Jais family)")
     p.add_argument("--tokenizer", help="reuse this directory's tokenizer (the demo's, for mpt/falcon) instead of "
                                        "training one")
     args = p.parse_args()
@@ -227,8 +311,9 @@ def main() -> int:
 
     special = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                    pad_token_id=tokenizer.pad_token_id)
-    if args.family == "baichuan":
-        model = Baichuan({**BAICHUAN, "vocab_size": len(tokenizer)})
+    if args.family in REMOTE:
+        module, keys = REMOTE[args.family]
+        model = module({**keys, "vocab_size": len(tokenizer)})
         model.special = special
     else:
         model = T.AutoModelForCausalLM.from_config(FAMILIES[args.family](T, len(tokenizer), special))
@@ -282,7 +367,7 @@ def main() -> int:
         "train_context": args.context, "steps": args.steps, "batch": args.batch, "lr": args.lr,
         "final_val_loss": evaluate(model32, held_ids, args.context),
         "final_val_loss_float16_weights": evaluate(
-            baichuan_from(out) if args.family == "baichuan" else T.AutoModelForCausalLM.from_pretrained(out).float(),
+            remote_from(args.family, out) if args.family in REMOTE else T.AutoModelForCausalLM.from_pretrained(out).float(),
             held_ids, args.context),
         "history": history, "seconds": time.time() - t0, "torch": torch.__version__, "transformers": T.__version__,
     }

@@ -125,7 +125,7 @@ def test_the_embedded_baichuan_is_its_training_module_and_converts_exactly(tmp_p
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     import train_demo_model
 
-    trained = train_demo_model.baichuan_from(src).double()
+    trained = train_demo_model.remote_from("baichuan", src).double()
     trained.slopes = trained.slopes.double()
     with torch.no_grad():
         assert float((trained(ids).logits - reading).abs().max()) <= 1e-9 * float(reading.abs().max())
