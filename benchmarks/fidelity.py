@@ -38,10 +38,11 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # Every model therefore runs in a child process (an out-of-memory kill costs only that row's native
 # numbers), before the float64 reference is built; those long contexts are in the defaults but slow.
 DEFAULT_CONTEXTS = {"demo": "512,2048,8192,32768", "demo-mpt": "512,2048,8192,32768",
-                    "demo-falcon": "512,2048,8192,32768", "demo-baichuan": "2048,8192,32768", "mpt": "512,2048,8192", "falcon": "512,2048,8192",
+                    "demo-falcon": "512,2048,8192,32768", "demo-baichuan": "2048,8192,32768", "demo-jais": "2048,8192,32768", "mpt": "512,2048,8192", "falcon": "512,2048,8192",
                     "bloom560m": "512,2048,8192", "bloom-hd128": "2048,8192"}
 # Real-text models shipped as package data (scripts/train_demo_model.py --family …): name -> data directory
-TEXT_MODELS = {"demo": "demo", "demo-mpt": "demo-mpt", "demo-falcon": "demo-falcon", "demo-baichuan": "demo-baichuan"}
+TEXT_MODELS = {"demo": "demo", "demo-mpt": "demo-mpt", "demo-falcon": "demo-falcon", "demo-baichuan": "demo-baichuan",
+               "demo-jais": "demo-jais"}
 GREEDY_CONTEXT, GREEDY_TOKENS = 2048, 32
 CHILD = """
 import sys, torch, transformers as T
@@ -185,7 +186,7 @@ def reference_greedy(model, ids: torch.Tensor, n: int) -> torch.Tensor:
 
 
 NAMES = {"demo": "demo (BLOOM)", "demo-mpt": "MPT, real text", "demo-falcon": "Falcon-RW, real text",
-         "demo-baichuan": "Baichuan-13B arch., real text",
+         "demo-baichuan": "Baichuan-13B arch., real text", "demo-jais": "Jais arch. (muP), real text",
          "bloom560m": "BLOOM-560M shape", "mpt": "MPT pico", "falcon": "Falcon-RW pico",
          "bloom-hd128": "BLOOM, 16 heads of 128"}
 
@@ -219,7 +220,7 @@ def markdown(rows: list[dict]) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="demo, mpt and falcon picos at 512 and 2048")
-    p.add_argument("--models", help="comma-separated: demo, demo-mpt, demo-falcon, demo-baichuan, "
+    p.add_argument("--models", help="comma-separated: demo, demo-mpt, demo-falcon, demo-baichuan, demo-jais, "
                                     "mpt, falcon, bloom560m, bloom-hd128")
     p.add_argument("--contexts", help="comma-separated contexts (default: DEFAULT_CONTEXTS per model)")
     p.add_argument("--dtypes", default="float32,bfloat16,float16")

@@ -77,7 +77,7 @@ def test_demo_bad_input(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("name, family", [("demo", "bloom"), ("demo-mpt", "mpt"), ("demo-falcon", "falcon"),
-                                          ("demo-baichuan", "baichuan")])
+                                          ("demo-baichuan", "baichuan"), ("demo-jais", "jais")])
 def test_every_real_text_model_ships_and_is_the_family_it_claims(name, family):
     import sys
     from pathlib import Path
@@ -94,8 +94,8 @@ def test_every_real_text_model_ships_and_is_the_family_it_claims(name, family):
     import train_demo_model
     import transformers as T
 
-    if family == "baichuan":  # remote code: the script's own module and its config keys
-        config = {**train_demo_model.BAICHUAN, "vocab_size": 4096}
+    if family in train_demo_model.REMOTE:  # remote code: the script's own module and its config keys
+        config = {**train_demo_model.REMOTE[family][1], "vocab_size": 4096}
     else:
         config = train_demo_model.FAMILIES[family](T, 4096, {}).to_dict()
     assert from_config(config).n_heads == from_config(directory).n_heads == 6

@@ -35,7 +35,7 @@ EVAL_TOKENS = 16384  # held-out tokens scored at every context
 
 def data_dir(name: str = "demo") -> Path:
     """An embedded model's directory (package data): ``demo`` (BLOOM), ``demo-mpt``, ``demo-falcon`` or
-    ``demo-baichuan`` (Baichuan-13B's architecture), all trained on the same text with the same tokenizer
+    ``demo-baichuan`` (Baichuan-13B's architecture) or ``demo-jais`` (the Jais family's), all trained on the same text with the same tokenizer
     (``scripts/train_demo_model.py``)."""
     return Path(str(resources.files("ropebridge") / "data" / name))
 
