@@ -5,19 +5,22 @@ and error.
                                     [--targets gpt-neox,nemotron] [--dtype bfloat16] [--context 2048]
                                     [--batch 64] [--new-tokens 128]
     python benchmarks/vllm_serve.py --models baichuan2-13b-shape,refact-1.6b-shape --targets llama [--engine sglang]
+    python benchmarks/vllm_serve.py --models demo-jais,jais-30b-shape,btlm-3b-8k-shape --targets default
 
 Needs a CUDA GPU and the engine (``pip install vllm`` or ``pip install sglang``, each bringing its own CUDA build
 of torch: install it in an environment of its own with ropebridge). Where either is missing it says which,
 measures nothing, writes nothing and exits 0.
 
-Models: the embedded real-text models (``demo``, ``demo-mpt``, ``demo-falcon``: held-out text, conversions
-calibrated on the last 10,000 characters of it) and, for the ``llama`` target, the remote-code families' shapes
-(``*-shape``: Baichuan2-13B's and Refact-1.6B's published geometry with 2 layers, random weights N(0, 0.02), random token
-ids; ``tests/pico.build_remote``). Per model and per target: ``ropebridge convert`` of the model for DTYPE and a
+Models: the embedded real-text models (``demo``, ``demo-mpt``, ``demo-falcon``, ``demo-baichuan``, ``demo-jais``:
+held-out text, conversions calibrated on the last 10,000 characters of it) and the remote-code families' shapes
+(``*-shape``: Baichuan2-13B's, Refact-1.6B's, Jais-30B's and BTLM-3B-8K's published geometry with 2 layers, random
+weights N(0, 0.02), random token ids; ``tests/pico.build_remote``). Targets: names of ``ropebridge.targets.TARGETS``,
+or ``default``, the target ``convert`` chooses for the model's family (``llama`` for Baichuan and Refact,
+``stablelm`` for Jais and BTLM). Per model and per target: ``ropebridge convert`` of the model for DTYPE and a
 window of CONTEXT; then each of native and converted in the engine (vLLM: ``LLM(model, dtype,
 max_model_len=CONTEXT)``; SGLang: ``sglang.Engine(model_path, dtype, context_length=CONTEXT)``; their default
-attention backends, token ids in, no tokenizer; a native model the engine does not run, MPT, Falcon-RW, Baichuan
-and Refact in current versions, is reported as refused with what it said):
+attention backends, token ids in, no tokenizer; a native model the engine does not run, MPT, Falcon-RW, Baichuan,
+Refact, Jais and BTLM in current versions, is reported as refused with what it said):
 
 - **error**: the log-probability the engine gives each next token of the first CONTEXT tokens against the exact
   float64 ALiBi forward pass's (``ropebridge.checkpoint.reference``): max and mean |Δ log p|, and the
@@ -40,11 +43,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-TEXT_MODELS = ("demo", "demo-mpt", "demo-falcon")
+TEXT_MODELS = ("demo", "demo-mpt", "demo-falcon", "demo-baichuan", "demo-jais")
 SHAPES = {  # remote-code families' published geometry, 2 layers (``tests/pico.build_remote`` overrides)
     "baichuan2-13b-shape": ("baichuan2", dict(hidden_size=5120, num_attention_heads=40, num_hidden_layers=2,
                                               intermediate_size=13696, vocab_size=125696)),
     "refact-1.6b-shape": ("refact", dict(n_embd=2048, n_head=32, n_layer=2, vocab_size=49216)),
+    "jais-30b-shape": ("btlm", dict(model_type="jais", architectures=["JAISLMHeadModel"], n_embd=7168, n_head=56,
+                                    n_layer=2, n_inner=19114, vocab_size=84992, mup_width_scale=1 / 28,
+                                    tie_word_embeddings=True)),  # Jais-30B spells muP as BTLM does
+    "btlm-3b-8k-shape": ("btlm", dict(n_embd=2560, n_head=32, n_layer=2, n_inner=6826, vocab_size=50257,
+                                      tie_word_embeddings=True)),
 }
 ENGINES = {"vllm": "vLLM", "sglang": "SGLang"}
 
@@ -87,6 +95,13 @@ def source(name: str, work: Path, context: int, batch: int) -> tuple[Path, list[
     calib = work / f"{name}-calibration.txt"
     calib.write_text(calibration_text(src))
     return src, ids[:context], [ids[context + 32 * i: context + 32 * (i + 1)] for i in range(batch)], calib
+
+
+def target_names(targets: str, src: Path) -> list[str]:
+    """The targets named in TARGETS (comma-separated) for the model at SRC, ``default`` being its family's."""
+    from ropebridge.checkpoint.config import from_config
+
+    return [from_config(src).spec.default_target if t == "default" else t for t in targets.split(",")]
 
 
 def exact_logprobs(src: Path, ids: list[int]) -> list[float]:
@@ -163,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--engine", default="vllm", choices=tuple(ENGINES))
     p.add_argument("--models", default=",".join(TEXT_MODELS), help=f"of {', '.join((*TEXT_MODELS, *SHAPES))}")
-    p.add_argument("--targets", default="gpt-neox,nemotron")
+    p.add_argument("--targets", default="gpt-neox,nemotron",
+                   help="comma-separated targets; 'default': the one convert chooses for each model's family")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     p.add_argument("--context", type=int, default=2048)
     p.add_argument("--batch", type=int, default=64)
@@ -184,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             src, seq, prompts, calib = source(name, Path(work), args.context, args.batch)
             exact = exact_logprobs(src, seq)
             models = {"native": src}
-            for target in args.targets.split(","):
+            for target in target_names(args.targets, src):
                 dst = Path(work) / f"{name}-{target}"
                 calibrate = ["--calibration-text", str(calib)] if calib is not None else []
                 subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--dtype", args.dtype,

@@ -37,3 +37,33 @@ def test_an_unknown_model_is_bad_input():
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vllm_serve.py"), "--models", "baichuan-7b"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "unknown model 'baichuan-7b'" in proc.stderr
+
+
+def _serve_module():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import vllm_serve
+
+    return vllm_serve
+
+
+@pytest.mark.parametrize("name, family, heads, head_dim, target", [
+    ("baichuan2-13b-shape", "baichuan", 40, 128, "llama"), ("refact-1.6b-shape", "refact", 32, 64, "llama"),
+    ("jais-30b-shape", "jais", 56, 128, "stablelm"), ("btlm-3b-8k-shape", "btlm", 32, 80, "stablelm")])
+def test_each_shape_is_read_as_its_family_and_geometry_with_its_default_target(tmp_path, name, family, heads,
+                                                                               head_dim, target):
+    """The published geometry in its family's config keys (the config as the benchmark writes it; tensors with no
+    layers and a small vocabulary): read as that family, and ``default`` is convert's target."""
+    import json
+
+    from pico import build_remote
+
+    from ropebridge.checkpoint.config import from_config
+
+    serve = _serve_module()
+    layout, shape = serve.SHAPES[name]
+    layers = "num_hidden_layers" if "num_hidden_layers" in shape else "n_layer"
+    src = build_remote(tmp_path, layout, **{**shape, layers: 0, "vocab_size": 64})
+    (src / "config.json").write_text(json.dumps({**json.loads((src / "config.json").read_text()), **shape}))
+    info = from_config(src)
+    assert (info.family, info.n_heads, info.head_dim) == (family, heads, head_dim)
+    assert serve.target_names("default,gpt-neox", src) == [target, "gpt-neox"]
