@@ -56,13 +56,16 @@ def measure(slope: float, pairs: Sequence[PairSpec], num: Numerics, *, split: fl
             seed: int = 0) -> float:
     """Worst |computed logit + m d| over sampled queries (``sample_positions``) and every key with 0 <= d <= D
     (D from ``num.cutoff``), at ``num``'s scale, window and dtype: what ``error_model.predict`` bounds. Pair k
-    carries q = (-N_k/s, 0), k = (0, s), s = ``split``."""
+    carries q = (-N_k/s, 0), k = (0, s), s = ``split``, or q = (0, N_k/s), k = (s, 0) where it is opposed."""
     K = len(pairs)
     qpos, kpos = sample_positions(num.window, queries, seed)
     q_pairs = torch.zeros(2 * K, dtype=torch.float64)
     k_pairs = torch.zeros(2 * K, dtype=torch.float64)
-    q_pairs[:K] = torch.tensor([-p.N / split for p in pairs], dtype=torch.float64)
-    k_pairs[K:] = split
+    for k, p in enumerate(pairs):
+        if p.opposed:
+            q_pairs[K + k], k_pairs[k] = p.N / split, split
+        else:
+            q_pairs[k], k_pairs[K + k] = -p.N / split, split
     logits = model_logits(q_pairs, k_pairs, [p.theta for p in pairs], qpos, kpos, num.dtype, num.scale)  # (s, t)
     d = (qpos[:, None] - kpos[None, :]).to(torch.float64)  # (s, t)
     err = (logits + slope * d).abs()

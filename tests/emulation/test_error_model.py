@@ -119,6 +119,23 @@ def test_exact_rotation_regime_in_float32():
     assert measure(0.5, single(0.5, theta), Numerics(SCALE, window, "float32")) == 0.0
 
 
+@pytest.mark.parametrize("m, window, head_dim", [(2**-0.5, 4096, 36), (2**-0.25 / 2, 32768, 132), (2**-8, 2048, 20)])
+def test_opposed_pairs_in_float32_are_bounded_and_bound_tightly(m, window, head_dim):
+    # the llama target's two opposed pairs at its engine's thetas (pair 0 a power of two, pair 1 not): the
+    # site-by-site model bounds the measurement, within a small factor of it, and is tighter than the generic one
+    from ropebridge.emulation.single import exact_rotation_theta
+    from ropebridge.targets.llama_rope import opposed_rope
+
+    _, (t0, t1) = opposed_rope(exact_rotation_theta(window), head_dim, window)
+    num = Numerics(SCALE, window, "float32")
+    pairs = [PairSpec(t0, m / (2 * t0) / SCALE), PairSpec(t1, m / (2 * t1) / SCALE, opposed=True)]
+    predicted = predict(m, pairs, num)
+    generic = predict(m, [PairSpec(t0, pairs[0].N), PairSpec(t1, pairs[1].N)], num)  # not seen as opposed
+    measured = measure(m, pairs, num)
+    assert measured <= predicted.total <= 8 * measured, (measured, predicted.total)
+    assert predicted.total < generic.total
+
+
 def test_float16_subnormal_term_grows_like_one_over_theta():
     # tiny angles: the float16 sin table is subnormal, absolute error 2^-25, cost (m/theta) 2^-25
     m = 2**-8

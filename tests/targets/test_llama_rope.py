@@ -22,15 +22,25 @@ def transformers_inv_freq(head_dim: int, params: dict, window: int) -> torch.Ten
 
 
 @pytest.mark.parametrize("theta, head_dim, window", SINGLE)
-def test_the_single_pair_turns_at_theta_and_nothing_else_turns(theta, head_dim, window):
-    params = llama_rope.single_parameters(theta, head_dim, window)
+def test_the_opposed_pairs_turn_at_theta_and_below_and_nothing_else_turns(theta, head_dim, window):
+    params, (t0, t1) = llama_rope.opposed_rope(theta, head_dim, window)
     inv = llama_rope.inv_freq_float32(head_dim, params)
     assert torch.equal(inv, transformers_inv_freq(head_dim, params, window))  # the engine's own numbers, bit for bit
+    assert (float(inv[0]), float(inv[1])) == (t0, t1)
     if math.log2(theta).is_integer():
-        assert float(inv[0]) == theta  # a power of two exactly: float32's exact rotation survives
-    assert float(inv[0]) == pytest.approx(theta, rel=2**-20)
-    assert float(inv[1:].double().max()) * window < 1e-20
+        assert t0 == theta  # a power of two exactly: float32's exact rotation survives on pair 0
+    assert t0 == pytest.approx(theta, rel=2**-20) and 0 < t1 < t0 / 2
+    assert float(inv[2:].double().max()) * window < 1e-20
     assert params["original_max_position_embeddings"] < window or window == 1
+
+
+def test_pair_0_is_exactly_every_exact_rotation_theta_for_every_head_size():
+    from ropebridge.emulation.single import exact_rotation_theta
+
+    for head_dim in range(8, 272, 4):
+        for window in (128, 2048, 32768, 2**20):
+            theta = exact_rotation_theta(window)
+            assert llama_rope.opposed_rope(theta, head_dim, window)[1][0] == theta, (head_dim, window)
 
 
 @pytest.mark.parametrize("rotary_dim, head_dim, window", LADDER)

@@ -28,7 +28,7 @@ def test_baichuan_converts_by_default_to_llama_exact_in_float32(tmp_path, family
     res = convert(src, tmp_path / "llama", PlanRequest(window=512, dtype="float32"))
     config = json.loads((res.destination / "config.json").read_text())
     assert res.target == "llama" and config["architectures"] == ["LlamaForCausalLM"]
-    assert config["head_dim"] == 96 // 6 + 2 if family == "baichuan" else config["head_dim"] == 32 // 4 + 2
+    assert config["head_dim"] == (96 // 6 if family == "baichuan" else 32 // 4) + 4  # the two opposed pairs
     assert config["hidden_size"] == json.loads((src / "config.json").read_text())["hidden_size"]  # residual as is
     assert config["rope_parameters"]["rope_type"] == "llama3"
     # the legacy keys transformers 4.x, TensorRT-LLM and llama.cpp's converter read: the same rope
@@ -70,11 +70,11 @@ def test_refact_converts_by_default_to_llama_with_one_kv_head_exact_in_float32(t
     res = convert(src, tmp_path / "llama", PlanRequest(window=512, dtype="float32"))
     config = json.loads((res.destination / "config.json").read_text())
     assert res.target == "llama" and config["num_key_value_heads"] == 1 and config["num_attention_heads"] == 6
-    assert (config["hidden_size"], config["intermediate_size"], config["head_dim"]) == (96, 256, 16 + 2)
+    assert (config["hidden_size"], config["intermediate_size"], config["head_dim"]) == (96, 256, 16 + 4)
     from safetensors.torch import load_file
 
     tensors = load_file(next(res.destination.glob("model-*.safetensors")))
-    assert tensors["model.layers.0.self_attn.k_proj.weight"].shape == (18, 96)
+    assert tensors["model.layers.0.self_attn.k_proj.weight"].shape == (20, 96)
     for name in ("model.embed_tokens.weight", "model.layers.1.self_attn.o_proj.weight", "model.layers.0.mlp.down_proj.weight"):
         mean = tensors[name].double().mean(dim=-1 if "embed" in name else 0)  # over the D channels it writes into
         assert float(mean.abs().max()) <= 1e-7, name
@@ -132,9 +132,11 @@ def test_the_embedded_baichuan_is_its_training_module_and_converts_exactly(tmp_p
     res = convert(src, tmp_path / "llama", PlanRequest(window=2048, dtype="float32"))
     assert res.target == "llama"
     as_function = float((run(res.destination, ids, "float64") - reading).abs().max())
-    assert as_function <= 1e-5, as_function  # measured 3.6e-6
+    # measured 3.1e-5: the stored float32 weights, and pair 1's angles, which transformers computes in float32
+    # for a float64 model too (its theta is not a power of two: m j 2^-25 per key)
+    assert as_function <= 5e-5, as_function
     err = float((run(res.destination, ids, "float32") - reading).abs().max())
-    assert err <= res.plan.tolerance, err  # measured 2.7e-4 (docs/decisions.md: float32 on hd + 2 heads)
+    assert err <= 1e-4, err  # measured 4.5e-5; one pair on heads of hd + 2: 2.7e-4 (docs/decisions.md)
     model = T.AutoModelForCausalLM.from_pretrained(res.destination, dtype=torch.float32).eval()
     with torch.no_grad():
         greedy = model.generate(ids[:, :64], max_new_tokens=16, do_sample=False)[0, 64:]

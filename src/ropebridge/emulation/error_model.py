@@ -80,10 +80,12 @@ def _is_power_of_two(x: float) -> bool:
 
 @dataclass(frozen=True)
 class PairSpec:
-    """One emulation pair of a head as the error model sees it: frequency and amplitude N (pre-scale)."""
+    """One emulation pair of a head as the error model sees it: frequency and amplitude N (pre-scale), and whether
+    it is opposed (q = (0, N/s), k = (s, 0): its first dim carries the query's product, -N sin(theta i))."""
 
     theta: float
     N: float
+    opposed: bool = False
 
 
 def emulated_bias(pairs: Sequence[PairSpec], scale: float, d: np.ndarray) -> np.ndarray:
@@ -118,6 +120,8 @@ def rounding_bound(
     last = float(np.max(np.maximum(i, j)))  # the last position either side reaches
     if _exact_rotation(pairs, dtype, last, split):
         return _exact_rotation_rounding(pairs[0], scale, i, j)
+    if _opposed_rotation(pairs, dtype, last, split):
+        return _opposed_rounding(pairs, scale, i, j)
     for p in pairs:
         qa = abs(p.N) / ka
         a = abs(p.N) * scale
@@ -154,6 +158,42 @@ def _exact_rotation(pairs: Sequence[PairSpec], dtype: str, last: float, split: f
         return False
     theta = float(np.float32(pairs[0].theta))
     return theta == pairs[0].theta and exact_angles(theta, last) and theta * last <= EXACT_TABLE_ANGLE
+
+
+def _opposed_rotation(pairs: Sequence[PairSpec], dtype: str, last: float, split: float) -> bool:
+    """The opposed pairs in float32 (``_opposed_rounding``): a pair at a power-of-two theta with exact angles and
+    an opposed pair after it, no split, both with theta * last <= 2^-12 (cos rounds to 1, sin to its angle)."""
+    if dtype != "float32" or len(pairs) != 2 or split != 1.0 or [p.opposed for p in pairs] != [False, True]:
+        return False
+    thetas = [float(np.float32(p.theta)) for p in pairs]
+    return (thetas == [p.theta for p in pairs] and exact_angles(thetas[0], last) and last < 2**24
+            and max(thetas) * last <= EXACT_TABLE_ANGLE)
+
+
+def _opposed_rounding(pairs: Sequence[PairSpec], scale: float, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """The rounding of the opposed pairs, site by site (float32). Pair a: q = (-N_a, 0), k = (0, 1) at a
+    power-of-two theta_a (x_p = p theta_a exact); pair b: q = (0, N_b), k = (1, 0), its angles y_p = fl32(p theta_b)
+    rounded; K = N theta ~ m sqrt(hd)/2 for each. The dot product sums, in the order of the dims, fl(N_a x_j) (a
+    product), then fl(N_a x_j - fl(N_b y_i)) ~ K d (on the first two dims the key's and the query's products
+    cancel), later fl(. - fl(N_a x_i)) ~ K i (a product and a sum at the query's size) and last the fused
+    N_b y_j, whose result is the bias. So, each at most half an ulp of its result: the stored amplitudes
+    (relative), pair b's angles (``|A_b| (hu32(i theta_b) + hu32(j theta_b))``), the products ``hu(K j)``,
+    ``hu(K i)`` twice, the sums ``hu(K d)`` twice and ``hu(K i)``; then the scale. In logits (times the
+    scale). A content dim between the first and the last two dims is summed at the size K d, not K i."""
+    a, b = pairs
+    na, nb = float(np.float32(abs(a.N))), float(np.float32(abs(b.N)))
+    bias = np.abs(emulated_bias(pairs, scale, i - j))
+    out = sum(np.abs(p.N * scale * np.sin(p.theta * (i - j))) * abs(n - abs(p.N)) / abs(p.N)
+              for p, n in ((a, na), (b, nb)))
+    if not exact_angles(b.theta, float(np.max(np.maximum(i, j)))):
+        out = out + nb * scale * (half_ulp(i * b.theta, "float32") + half_ulp(j * b.theta, "float32"))
+    k_i, k_d = na * a.theta * i, na * a.theta * np.abs(i - j)
+    out = out + scale * (_product_rounding(na, j, a.theta) + _product_rounding(na, i, a.theta)
+                         + half_ulp(nb * b.theta * i, "float32") + half_ulp(k_i + k_d, "float32")
+                         + 2 * half_ulp(k_d, "float32"))
+    if not _is_power_of_two(scale):
+        out = out + half_ulp(bias, "float32") + bias * half_ulp(scale, "float32") / scale
+    return out
 
 
 def _exact_rotation_rounding(pair: PairSpec, scale: float, i: np.ndarray, j: np.ndarray) -> np.ndarray:

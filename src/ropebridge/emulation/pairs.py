@@ -57,6 +57,19 @@ def split_for(n_max: float, dtype: str, split: float | str | None) -> float:
     return _checks.positive("split", split)
 
 
+def evaluate_opposed(head: int, slope: float, thetas: tuple[float, float], num: Numerics) -> HeadPlan:
+    """The head's plan on two pairs, the second opposed (``single`` module doc): each adds half the bias, amplitude
+    A_k = m / (2 theta_k) logits, so ``-sum_k A_k sin(theta_k d)`` ~ -m d and, on the first two dims, the key's
+    product N_0 theta_0 j and the query's N_1 theta_1 i are equal in size and cancel."""
+    amplitudes = [slope / (2 * t) for t in thetas]  # logits
+    ns = [a / num.scale for a in amplitudes]
+    s = split_for(max(ns), num.dtype, num.split)
+    specs = [PairSpec(float(t), float(n), k == 1) for k, (t, n) in enumerate(zip(thetas, ns))]
+    err = predict(slope, specs, num, split=s)
+    pairs = tuple(PairTerm(float(t), float(n), k, opposed=k == 1) for k, (t, n) in enumerate(zip(thetas, ns)))
+    return HeadPlan(head, slope, pairs, s, err.sine, err.rounding, err.total)
+
+
 def evaluate(head: int, slope: float, thetas: Sequence[float], indices: Sequence[int | None],
              num: Numerics) -> HeadPlan | None:
     """The head's plan on the given pairs ``(K,)`` (amplitudes from ``multi_pair_amplitudes``; ``indices`` their

@@ -31,12 +31,15 @@ HALF_PI = math.pi / 2
 @dataclass(frozen=True)
 class PairTerm:
     """One rotating pair of a head: frequency theta (rad/token), amplitudes N and M (for the scale 1/sqrt(hd)),
-    its index in the target's rotary block (None for a free theta). M is 0 except in the ladder."""
+    its index in the target's rotary block (None for a free theta). M is 0 except in the ladder. ``opposed``: the
+    pair carries q = (0, N/s), k = (s, 0) instead, the same bias with the query's product on its first dim
+    (``single`` module doc)."""
 
     theta: float
     N: float
     index: int | None = None
     M: float = 0.0
+    opposed: bool = False
 
     def __post_init__(self) -> None:
         _checks.positive("theta", self.theta)
@@ -89,7 +92,7 @@ class HeadPlan:
         return max(p.theta for p in self.pairs) * window
 
     def specs(self) -> list[PairSpec]:
-        return [PairSpec(p.theta, p.N) for p in self.pairs]
+        return [PairSpec(p.theta, p.N, p.opposed) for p in self.pairs]
 
 
 def in_current_names(record: dict[str, Any]) -> dict[str, Any]:

@@ -12,9 +12,15 @@ window 65536, phase 0.1: steepest head m ~ 0.7071, theta ~ 1.526e-6, N ~ 3.707e6
   (``shared_theta``), the largest within 1% of the minimum, which keeps N smallest.
 
 float16 cannot hold N > 65504: N is then split, q = (-N/s, 0), k = (0, s), s = sqrt(N) by default. A target that
-rotates a block of ``base^(-2r/R)`` pairs (gpt-neox) realises theta as pair 1 of rotary dim 4 at base theta^-2;
-the ``llama`` target as pair 0 of its whole-head llama3 rope (``targets.llama_rope``: theta itself for a power of
-two, else theta to float32 rounding, the heads planned at the theta it gives).
+rotates a block of ``base^(-2r/R)`` pairs (gpt-neox) realises theta as pair 1 of rotary dim 4 at base theta^-2.
+
+The ``llama`` target rotates the whole head, pair k on dims (k, k + hd'/2), so the content dims lie between a
+pair's two dims, where the dot product holds the pair's first product, of size m sqrt(hd') i: a float32 sum of
+content there rounds at the query's position. It carries the bias as two **opposed pairs** instead
+(``pairs.evaluate_opposed``): pair 0 at theta, q = (-N_0/s, 0), k = (0, s), and pair 1 at the slower theta_1 the
+llama3 band gives it, q = (0, N_1/s), k = (s, 0), each adding half the bias (N_k theta_k = m sqrt(hd)/2). Dim 0
+then carries the key's product N_0 theta_0 j and dim 1 the query's -N_1 theta_1 i, which cancel to the size of
+the bias before any content is summed (``targets.llama_rope.opposed_rope``; hd' = hd + 4; docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -29,10 +35,11 @@ from ..numerics import Numerics
 from ..targets import llama_rope
 from .error_model import EXACT_TABLE_ANGLE
 from .fixed_base import check_engine_frequencies, fixed_base_heads
-from .pairs import evaluate
+from .pairs import evaluate, evaluate_opposed
 from .plan import HALF_PI, EmulationPlan
 
 ROTARY_DIM = 4  # in a rotary block: pair 0 turns at 1 rad/token, pair 1 at base^(-1/2) = the planned theta
+OPPOSED_DIMS = 4  # the opposed pairs' dims per head on a whole-head target
 
 
 def exact_rotation_theta(window: int) -> float:
@@ -95,10 +102,10 @@ def plan_single(source, request) -> EmulationPlan:
     num = Numerics.of(source, request)
     rule, theta = choose_theta(request, source.slopes, num)
     extra = {}
-    if request.target_spec.rope_form == "llama3":  # pair 0 in the llama3 blend band: theta as the engine computes it
-        rope, theta = llama_rope.single_rope(theta, source.head_dim + 2, num.window)
-        extra = {"rope_parameters": rope}
-        heads = [evaluate(h, m, [theta], [None], num) for h, m in enumerate(source.slopes)]
+    if request.target_spec.rope_form == "llama3":  # pairs 0 and 1 in the llama3 blend band, opposed
+        rope, thetas = llama_rope.opposed_rope(theta, source.head_dim + OPPOSED_DIMS, num.window)
+        extra = {"rope_parameters": rope, "rotary_dim": OPPOSED_DIMS}
+        heads = [evaluate_opposed(h, m, thetas, num) for h, m in enumerate(source.slopes)]
     elif request.target_spec.rotary_block:
         base = theta**-2.0
         heads = fixed_base_heads(source.slopes, base, ROTARY_DIM, 1, num)

@@ -68,9 +68,9 @@ class Target:
         return "ladder" if dtype != "float32" and "ladder" in self.strategies else "single"
 
     def served_head_dim(self, head_dim: int, rotary_dim: int | None, strategy: str) -> int:
-        """The head dim this target serves a plan at: hd + R (the rotary block of gpt-neox, the ladder), or hd + 2
-        (a compact target's single pair)."""
-        block = rotary_dim is not None and (self.rotary_block or strategy == "ladder")
+        """The head dim this target serves a plan at: hd + R (the rotary block of gpt-neox, the ladder, the whole
+        head's opposed pairs), or hd + 2 (a compact target's single pair)."""
+        block = rotary_dim is not None and (self.rotary_block or strategy == "ladder" or self.pair_dims == "whole-head")
         return head_dim + (rotary_dim if block else 2)
 
 

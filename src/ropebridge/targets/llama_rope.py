@@ -11,8 +11,11 @@ emulation is planned on it:
   pair beyond has a wavelength above C/low and is divided by ``SILENCE`` = 2^100 (an exact power of two): its
   angles stay below 1e-22 rad over any window (2^-100 times at most 2^24 positions), so its cos rounds to 1 and
   its sin times q vanishes beside q in every dtype;
-- the single pair: pair 0 (theta 1 before scaling) placed in the blend band so that a = theta, content pairs
-  silenced as above. With theta = 2^-k (float32's exact-rotation rule) the engine computes exactly theta.
+- the single strategy's two opposed pairs (``emulation.single``): pairs 0 and 1 (theta 1 and base^(-2/hd) before
+  scaling) both in the blend band, pair 0 at a = theta (exactly, for theta = 2^-k, float32's exact-rotation
+  rule) and pair 1 at what the band gives it (0.08-0.3 theta for heads of 20-264 dims; a float32 number, not a
+  power of two, so its angles round); C/low halfway (in log) between pair 1's wavelength and pair 2's, so pairs
+  2 on are silenced.
 
 ``inv_freq_float32`` is the formula as transformers and vLLM compute it, in float32 and in their order of
 operations, so a plan's pairs turn at the frequencies the engine will use (tests compare it with transformers'
@@ -68,17 +71,17 @@ def ladder_parameters(base: float, rotary_dim: int, head_dim: int, window: int) 
     return _params(wide, old / (slow * gap ** (2 / 3)), old / (slow * gap ** (1 / 3)), old)
 
 
-def single_parameters(theta: float, head_dim: int, window: int, base: float = 10000.0) -> dict[str, Any]:
-    """The llama3 rope that turns pair 0 at ``theta`` (to float32 rounding; exactly for a power of two) and
-    silences the others: pair 0's wavelength 2 pi sits in the blend band, C/low halfway (in log) to pair 1's,
-    and high - low = (C/2pi - low)/theta, all float32 values whose differences float32 computes exactly."""
+def opposed_parameters(theta: float, head_dim: int, window: int, base: float = 10000.0) -> dict[str, Any]:
+    """The llama3 rope that turns pair 0 at ``theta`` (exactly for a power of two where the engine's float32
+    C/lambda_0 - low is exact, as for every power of two tried), pair 1 at the blend band's share of its own
+    frequency and silences pairs 2 on: C/low halfway (in log) between pair 1's wavelength and pair 2's, high - low
+    = (C/lambda_0 - low)/theta, float32 values (module doc)."""
     old = _old(window)
-    wl0 = float(np.float32(2 * math.pi))
-    x = float(np.float32(np.float32(old) / np.float32(wl0)))  # C / lambda_0, as the engine computes it
-    ratio = float(base) ** (1.0 / head_dim)  # sqrt of lambda_1 / lambda_0
-    low = float(np.float32(x / ratio))
-    d = float(np.float32(x) - np.float32(low))  # exact (Sterbenz: low > x / 2)
-    span = float(np.float32(d / float(np.float32(theta))))
+    inv1 = float(geometric(base, head_dim, dtype=torch.float32)[1])
+    x0 = float(np.float32(np.float32(old) / np.float32(2 * math.pi)))  # C / lambda_0, as the engine computes it
+    x1 = float(np.float32(np.float32(old) / np.float32(2 * math.pi / np.float32(inv1))))  # C / lambda_1
+    low = float(np.float32(x1 / float(base) ** (1.0 / head_dim)))  # lambda_2 = lambda_1 base^(2/hd)
+    span = float(np.float32(float(np.float32(x0) - np.float32(low)) / float(np.float32(theta))))
     return _params(float(base), low, low + span, old)
 
 
@@ -97,13 +100,17 @@ def ladder_rope(base: float, rotary_dim: int, head_dim: int, window: int) -> tup
     return params, inv[: rotary_dim // 2].double().numpy()
 
 
-def single_rope(theta: float, head_dim: int, window: int) -> tuple[dict[str, Any], float]:
-    """The single pair's rope (``single_parameters``) and the theta the engine gives pair 0, the other pairs
-    checked silent (``check_bands``)."""
-    params = single_parameters(theta, head_dim, window)
+def opposed_rope(theta: float, head_dim: int, window: int) -> tuple[dict[str, Any], tuple[float, float]]:
+    """The opposed pairs' rope (``opposed_parameters``) and the thetas the engine gives pairs 0 and 1 (float64
+    values of float32 numbers), the other pairs checked silent (``check_bands``)."""
+    params = opposed_parameters(theta, head_dim, window)
     inv = inv_freq_float32(head_dim, params)
-    check_bands(inv, 1, window)
-    return params, float(inv[0])
+    check_bands(inv, 2, window)
+    t0, t1 = float(inv[0]), float(inv[1])
+    if not 0 < t1 < t0:
+        raise ValueError(f"the llama target's opposed pairs need 0 < theta_1 < theta_0, the band gives {t0:.6g} and "
+                         f"{t1:.6g} (head dim {head_dim})")
+    return params, (t0, t1)
 
 
 def check_bands(inv: torch.Tensor, kept: int, window: int) -> None:

@@ -62,13 +62,13 @@ class CompactLayout:
 def layout(src: SourceModel, plan: EmulationPlan, target: Target) -> CompactLayout:
     """Place each head's planned pairs: the single pair on the target's ``pair_dims``, (0, hd'/2) or (0, 1), the
     ladder's R/2 pairs on dims (k, k + R/2) of the first R, or (k, k + hd'/2) where the whole head turns
-    (``whole-head``, the llama target)."""
+    (``whole-head``, the llama target), which also takes the single strategy's two opposed pairs so."""
     info = src.info
     if info.parallel:
         raise ValueError(f"--target {target.name} has a sequential residual only; this {info.family} model is "
                          "parallel (use --target gpt-neox)")
     check_plan(src, plan)
-    r = plan.rotary_dim if plan.strategy == "ladder" else 2
+    r = plan.rotary_dim if plan.strategy == "ladder" or target.pair_dims == "whole-head" else 2
     hd, hd_out = info.head_dim, info.head_dim + r
     n_scale = math.sqrt(hd_out / hd)
     q_rot = torch.zeros(info.n_heads, hd_out, dtype=torch.float64)
@@ -78,11 +78,24 @@ def layout(src: SourceModel, plan: EmulationPlan, target: Target) -> CompactLayo
         emulation = torch.cat([torch.arange(r // 2), half + torch.arange(r // 2)])
         q_rot[:, emulation], k_rot[:, emulation] = block_constants(plan, n_scale)
         extra = {"base": plan.base}
+    elif target.pair_dims == "whole-head":  # the opposed pairs (emulation.single): pair k on dims (k, k + hd'/2)
+        half = hd_out // 2
+        if any(len(hp.pairs) != r // 2 for hp in plan.heads) or len({hp.pairs[0].theta for hp in plan.heads}) != 1:
+            raise ValueError(f"--target {target.name} rotates {r // 2} opposed pairs at one theta each for all heads")
+        emulation = torch.tensor([0, 1, half, half + 1])
+        for k in range(r // 2):
+            n = torch.tensor([hp.pairs[k].N * n_scale / hp.split for hp in plan.heads], dtype=torch.float64)
+            s = torch.tensor([hp.split for hp in plan.heads], dtype=torch.float64)
+            if plan.heads[0].pairs[k].opposed:  # q = (0, N/s), k = (s, 0)
+                q_rot[:, half + k], k_rot[:, k] = n, s
+            else:  # q = (-N/s, 0), k = (0, s)
+                q_rot[:, k], k_rot[:, half + k] = -n, s
+        extra = {"theta": plan.heads[0].pairs[0].theta}
     else:
         thetas = {hp.theta for hp in plan.heads}
         if len(thetas) != 1 or any(len(hp.pairs) != 1 for hp in plan.heads):
             raise ValueError(f"--target {target.name} rotates one pair at one theta for all heads")
-        px, py = (0, hd_out // 2) if target.pair_dims in ("first-and-middle", "whole-head") else (0, 1)
+        px, py = (0, hd_out // 2) if target.pair_dims == "first-and-middle" else (0, 1)
         emulation = torch.tensor([px, py])
         q_rot[:, px] = torch.tensor([-hp.N * n_scale / hp.split for hp in plan.heads], dtype=torch.float64)
         k_rot[:, py] = torch.tensor([hp.split for hp in plan.heads], dtype=torch.float64)
