@@ -119,7 +119,8 @@ def test_exact_rotation_regime_in_float32():
     assert measure(0.5, single(0.5, theta), Numerics(SCALE, window, "float32")) == 0.0
 
 
-@pytest.mark.parametrize("m, window, head_dim", [(2**-0.5, 4096, 36), (2**-0.25 / 2, 32768, 132), (2**-8, 2048, 20)])
+@pytest.mark.parametrize("m, window, head_dim", [(2**-0.5, 4096, 36), (2**-0.25 / 2, 32768, 132), (2**-8.5, 2048, 20),
+                                                 (2**-0.75, 8192, 260)])
 def test_opposed_pairs_in_float32_are_bounded_and_bound_tightly(m, window, head_dim):
     # the llama target's two opposed pairs at its engine's thetas (pair 0 a power of two, pair 1 not): the
     # site-by-site model bounds the measurement, within a small factor of it, and is tighter than the generic one
@@ -134,6 +135,9 @@ def test_opposed_pairs_in_float32_are_bounded_and_bound_tightly(m, window, head_
     measured = measure(m, pairs, num)
     assert measured <= predicted.total <= 8 * measured, (measured, predicted.total)
     assert predicted.total < generic.total
+    # a power-of-two slope on a power-of-two scale: every product and sum is exact, the bias ALiBi's to the bit
+    exact = [PairSpec(t0, 2**-3 / (2 * t0) / SCALE), PairSpec(t1, 2**-3 / (2 * t1) / SCALE, opposed=True)]
+    assert measure(2**-3, exact, num) == (0.0 if head_dim <= 254 else pytest.approx(0.0, abs=predicted.total))
 
 
 def test_float16_subnormal_term_grows_like_one_over_theta():

@@ -28,19 +28,26 @@ def test_the_opposed_pairs_turn_at_theta_and_below_and_nothing_else_turns(theta,
     assert torch.equal(inv, transformers_inv_freq(head_dim, params, window))  # the engine's own numbers, bit for bit
     assert (float(inv[0]), float(inv[1])) == (t0, t1)
     if math.log2(theta).is_integer():
-        assert t0 == theta  # a power of two exactly: float32's exact rotation survives on pair 0
+        assert t0 == theta and (t1 == theta / 8 or head_dim > 254)  # powers of two: float32's exact rotation
     assert t0 == pytest.approx(theta, rel=2**-20) and 0 < t1 < t0 / 2
+    if head_dim <= 254:
+        assert t1 == pytest.approx(theta / 8, rel=2**-20)
     assert float(inv[2:].double().max()) * window < 1e-20
     assert params["original_max_position_embeddings"] < window or window == 1
 
 
-def test_pair_0_is_exactly_every_exact_rotation_theta_for_every_head_size():
+def test_both_pairs_are_exact_powers_of_two_for_every_head_size_and_window():
+    # pair 0 at theta and pair 1 at theta/8 exactly up to 254 dims (pair 1 at 1/2 before scaling needs a base of
+    # 2^(hd/2)); beyond, base 10000, pair 0 still exact and pair 1 at what the band gives it
     from ropebridge.emulation.single import exact_rotation_theta
 
     for head_dim in range(8, 272, 4):
-        for window in (128, 2048, 32768, 2**20):
+        for window in (16, 128, 2048, 32768, 2**20):
             theta = exact_rotation_theta(window)
-            assert llama_rope.opposed_rope(theta, head_dim, window)[1][0] == theta, (head_dim, window)
+            params, (t0, t1) = llama_rope.opposed_rope(theta, head_dim, window)
+            assert t0 == theta, (head_dim, window)
+            assert t1 == theta / 8 if head_dim <= 254 else 0 < t1 < theta / 2, (head_dim, window, t1 / theta)
+            assert (llama_rope.halving_base(head_dim) is None) == (head_dim > 254)
 
 
 @pytest.mark.parametrize("rotary_dim, head_dim, window", LADDER)

@@ -11,11 +11,9 @@ emulation is planned on it:
   pair beyond has a wavelength above C/low and is divided by ``SILENCE`` = 2^100 (an exact power of two): its
   angles stay below 1e-22 rad over any window (2^-100 times at most 2^24 positions), so its cos rounds to 1 and
   its sin times q vanishes beside q in every dtype;
-- the single strategy's two opposed pairs (``emulation.single``): pairs 0 and 1 (theta 1 and base^(-2/hd) before
-  scaling) both in the blend band, pair 0 at a = theta (exactly, for theta = 2^-k, float32's exact-rotation
-  rule) and pair 1 at what the band gives it (0.08-0.3 theta for heads of 20-264 dims; a float32 number, not a
-  power of two, so its angles round); C/low halfway (in log) between pair 1's wavelength and pair 2's, so pairs
-  2 on are silenced.
+- the single strategy's two opposed pairs (``emulation.single``): pairs 0 and 1 (1 and 1/2 before scaling, at a
+  base near 2^(hd/2)) both in the blend band, at theta and theta/8, exactly for theta = 2^-k (float32's
+  exact-rotation rule), so every angle of both is exact; pairs 2 on silenced (``opposed_parameters``).
 
 ``inv_freq_float32`` is the formula as transformers and vLLM compute it, in float32 and in their order of
 operations, so a plan's pairs turn at the frequencies the engine will use (tests compare it with transformers'
@@ -71,18 +69,58 @@ def ladder_parameters(base: float, rotary_dim: int, head_dim: int, window: int) 
     return _params(wide, old / (slow * gap ** (2 / 3)), old / (slow * gap ** (1 / 3)), old)
 
 
-def opposed_parameters(theta: float, head_dim: int, window: int, base: float = 10000.0) -> dict[str, Any]:
-    """The llama3 rope that turns pair 0 at ``theta`` (exactly for a power of two where the engine's float32
-    C/lambda_0 - low is exact, as for every power of two tried), pair 1 at the blend band's share of its own
-    frequency and silences pairs 2 on: C/low halfway (in log) between pair 1's wavelength and pair 2's, high - low
-    = (C/lambda_0 - low)/theta, float32 values (module doc)."""
+def opposed_parameters(theta: float, head_dim: int, window: int) -> dict[str, Any]:
+    """The llama3 rope that turns pair 0 at ``theta``, pair 1 at theta/8 and silences pairs 2 on (module doc).
+
+    The base is the float32 number near 2^(hd/2) at which the engine's pair 1 is exactly 1/2 (``halving_base``):
+    then C/lambda_1 = x_0/2 exactly (x_0 = C/lambda_0 as the engine computes it), and C/low = 3 lambda_0 (low =
+    x_0/3) puts pair 1 (lambda 4 pi) in the blend band at a_1 = a_0/4 (x_0/2 - low = (x_0 - low)/4) and pair 2
+    (lambda ~ 8 pi) beyond it; high - low = (x_0 - low)/theta gives a_0 = theta. For theta = 2^-k the float32
+    neighbours of low are tried until the engine's formula gives theta and theta/8 exactly (every head size and
+    window tried finds one within a few steps). Heads beyond 254 dims (no such base in float32) take base 10000
+    and C/low halfway (in log) between pair 1's wavelength and pair 2's, pair 1 at what the band gives it."""
     old = _old(window)
-    inv1 = float(geometric(base, head_dim, dtype=torch.float32)[1])
     x0 = float(np.float32(np.float32(old) / np.float32(2 * math.pi)))  # C / lambda_0, as the engine computes it
-    x1 = float(np.float32(np.float32(old) / np.float32(2 * math.pi / np.float32(inv1))))  # C / lambda_1
-    low = float(np.float32(x1 / float(base) ** (1.0 / head_dim)))  # lambda_2 = lambda_1 base^(2/hd)
+    base = halving_base(head_dim)
+    if base is None:
+        inv1 = float(geometric(10000.0, head_dim, dtype=torch.float32)[1])
+        x1 = float(np.float32(np.float32(old) / np.float32(2 * math.pi / np.float32(inv1))))  # C / lambda_1
+        return _band(float(np.float32(x1 / 10000.0 ** (1.0 / head_dim))), x0, theta, 10000.0, old)
+    low = np.float32(x0 / 3)
+    if math.frexp(theta)[0] == 0.5:
+        for k in sorted(range(-32, 33), key=abs):
+            params = _band(float(_float32_steps(low, k)), x0, theta, base, old)
+            inv = inv_freq_float32(head_dim, params)
+            if float(inv[0]) == theta and float(inv[1]) == theta / 8:
+                return params
+    return _band(float(low), x0, theta, base, old)
+
+
+def halving_base(head_dim: int) -> float | None:
+    """A float32 base near 2^(hd/2) at which the engine's float32 ``1 / base^(2/hd)`` is exactly 1/2, or None
+    where 2^(hd/2) is beyond float32 (hd > 254) or none of its 128 nearest float32 neighbours gives it."""
+    if head_dim // 2 > 127:
+        return None
+    nominal = np.float32(2.0 ** (head_dim / 2))
+    for k in sorted(range(-64, 65), key=abs):
+        base = float(_float32_steps(nominal, k))
+        if float(geometric(base, head_dim, dtype=torch.float32)[1]) == 0.5:
+            return base
+    return None
+
+
+def _band(low: float, x0: float, theta: float, base: float, old: int) -> dict[str, Any]:
+    """The llama3 parameters with C/low at ``low`` and high - low = (x0 - low)/theta, float32 values."""
     span = float(np.float32(float(np.float32(x0) - np.float32(low)) / float(np.float32(theta))))
     return _params(float(base), low, low + span, old)
+
+
+def _float32_steps(x: np.float32, k: int) -> np.float32:
+    """The float32 number ``k`` steps from ``x`` (negative: below)."""
+    out = np.float32(x)
+    for _ in range(abs(k)):
+        out = np.nextafter(out, np.float32(np.inf if k > 0 else -np.inf))
+    return out
 
 
 def _old(window: int) -> int:
