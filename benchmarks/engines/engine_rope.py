@@ -197,6 +197,20 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def merged(engine: str, rows: list[dict], chosen: set[str] | None) -> list[dict]:
+    """The rows to store: ROWS, and where only the CHOSEN targets ran, the stored rows of the others, in the
+    order of ``cases``."""
+    if chosen is None or not results(engine).exists():
+        return rows
+    keep = [r for r in json.loads(results(engine).read_text()) if r["target"] not in chosen]
+    order = {c: k for k, c in enumerate(cases(engine))}
+
+    def key(r: dict) -> int:
+        return order.get((r["family"], r["target"], r["heads"], r["head_dim"], r["dtype"], r["window"]), len(order))
+
+    return sorted(keep + rows, key=key)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", choices=ENGINES, required=True)
@@ -216,7 +230,7 @@ def main() -> int:
             print(f"{family} {target} {heads} x {head_dim} {dtype}: done", file=sys.stderr)
     print(table(rows))
     if args.write:
-        results(args.engine).write_text(json.dumps(rows, indent=1) + "\n")
+        results(args.engine).write_text(json.dumps(merged(args.engine, rows, chosen), indent=1) + "\n")
     return 0 if all(r["inv_freq_equal"] and r["within_prediction"] for r in rows) else 1
 
 

@@ -1,10 +1,10 @@
 """Writer of the ``llama`` target: ``LlamaForCausalLM`` for the gated-MLP families (Baichuan 13B, Refact).
 
-Each head grows by its emulation dims (hd' = hd + R for the ladder, hd + 2 for the single pair; ``head_dim`` is
-free of ``hidden_size / heads``), the residual keeps its width: only q, k, v and the output projection widen
-(``compact``). Llama rotates the whole head, pair k on dims (k, k + hd'/2): the ladder's pairs are pairs
-0 .. R/2 - 1, the single pair is pair 0, and the rope the plan chose (``EmulationPlan.rope_parameters``,
-``targets.llama_rope``) silences every other pair. ``attention_bias`` carries q's and k's constants; v's and the
+Each head grows by its emulation dims (hd' = hd + R for the ladder, hd + 4 for the single strategy's two opposed
+pairs; ``head_dim`` is free of ``hidden_size / heads``), the residual keeps its width: only q, k, v and the output
+projection widen (``compact``). Llama rotates the whole head, pair k on dims (k, k + hd'/2): the ladder's pairs
+are pairs 0 .. R/2 - 1, the opposed pairs are pairs 0 and 1 (``emulation.single``), and the rope the plan chose
+(``EmulationPlan.rope_parameters``, ``targets.llama_rope``) silences every other pair. ``attention_bias`` carries q's and k's constants; v's and the
 output's biases are zero. A multi-query source keeps its one kv head (``num_key_value_heads``): its k constants
 are the heads' (with one split s they are the same on every dim a head uses; a head without a pair has q = 0
 there). RMSNorm weights, the gated MLP (gate, up, down) and the embedding move over with one cast each; the
