@@ -29,6 +29,18 @@ def test_every_strategy_is_frozen_and_round_trips_through_json(strategy):
         p.window = 3
 
 
+def test_the_opposed_pairs_round_trip_and_only_they_say_so():
+    # the llama target's single strategy: pairs 0 and 1, the second opposed; every other plan's record keeps the
+    # fields it had (no "opposed": checkpoints written before it are byte for byte the same)
+    p = plan(from_heads(4, 64, family="baichuan"), PlanRequest(window=1024, dtype="float32", target="llama"))
+    data = json.loads(p.to_json())
+    assert [pair.get("opposed", False) for pair in data["heads"][0]["pairs"]] == [False, True]
+    assert "opposed" not in data["heads"][0]["pairs"][0]
+    assert EmulationPlan.from_dict(data) == p and p.rotary_dim == 4
+    single = json.loads(plan(from_heads(4, 64), REQUESTS["single"]).to_json())
+    assert all("opposed" not in pair for h in single["heads"] for pair in h["pairs"])
+
+
 def test_records_of_ropebridge_0_1_are_read():
     p = plan(from_heads(2, 64), REQUESTS["ladder"])
     old = p.to_dict()

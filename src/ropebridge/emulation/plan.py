@@ -179,6 +179,9 @@ class EmulationPlan:
         out = asdict(self)
         for h, row in zip(self.heads, out["heads"]):
             row["theta"], row["N"] = h.theta, h.N
+            for pair in row["pairs"]:
+                if not pair["opposed"]:  # only the llama target's opposed pairs say so
+                    del pair["opposed"]
         out["worst_head"] = self.worst_head.head
         out["worst_predicted_error"] = self.worst_head.predicted_error
         out["meets_tolerance"] = self.meets_tolerance
