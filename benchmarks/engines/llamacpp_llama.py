@@ -87,7 +87,8 @@ def case(env, family: str, strategy: str, tokenizer: Path, work: Path) -> dict:
     config = json.loads((res.destination / "config.json").read_text())
     native = strategy == "native"
     return {"family": family, "dtype": "float32", "strategy": "native" if native else plan.strategy,
-            "head_dim": config["head_dim"] - (2 if native else 0), "kv_heads": config["num_key_value_heads"], "llama_cpp_python": envs.LLAMA_CPP_PYTHON,
+            "head_dim": plan.head_dim if native else config["head_dim"], "kv_heads": config["num_key_value_heads"],
+            "llama_cpp_python": envs.LLAMA_CPP_PYTHON,
             "max_abs_vs_oracle": err, "predicted": plan.worst_head.predicted_error, "limit": limit,
             "max_abs_vs_rmsnorm_reading": max(got["rmsnorm"]["max_abs_by_position"]) if "rmsnorm" in got else None,
             "greedy_identical": got["greedy"] == expected, "passes": bool(err <= limit) and got["greedy"] == expected}
