@@ -113,5 +113,6 @@ def test_a_second_signal_while_cleaning_up_does_not_cut_it(src, tmp_path):
         os.kill(proc.pid, signal.SIGINT)
     except ProcessLookupError:
         pass
-    proc.communicate(timeout=60)
-    assert proc.returncode in (130, 143) and list(tmp_path.iterdir()) == []
+    out, err = proc.communicate(timeout=60)
+    left = list(tmp_path.iterdir())
+    assert proc.returncode in (130, 143) and left == [], (proc.returncode, err, left, [list(p.iterdir()) for p in left])
