@@ -258,3 +258,18 @@ def test_refuses_when_the_disk_lacks_room_for_the_output(bloom12, tmp_path, caps
     assert list(out.iterdir()) == []
     monkeypatch.setattr(shutil, "disk_usage", real)
     assert main(["convert", str(bloom12), str(out / "dst"), "--window", "512"]) == 0
+
+
+def test_the_summary_names_the_pairs_it_wrote(tmp_path, capsys):
+    # the llama target's single strategy is two opposed pairs: the one line names both thetas; starcoder2's one
+    from pico import build_remote
+
+    baichuan = build_remote(tmp_path / "baichuan", "baichuan")
+    assert main(["convert", str(baichuan), str(tmp_path / "llama"), "--window", "512", "--dtype", "float32"]) == 0
+    record = json.loads((tmp_path / "llama" / "ropebridge.json").read_text())["plan"]["heads"][0]["pairs"]
+    line = capsys.readouterr().out.splitlines()[0]
+    assert f"thetas {record[0]['theta']:.6g} and {record[1]['theta']:.6g} on two opposed pairs" in line, line
+    bloom = build(tmp_path / "bloom", "bloom-4heads")
+    assert main(["convert", str(bloom), str(tmp_path / "sc2"), "--window", "512", "--dtype", "float32",
+                 "--target", "starcoder2"]) == 0
+    assert "on one pair" in capsys.readouterr().out.splitlines()[0]
