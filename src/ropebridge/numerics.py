@@ -56,6 +56,11 @@ def half_ulp(x: np.ndarray | float, dtype: str) -> np.ndarray:
     return np.where(np.isfinite(a), out, np.inf)
 
 
+def is_power_of_two(x: float) -> bool:
+    """Whether ``x`` is 2^k for an integer k (its significand is exactly 1/2 in ``math.frexp``)."""
+    return math.frexp(x)[0] == 0.5
+
+
 def plan_tolerance(dtype: str, slopes: Sequence[float], window: int) -> float:
     """The default tolerance of a plan: ``TOLERANCE[dtype]``, and in float32 at least
     ``FLOAT32_BIAS_HALF_ULPS`` half-ulps of the largest bias ``m L`` of the window. Any float32 computation of

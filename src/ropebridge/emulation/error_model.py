@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..numerics import Numerics, half_ulp
+from ..numerics import Numerics, half_ulp, is_power_of_two
 
 # torch's float32 sin/cos on CPU: measured within 1.2 half-ulps (0.6 ulp) of the float64 value over
 # 6M angles in (1e-8, 1.6); tests/emulation/test_error_model.py checks that this machine's torch still meets it.
@@ -70,12 +70,7 @@ EXACT_TABLE_ANGLE = 2.0**-12  # float32 cos(x) = 1 and sin(x) = x exactly for an
 def exact_angles(theta: float, last_position: float) -> bool:
     """Whether float32 angles p*theta are exact for every integer position p <= last_position: theta a
     power of two (then p*theta only shifts the exponent) and p < 2^24 (p itself exact in float32)."""
-    return _is_power_of_two(theta) and last_position < 2**24
-
-
-def _is_power_of_two(x: float) -> bool:
-    m, _ = math.frexp(x)
-    return m == 0.5
+    return is_power_of_two(theta) and last_position < 2**24
 
 
 @dataclass(frozen=True)
@@ -121,7 +116,7 @@ def rounding_bound(
     if _exact_rotation(pairs, dtype, last, split):
         return _exact_rotation_rounding(pairs[0], scale, i, j)
     if _opposed_rotation(pairs, dtype, last, split):
-        return _opposed_rounding(pairs, scale, i, j)
+        return _opposed_rounding(pairs, scale, i, j, last)
     for p in pairs:
         qa = abs(p.N) / ka
         a = abs(p.N) * scale
@@ -146,7 +141,7 @@ def rounding_bound(
     bias = np.abs(emulated_bias(pairs, scale, d))
     if dtype != "float32":
         out += scale * half_ulp(bias / scale, dtype)
-    if not _is_power_of_two(scale):
+    if not is_power_of_two(scale):
         out += half_ulp(bias, dtype) + bias * half_ulp(scale, dtype) / scale
     return out
 
@@ -166,11 +161,12 @@ def _opposed_rotation(pairs: Sequence[PairSpec], dtype: str, last: float, split:
     if dtype != "float32" or len(pairs) != 2 or split != 1.0 or [p.opposed for p in pairs] != [False, True]:
         return False
     thetas = [float(np.float32(p.theta)) for p in pairs]
-    return (thetas == [p.theta for p in pairs] and exact_angles(thetas[0], last) and last < 2**24
+    return (thetas == [p.theta for p in pairs] and exact_angles(thetas[0], last)
             and max(thetas) * last <= EXACT_TABLE_ANGLE)
 
 
-def _opposed_rounding(pairs: Sequence[PairSpec], scale: float, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+def _opposed_rounding(pairs: Sequence[PairSpec], scale: float, i: np.ndarray, j: np.ndarray,
+                      last: float) -> np.ndarray:
     """The rounding of the opposed pairs, site by site (float32). Pair a: q = (-N_a, 0), k = (0, 1) at a
     power-of-two theta_a (x_p = p theta_a exact); pair b: q = (0, N_b), k = (1, 0), its angles y_p = fl32(p theta_b)
     rounded; K = N theta ~ m sqrt(hd)/2 for each. The dot product sums, in the order of the dims, fl(N_a x_j) (a
@@ -185,13 +181,13 @@ def _opposed_rounding(pairs: Sequence[PairSpec], scale: float, i: np.ndarray, j:
     bias = np.abs(emulated_bias(pairs, scale, i - j))
     out = sum(np.abs(p.N * scale * np.sin(p.theta * (i - j))) * abs(n - abs(p.N)) / abs(p.N)
               for p, n in ((a, na), (b, nb)))
-    if not exact_angles(b.theta, float(np.max(np.maximum(i, j)))):
+    if not exact_angles(b.theta, last):  # the last position either side reaches
         out = out + nb * scale * (half_ulp(i * b.theta, "float32") + half_ulp(j * b.theta, "float32"))
     k_i, k_d = na * a.theta * i, na * a.theta * np.abs(i - j)
     out = out + scale * (_product_rounding(na, j, a.theta) + _product_rounding(na, i, a.theta)
                          + half_ulp(nb * b.theta * i, "float32") + half_ulp(k_i + k_d, "float32")
                          + 2 * half_ulp(k_d, "float32"))
-    if not _is_power_of_two(scale):
+    if not is_power_of_two(scale):
         out = out + half_ulp(bias, "float32") + bias * half_ulp(scale, "float32") / scale
     return out
 
@@ -215,7 +211,7 @@ def _exact_rotation_rounding(pair: PairSpec, scale: float, i: np.ndarray, j: np.
     out = bias * abs(stored - n) / n
     out += scale * (_product_rounding(stored, i, theta) + _product_rounding(stored, j, theta)
                     + _product_rounding(stored, np.abs(i - j), theta))
-    if not _is_power_of_two(scale):
+    if not is_power_of_two(scale):
         out += half_ulp(bias, "float32") + bias * half_ulp(scale, "float32") / scale
     return out
 

@@ -61,12 +61,9 @@ def evaluate_opposed(head: int, slope: float, thetas: tuple[float, float], num: 
     """The head's plan on two pairs, the second opposed (``single`` module doc): each adds half the bias, amplitude
     A_k = m / (2 theta_k) logits, so ``-sum_k A_k sin(theta_k d)`` ~ -m d and, on the first two dims, the key's
     product N_0 theta_0 j and the query's N_1 theta_1 i are equal in size and cancel."""
-    amplitudes = [slope / (2 * t) for t in thetas]  # logits
-    ns = [a / num.scale for a in amplitudes]
-    s = split_for(max(ns), num.dtype, num.split)
-    specs = [PairSpec(float(t), float(n), k == 1) for k, (t, n) in enumerate(zip(thetas, ns))]
-    err = predict(slope, specs, num, split=s)
-    pairs = tuple(PairTerm(float(t), float(n), k, opposed=k == 1) for k, (t, n) in enumerate(zip(thetas, ns)))
+    pairs = tuple(PairTerm(float(t), slope / (2 * t) / num.scale, k, opposed=k == 1) for k, t in enumerate(thetas))
+    s = split_for(max(p.N for p in pairs), num.dtype, num.split)
+    err = predict(slope, [PairSpec(p.theta, p.N, p.opposed) for p in pairs], num, split=s)
     return HeadPlan(head, slope, pairs, s, err.sine, err.rounding, err.total)
 
 

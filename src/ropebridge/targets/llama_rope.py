@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ..frequencies import geometric
+from ..numerics import is_power_of_two
 
 SILENCE = 2.0**100  # the llama3 factor that silences the content pairs
 F32_MAX = float(np.finfo(np.float32).max)
@@ -87,7 +88,7 @@ def opposed_parameters(theta: float, head_dim: int, window: int) -> dict[str, An
         x1 = float(np.float32(np.float32(old) / np.float32(2 * math.pi / np.float32(inv1))))  # C / lambda_1
         return _band(float(np.float32(x1 / 10000.0 ** (1.0 / head_dim))), x0, theta, 10000.0, old)
     low = np.float32(x0 / 3)
-    if math.frexp(theta)[0] == 0.5:
+    if is_power_of_two(theta):
         for k in sorted(range(-32, 33), key=abs):
             params = _band(float(_float32_steps(low, k)), x0, theta, base, old)
             inv = inv_freq_float32(head_dim, params)

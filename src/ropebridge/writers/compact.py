@@ -80,13 +80,14 @@ def layout(src: SourceModel, plan: EmulationPlan, target: Target) -> CompactLayo
         extra = {"base": plan.base}
     elif target.pair_dims == "whole-head":  # the opposed pairs (emulation.single): pair k on dims (k, k + hd'/2)
         half = hd_out // 2
-        if any(len(hp.pairs) != r // 2 for hp in plan.heads) or len({hp.pairs[0].theta for hp in plan.heads}) != 1:
+        if len({tuple((p.theta, p.opposed) for p in hp.pairs) for hp in plan.heads}) != 1 or any(
+                len(hp.pairs) != r // 2 for hp in plan.heads):
             raise ValueError(f"--target {target.name} rotates {r // 2} opposed pairs at one theta each for all heads")
-        emulation = torch.tensor([0, 1, half, half + 1])
-        for k in range(r // 2):
-            n = torch.tensor([hp.pairs[k].N * n_scale / hp.split for hp in plan.heads], dtype=torch.float64)
-            s = torch.tensor([hp.split for hp in plan.heads], dtype=torch.float64)
-            if plan.heads[0].pairs[k].opposed:  # q = (0, N/s), k = (s, 0)
+        emulation = torch.cat([torch.arange(r // 2), half + torch.arange(r // 2)])
+        s = torch.tensor([hp.split for hp in plan.heads], dtype=torch.float64)
+        for k, pair in enumerate(plan.heads[0].pairs):
+            n = torch.tensor([hp.pairs[k].N for hp in plan.heads], dtype=torch.float64) * n_scale / s
+            if pair.opposed:  # q = (0, N/s), k = (s, 0)
                 q_rot[:, half + k], k_rot[:, k] = n, s
             else:  # q = (-N/s, 0), k = (0, s)
                 q_rot[:, k], k_rot[:, half + k] = -n, s
