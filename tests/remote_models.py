@@ -180,3 +180,44 @@ def jais_logits(directory: Path, ids: torch.Tensor) -> torch.Tensor:
 
 READINGS = {"baichuan": baichuan_logits, "baichuan2": baichuan_logits, "refact": refact_logits,
             "replit": replit_logits, "jais": jais_logits, "btlm": jais_logits}  # pico name -> reading
+
+
+@torch.no_grad()
+def embedded_conversion(name: str, family: str, reading, tmp_path: Path, tokens: int = 512) -> dict:
+    """The embedded real-text model ``name`` (``ropebridge.demo.data_dir``) of a remote-code ``family``, measured
+    against its ``reading`` on the first ``tokens`` of its held-out text (``ids``): the module it was trained as
+    (``scripts/train_demo_model.py``), run in float64, relative to the reading's largest logit (``trained``); its
+    default float32 conversion (``result``) run in float64 (``as_function``) and in float32 (``float32``), max
+    |logit difference|; and whether the converted model's 16 greedy tokens after 64 are the reading's
+    (``greedy``)."""
+    import sys
+
+    import transformers as T
+    from transformers import AutoTokenizer
+
+    from ropebridge.convert import convert
+    from ropebridge.demo import data_dir
+    from ropebridge.emulation import PlanRequest
+
+    src = data_dir(name)
+    text = (src / "heldout.txt").read_text()[:20_000]
+    ids = torch.tensor([AutoTokenizer.from_pretrained(src)(text)["input_ids"][:tokens]])
+    logits = reading(src, ids)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import train_demo_model
+
+    trained = train_demo_model.remote_from(family, src).double()
+    if isinstance(getattr(trained, "slopes", None), torch.Tensor):  # a plain attribute, not a buffer .double() casts
+        trained.slopes = trained.slopes.double()
+    result = convert(src, tmp_path / "converted", PlanRequest(window=2048, dtype="float32"))
+
+    def error(dtype: torch.dtype) -> float:
+        model = T.AutoModelForCausalLM.from_pretrained(result.destination, dtype=dtype).eval()
+        return float((model(ids).logits.double() - logits).abs().max())
+
+    model = T.AutoModelForCausalLM.from_pretrained(result.destination, dtype=torch.float32).eval()
+    greedy = model.generate(ids[:, :64], max_new_tokens=16, do_sample=False)[0, 64:]
+    return {"trained": float((trained(ids).logits - logits).abs().max()) / float(logits.abs().max()),
+            "result": result, "architecture": type(model).__name__, "as_function": error(torch.float64),
+            "float32": error(torch.float32),
+            "greedy": greedy.tolist() == greedy_continuation(reading, src, ids[:, :64], 16)}

@@ -7,7 +7,7 @@ import pytest
 import torch
 import transformers as T
 from pico import build, build_remote
-from remote_models import baichuan_logits, greedy_continuation, refact_logits
+from remote_models import baichuan_logits, embedded_conversion, greedy_continuation, refact_logits
 
 from ropebridge.convert import convert
 from ropebridge.emulation import PlanRequest
@@ -111,31 +111,9 @@ def test_the_embedded_baichuan_is_its_training_module_and_converts_exactly(tmp_p
     # reading of modeling_baichuan.py computes; its default conversion (llama, float32) is exact as a function
     # (run in float64: float32's rounding of the stored weights only) and within the plan's tolerance when run
     # in float32, greedy included
-    import sys
-    from pathlib import Path
-
-    from transformers import AutoTokenizer
-
-    from ropebridge.demo import data_dir
-
-    src = data_dir("demo-baichuan")
-    text = (src / "heldout.txt").read_text()[:20_000]
-    ids = torch.tensor([AutoTokenizer.from_pretrained(src)(text)["input_ids"][:512]])
-    reading = baichuan_logits(src, ids)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-    import train_demo_model
-
-    trained = train_demo_model.remote_from("baichuan", src).double()
-    trained.slopes = trained.slopes.double()
-    with torch.no_grad():
-        assert float((trained(ids).logits - reading).abs().max()) <= 1e-9 * float(reading.abs().max())
-    res = convert(src, tmp_path / "llama", PlanRequest(window=2048, dtype="float32"))
-    assert res.target == "llama"
-    as_function = float((run(res.destination, ids, "float64") - reading).abs().max())
-    assert as_function <= 1e-5, as_function  # measured 2.3e-6
-    err = float((run(res.destination, ids, "float32") - reading).abs().max())
-    assert err <= 1e-4, err  # measured 3.5e-5; one pair on heads of hd + 2: 2.7e-4 (docs/decisions.md)
-    model = T.AutoModelForCausalLM.from_pretrained(res.destination, dtype=torch.float32).eval()
-    with torch.no_grad():
-        greedy = model.generate(ids[:, :64], max_new_tokens=16, do_sample=False)[0, 64:]
-    assert greedy.tolist() == greedy_continuation(baichuan_logits, src, ids[:, :64], 16)
+    got = embedded_conversion("demo-baichuan", "baichuan", baichuan_logits, tmp_path)
+    assert got["trained"] <= 1e-9
+    assert got["result"].target == "llama" and got["architecture"] == "LlamaForCausalLM"
+    assert got["as_function"] <= 1e-5, got["as_function"]  # measured 2.3e-6
+    assert got["float32"] <= 1e-4, got["float32"]  # measured 3.5e-5; one pair on heads of hd + 2: 2.7e-4 (docs/decisions.md)
+    assert got["greedy"]

@@ -8,7 +8,7 @@ import pytest
 import torch
 import transformers as T
 from pico import build, build_remote
-from remote_models import greedy_continuation, jais_logits
+from remote_models import embedded_conversion, greedy_continuation, jais_logits
 
 from ropebridge.checkpoint.tensor_io import CheckpointReader
 from ropebridge.convert import convert, verify
@@ -103,32 +103,9 @@ def test_the_embedded_jais_is_its_training_module_and_converts_exactly(tmp_path)
     # the real-text Jais (data/demo-jais, muP scales, float16 weights and slopes): the module it was trained as
     # computes what the independent reading of modeling_jais.py computes; its default conversion (stablelm, float32)
     # is exact as a function (run in float64) and within 1e-4 logits when run in float32, greedy included
-    import sys
-    from pathlib import Path
-
-    from transformers import AutoTokenizer
-
-    from ropebridge.demo import data_dir
-
-    src = data_dir("demo-jais")
-    text = (src / "heldout.txt").read_text()[:20_000]
-    ids = torch.tensor([AutoTokenizer.from_pretrained(src)(text)["input_ids"][:512]])
-    reading = jais_logits(src, ids)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-    import train_demo_model
-
-    trained = train_demo_model.remote_from("jais", src).double()
-    with torch.no_grad():
-        assert float((trained(ids).logits - reading).abs().max()) <= 1e-9 * float(reading.abs().max())
-    res = convert(src, tmp_path / "stablelm", PlanRequest(window=2048, dtype="float32"))
-    assert res.target == "stablelm"
-    model = T.AutoModelForCausalLM.from_pretrained(res.destination, dtype=torch.float64).eval()
-    with torch.no_grad():
-        as_function = float((model(ids).logits - reading).abs().max())
-    assert as_function <= 1e-5, as_function
-    err = float((run(res.destination, ids, "float32") - reading).abs().max())
-    assert err <= 1e-4, err
-    model = T.AutoModelForCausalLM.from_pretrained(res.destination, dtype=torch.float32).eval()
-    with torch.no_grad():
-        greedy = model.generate(ids[:, :64], max_new_tokens=16, do_sample=False)[0, 64:]
-    assert greedy.tolist() == greedy_continuation(jais_logits, src, ids[:, :64], 16)
+    got = embedded_conversion("demo-jais", "jais", jais_logits, tmp_path)
+    assert got["trained"] <= 1e-9
+    assert got["result"].target == "stablelm" and got["architecture"] == "StableLmForCausalLM"
+    assert got["as_function"] <= 1e-5, got["as_function"]
+    assert got["float32"] <= 1e-4, got["float32"]
+    assert got["greedy"]
