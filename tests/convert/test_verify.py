@@ -167,6 +167,7 @@ def test_a_refact_conversion_verifies_and_its_byte_check_reads_the_fused_tensors
     edit_tensor(dst, "model.layers.0.self_attn.k_proj.weight", lambda t: t * 1.001)  # the one shared k head
     damaged = verify(src, dst, context=128, greedy_tokens=8)
     assert not damaged.passed and any("k_proj" in f for f in damaged.failures), damaged.failures
+    assert damaged.source_attention == report.source_attention and report.source_attention.startswith("not run")
 
 
 def test_a_replit_lm_conversion_verifies_and_a_damaged_one_fails(tmp_path):

@@ -55,6 +55,15 @@ from .verdict import READING_TOKENS, VerifyReport, judge, limit_of
 
 log = logging.getLogger(__name__)
 
+
+def source_attention(spec) -> str:
+    """How the source runs beside the conversion: its transformers attention implementation (``Family.attention``),
+    or, for a remote-code family, that it is not run and the exact reference stands for it."""
+    if spec.attention is None:
+        return "not run: no transformers class (remote code); the exact reference stands for it"
+    return spec.attention
+
+
 def _load(path: str | Path, dtype: torch.dtype):
     from transformers import AutoModelForCausalLM
 
@@ -247,7 +256,7 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
     checked = byte_check.compare(derived, dst, record, quick=request.quick, progress=progress)
     if checked.failures:
         report = VerifyReport(source=str(src), converted=str(dst), family=source.info.family, dtype=dtype,
-                              context=request.context, source_attention=source.info.spec.attention,
+                              context=request.context, source_attention=source_attention(source.info.spec),
                               byte_check=checked.to_dict(), predicted_error=predicted,
                               functional_skipped="DST is not what convert writes from SRC",
                               failures=list(checked.failures))
@@ -334,7 +343,7 @@ def measure(source: SourceModel, src: Path, dst: Path, request: VerifyRequest, b
         g_conv = _greedy(converted, prompt, greedy_tokens, pad_id)
     report = VerifyReport(
         source=str(src), converted=str(dst), family=source.info.family, dtype=dtype, context=n,
-        source_attention=source.info.spec.attention,
+        source_attention=source_attention(source.info.spec),
         transformers_native_deviation="; ".join(d.what for d in deviations) or None,
         transformers_reading_max_err=hf_reading, native_reading_max_err=reading, padded_max_abs_logit_diff=padded,
         **_agreement(a, b, ids, g_native, g_conv, text is not None),
@@ -374,7 +383,7 @@ def _measure_against_reference(source: SourceModel, src: Path, dst: Path, reques
     agreement = _agreement(ref, b, ids, g_ref, g_conv, request.text is not None)
     report = VerifyReport(
         source=str(src), converted=str(dst), family=source.info.family, dtype=dtype, context=n,
-        source_attention="not run: no transformers class (remote code); the exact reference stands for it",
+        source_attention=source_attention(source.info.spec),
         padded_max_abs_logit_diff=padded, **agreement, native_ran=False,
         reference_native_max_err=0.0, reference_converted_max_err=agreement["max_abs_logit_diff"],
         thresholds={"max_abs_logit_diff": request.max_logit_diff, "greedy_identical": dtype == "float32",
