@@ -102,8 +102,10 @@ def perplexity(model, ids: torch.Tensor, context: int, tokens: int = EVAL_TOKENS
         raise ValueError(f"the held-out text has fewer than {context + 1} tokens")
     x = ids[: n * context].view(n, context)  # (w, c)
     logits = torch.cat([model(chunk).logits for chunk in x.split(8)])  # (w, c, V)
-    nll = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).double(), x[:, 1:].reshape(-1))
-    return float(torch.exp(nll)), logits
+    nll = torch.zeros((), dtype=torch.float64)
+    for window, target in zip(logits, x):  # (c, V), (c,): float64 a window at a time, which stays in cache
+        nll += torch.nn.functional.cross_entropy(window[:-1].double(), target[1:], reduction="sum")
+    return float(torch.exp(nll / (n * (context - 1)))), logits
 
 
 def _forward_seconds(model, x: torch.Tensor, repeats: int = 3) -> float:
