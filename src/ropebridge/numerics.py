@@ -56,6 +56,16 @@ def half_ulp(x: np.ndarray | float, dtype: str) -> np.ndarray:
     return np.where(np.isfinite(a), out, np.inf)
 
 
+def round_significand(x: float, bits: int) -> float:
+    """``x`` rounded to nearest with ``bits`` significant bits (>= 1): a number whose products with integers
+    below 2^(24 - bits) are exact in float32."""
+    bits = _checks.positive_int("bits", bits)
+    if x == 0 or not math.isfinite(x):
+        return x
+    m, e = math.frexp(x)  # x = m 2^e, 0.5 <= |m| < 1
+    return math.ldexp(round(math.ldexp(m, bits)), e - bits)
+
+
 def is_power_of_two(x: float) -> bool:
     """Whether ``x`` is 2^k for an integer k (its significand is exactly 1/2 in ``math.frexp``)."""
     return math.frexp(x)[0] == 0.5

@@ -122,22 +122,48 @@ def test_exact_rotation_regime_in_float32():
 @pytest.mark.parametrize("m, window, head_dim", [(2**-0.5, 4096, 36), (2**-0.25 / 2, 32768, 132), (2**-8.5, 2048, 20),
                                                  (2**-0.75, 8192, 260)])
 def test_opposed_pairs_in_float32_are_bounded_and_bound_tightly(m, window, head_dim):
-    # the llama target's two opposed pairs at its engine's thetas (pair 0 a power of two, pair 1 not): the
-    # site-by-site model bounds the measurement, within a small factor of it, and is tighter than the generic one
+    # the llama target's two opposed pairs at its engine's thetas (pair 0 a power of two, pair 1 not) and with
+    # its amplitudes at the target head's scale: the site-by-site model bounds the measurement, within a small
+    # factor of it, and is tighter than the generic one
+    from ropebridge.emulation.pairs import opposed_amplitudes
     from ropebridge.emulation.single import exact_rotation_theta
     from ropebridge.targets.llama_rope import opposed_rope
 
     _, (t0, t1) = opposed_rope(exact_rotation_theta(window), head_dim, window)
-    num = Numerics(SCALE, window, "float32")
-    pairs = [PairSpec(t0, m / (2 * t0) / SCALE), PairSpec(t1, m / (2 * t1) / SCALE, opposed=True)]
+    scale = 1 / math.sqrt(head_dim)
+    num = Numerics(scale, window, "float32")
+    n0, n1 = opposed_amplitudes(m, (t0, t1), scale, window)
+    pairs = [PairSpec(t0, n0), PairSpec(t1, n1, opposed=True)]
     predicted = predict(m, pairs, num)
-    generic = predict(m, [PairSpec(t0, pairs[0].N), PairSpec(t1, pairs[1].N)], num)  # not seen as opposed
+    generic = predict(m, [PairSpec(t0, n0), PairSpec(t1, n1)], num)  # not seen as opposed
     measured = measure(m, pairs, num)
     assert measured <= predicted.total <= 4 * measured, (measured, predicted.total)
     assert predicted.total < generic.total
     # a power-of-two slope on a power-of-two scale: every product and sum is exact, the bias ALiBi's to the bit
     exact = [PairSpec(t0, 2**-3 / (2 * t0) / SCALE), PairSpec(t1, 2**-3 / (2 * t1) / SCALE, opposed=True)]
-    assert measure(2**-3, exact, num) == (0.0 if head_dim <= 254 else pytest.approx(0.0, abs=predicted.total))
+    assert measure(2**-3, exact, Numerics(SCALE, window, "float32")) == (
+        0.0 if head_dim <= 254 else pytest.approx(0.0, abs=predicted.total))
+
+
+@pytest.mark.parametrize("m, window, head_dim", [(2**-0.25 / 2, 32768, 132), (2**-0.2, 4096, 68)])
+def test_the_opposed_pairs_short_first_amplitude_makes_the_keys_product_exact(m, window, head_dim):
+    # K_0 = N_0 theta_0 with 24 - ceil(log2 L) significant bits: K_0 j is exact for every key, where half the
+    # bias split evenly rounds at the key's position; measured and predicted both drop (the check can fail:
+    # the even split is measured too)
+    from ropebridge.emulation.pairs import opposed_amplitudes
+    from ropebridge.emulation.single import exact_rotation_theta
+    from ropebridge.targets.llama_rope import opposed_rope
+
+    _, (t0, t1) = opposed_rope(exact_rotation_theta(window), head_dim, window)
+    scale = 1 / math.sqrt(head_dim)
+    num = Numerics(scale, window, "float32")
+    n0, n1 = opposed_amplitudes(m, (t0, t1), scale, window)
+    assert error_model._significant_bits(np.array(n0 * t0)) <= 24 - (window - 1).bit_length()
+    assert n0 * t0 + n1 * t1 == pytest.approx(m / scale, rel=1e-15)
+    short = [PairSpec(t0, n0), PairSpec(t1, n1, opposed=True)]
+    even = [PairSpec(t0, m / scale / 2 / t0), PairSpec(t1, m / scale / 2 / t1, opposed=True)]
+    assert measure(m, short, num) < 0.8 * measure(m, even, num)
+    assert predict(m, short, num).total < predict(m, even, num).total
 
 
 def test_float16_subnormal_term_grows_like_one_over_theta():

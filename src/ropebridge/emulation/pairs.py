@@ -9,6 +9,7 @@ https://alexlitzenberger.com/blog/emulating_alibi_with_rope; ``fixed_base`` modu
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 
 from .. import _checks
-from ..numerics import DTYPES, Numerics
+from ..numerics import DTYPES, Numerics, round_significand
 from .error_model import PairSpec, predict
 from .plan import HeadPlan, PairTerm
 
@@ -57,13 +58,31 @@ def split_for(n_max: float, dtype: str, split: float | str | None) -> float:
     return _checks.positive("split", split)
 
 
-def evaluate_opposed(head: int, slope: float, thetas: tuple[float, float], num: Numerics) -> HeadPlan:
-    """The head's plan on two pairs, the second opposed (``single`` module doc): each adds half the bias, amplitude
-    A_k = m / (2 theta_k) logits, so ``-sum_k A_k sin(theta_k d)`` ~ -m d and, on the first two dims, the key's
-    product N_0 theta_0 j and the query's N_1 theta_1 i are equal in size and cancel."""
-    pairs = tuple(PairTerm(float(t), slope / (2 * t) / num.scale, k, opposed=k == 1) for k, t in enumerate(thetas))
+def opposed_amplitudes(slope: float, thetas: tuple[float, float], stored_scale: float,
+                       window: int) -> tuple[float, float]:
+    """The opposed pairs' amplitudes N'_0, N'_1 as the target head stores them (its logit scale
+    ``stored_scale`` = 1/sqrt(hd')), each adding about half the bias: K_0 = N'_0 theta_0 is m / (2 stored_scale)
+    rounded to 24 - ceil(log2 L) significant bits, so that with theta_0 a power of two the key's product K_0 j and
+    the query's K_0 i are exact float32 integers times K_0's last bit for every position below L; K_1 = N'_1
+    theta_1 carries the rest, m / stored_scale - K_0, so N'_0 theta_0 + N'_1 theta_1 = m / stored_scale."""
+    total = slope / stored_scale
+    k0 = round_significand(total / 2, max(1, 24 - (window - 1).bit_length()))
+    return k0 / thetas[0], (total - k0) / thetas[1]
+
+
+def evaluate_opposed(head: int, slope: float, thetas: tuple[float, float], num: Numerics,
+                     stored_scale: float) -> HeadPlan:
+    """The head's plan on two pairs, the second opposed (``single`` module doc), with ``opposed_amplitudes``
+    (amplitude A_k ~ m / (2 theta_k) logits, so ``-sum_k A_k sin(theta_k d)`` ~ -m d and, on the first two dims,
+    the key's product N_0 theta_0 j and the query's N_1 theta_1 i are equal in size and cancel). The plan holds N
+    in the source head's units (N' stored_scale / scale; the writer's sqrt(hd'/hd) gives N' back), the error
+    model sees N' at ``stored_scale``, as the engine computes it."""
+    stored = opposed_amplitudes(slope, thetas, stored_scale, num.window)
+    pairs = tuple(PairTerm(float(t), n * stored_scale / num.scale, k, opposed=k == 1)
+                  for k, (t, n) in enumerate(zip(thetas, stored)))
     s = split_for(max(p.N for p in pairs), num.dtype, num.split)
-    err = predict(slope, [PairSpec(p.theta, p.N, p.opposed) for p in pairs], num, split=s)
+    target = dataclasses.replace(num, scale=stored_scale)
+    err = predict(slope, [PairSpec(p.theta, n, p.opposed) for p, n in zip(pairs, stored)], target, split=s)
     return HeadPlan(head, slope, pairs, s, err.sine, err.rounding, err.total)
 
 

@@ -18,7 +18,8 @@ The ``llama`` target rotates the whole head, pair k on dims (k, k + hd'/2), so t
 pair's two dims, where the dot product holds the pair's first product, of size m sqrt(hd') i: a float32 sum of
 content there rounds at the query's position. It carries the bias as two **opposed pairs** instead
 (``pairs.evaluate_opposed``): pair 0 at theta, q = (-N_0/s, 0), k = (0, s), and pair 1 at the slower theta_1 the
-llama3 band gives it, q = (0, N_1/s), k = (s, 0), each adding half the bias (N_k theta_k = m sqrt(hd)/2). Dim 0
+llama3 band gives it, q = (0, N_1/s), k = (s, 0), each adding about half the bias (``pairs.opposed_amplitudes``:
+N_0 theta_0 is m sqrt(hd')/2 to a short significand, so the key's product is exact; pair 1 takes the rest). Dim 0
 then carries the key's product N_0 theta_0 j and dim 1 the query's -N_1 theta_1 i, which cancel to the size of
 the bias before any content is summed (``targets.llama_rope.opposed_rope``; hd' = hd + 4; docs/decisions.md).
 """
@@ -105,7 +106,8 @@ def plan_single(source, request) -> EmulationPlan:
     if request.target_spec.rope_form == "llama3":  # pairs 0 and 1 in the llama3 blend band, opposed
         rope, thetas = llama_rope.opposed_rope(theta, source.head_dim + OPPOSED_DIMS, num.window)
         extra = {"rope_parameters": rope, "rotary_dim": OPPOSED_DIMS}
-        heads = [evaluate_opposed(h, m, thetas, num) for h, m in enumerate(source.slopes)]
+        stored_scale = 1 / math.sqrt(source.head_dim + OPPOSED_DIMS)
+        heads = [evaluate_opposed(h, m, thetas, num, stored_scale) for h, m in enumerate(source.slopes)]
     elif request.target_spec.rotary_block:
         base = theta**-2.0
         heads = fixed_base_heads(source.slopes, base, ROTARY_DIM, 1, num)
