@@ -169,13 +169,15 @@ def _opposed_rounding(pairs: Sequence[PairSpec], scale: float, i: np.ndarray, j:
                       last: float) -> np.ndarray:
     """The rounding of the opposed pairs, site by site (float32). Pair a: q = (-N_a, 0), k = (0, 1) at a
     power-of-two theta_a (x_p = p theta_a exact); pair b: q = (0, N_b), k = (1, 0), its angles y_p = fl32(p theta_b)
-    rounded; K = N theta ~ m sqrt(hd)/2 for each. The dot product sums, in the order of the dims, fl(N_a x_j) (a
+    rounded; K = N theta ~ m sqrt(hd)/2 for each (``pairs.opposed_amplitudes`` gives K_a a short significand, which
+    makes both of pair a's products exact). The dot product sums, in the order of the dims, fl(N_a x_j) (a
     product), then fl(N_a x_j - fl(N_b y_i)) ~ K d (on the first two dims the key's and the query's products
     cancel), later fl(. - fl(N_a x_i)) ~ K i (a product and a sum at the query's size) and last the fused
     N_b y_j, whose result is the bias. So, each at most half an ulp of its result: the stored amplitudes
     (relative), pair b's angles (``|A_b| (hu32(i theta_b) + hu32(j theta_b))``), the products ``hu(K j)``,
     ``hu(K i)`` twice, the sums ``hu(K d)`` twice and ``hu(K i)``; then the scale. In logits (times the
-    scale). A content dim between the first and the last two dims is summed at the size K d, not K i."""
+    scale). A content dim between the first and the last two dims is summed at the size K d; the sum at the
+    query's size, hu(K i), is what rounds that partial sum, whatever it holds."""
     a, b = pairs
     na, nb = float(np.float32(abs(a.N))), float(np.float32(abs(b.N)))
     bias = np.abs(emulated_bias(pairs, scale, i - j))
