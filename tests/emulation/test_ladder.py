@@ -39,13 +39,22 @@ def test_a_kernel_is_planned_for_and_a_head_dim_it_does_not_run_refused():
         PlanRequest(kernel="tpu")
 
 
-def test_the_plan_is_the_same_whatever_jobs():
-    # 4 distinct heads over 16K tokens: enough work for the process pool (ladder.PARALLEL_WORK)
+def test_the_plan_is_the_same_whatever_jobs(monkeypatch):
+    # 4 distinct heads over 16K tokens, the pool taken whatever its rule says (and seen to start)
     slopes, window = alibi_slopes(4).tolist(), 16384
-    assert len(slopes) * window >= ladder.PARALLEL_WORK
     one = plan_ladder(slopes, 64, window, tolerance=2.0, jobs=1)
+    pools = []
+    real_pool = ladder._pool
+    monkeypatch.setattr(ladder, "worth_a_pool", lambda distinct, window: True)
+    monkeypatch.setattr(ladder, "_pool", lambda jobs: pools.append(jobs) or real_pool(jobs))
     two = plan_ladder(slopes, 64, window, tolerance=2.0, jobs=2)
-    assert one == two
+    assert pools == [2] and one == two
+
+
+def test_a_pool_only_where_it_pays_off():
+    # benchmarks/results/plan_time.json: many short Python-bound fits, or very long ones
+    assert not ladder.worth_a_pool(16, 131072) and not ladder.worth_a_pool(6, 32768)
+    assert ladder.worth_a_pool(112, 2048) and ladder.worth_a_pool(32, 8192) and ladder.worth_a_pool(6, 2**20)
 
 
 @pytest.mark.parametrize("window, dtype, expected", [(2048, "bfloat16", 13.17), (32768, "bfloat16", 15.94),

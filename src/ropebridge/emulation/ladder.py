@@ -84,8 +84,17 @@ def head_floors(heads: int, cutoff: float, floor=None, advantage=None) -> list[f
     return [_checks.at_least(f"floor[{i}]", c, cutoff) for i, c in enumerate(per_head("floors", floor, heads))]
 
 
-# A pool pays off once the fits outweigh its start (each worker imports torch, ~2 s): distinct heads times window.
-PARALLEL_WORK = 2**16
+# A pool pays off where each head's fit is short and Python-bound (many heads) or very long; in between torch's
+# own threads already keep the cores busy and a pool only adds its start (each worker imports torch, ~2 s):
+# benchmarks/results/plan_time.json, 2 cores.
+POOL_HEADS = 32
+POOL_WINDOW = 2**19
+
+
+def worth_a_pool(distinct: int, window: int) -> bool:
+    """Whether ``distinct`` heads' fits over ``window`` positions are worth a process pool: at least
+    ``POOL_HEADS`` of them, or a window of at least ``POOL_WINDOW``."""
+    return distinct >= POOL_HEADS or window >= POOL_WINDOW
 
 
 def fit_heads(
@@ -93,13 +102,13 @@ def fit_heads(
     jobs: int = 1, progress: bool = False,
 ) -> dict[tuple[float, float], HeadFit]:
     """``fit_head`` for every distinct (slope, floor) in ``keys``, in ``jobs`` processes where the work is worth
-    a pool (``PARALLEL_WORK``); each fit is a pure function of its arguments, so the result is the same whatever
+    a pool (``worth_a_pool``); each fit is a pure function of its arguments, so the result is the same whatever
     ``jobs``. ``progress`` shows a bar on stderr once the fits have run two seconds."""
     from .._progress import progress_bar
 
     distinct = list(dict.fromkeys((float(m), float(c)) for m, c in keys))
     args = [(m, tuple(np.asarray(thetas, np.float64).tolist()), window, c, dtype, stored_scale) for m, c in distinct]
-    jobs = min(jobs, len(distinct)) if len(distinct) * window >= PARALLEL_WORK else 1
+    jobs = min(jobs, len(distinct)) if worth_a_pool(len(distinct), window) else 1
     bar = progress_bar(len(distinct), "plan", enabled=progress, unit="head", delay=2.0)
     fits: dict[tuple[float, float], HeadFit] = {}
     try:
