@@ -44,6 +44,29 @@ def test_baichuan_converts_by_default_to_llama_exact_in_float32(tmp_path, family
     assert greedy.tolist() == greedy_continuation(baichuan_logits, src, ids[:, :8], 16)  # the reading's own
 
 
+def test_the_written_first_amplitude_is_short_so_the_keys_product_is_exact(tmp_path):
+    # pair 0's q constant times its theta, as the checkpoint holds it: 24 - ceil(log2 L) significant bits at most
+    # (pairs.opposed_amplitudes); pair 1 carries the rest, so the two add to m sqrt(hd') for every head
+    import numpy as np
+    from safetensors.torch import load_file
+
+    from ropebridge.emulation.error_model import _significant_bits
+
+    src = build_remote(tmp_path / "b", "baichuan")
+    res = convert(src, tmp_path / "llama", PlanRequest(window=512, dtype="float32"))
+    config = json.loads((res.destination / "config.json").read_text())
+    hd, h = config["head_dim"], config["num_attention_heads"]
+    tensors = {}
+    for f in res.destination.glob("*.safetensors"):
+        tensors.update(load_file(f))
+    q = tensors["model.layers.0.self_attn.q_proj.bias"].view(h, hd).double()  # (h, hd')
+    t0, t1 = (res.plan.heads[0].pairs[k].theta for k in (0, 1))
+    k0, k1 = -q[:, 0] * t0, q[:, hd // 2 + 1] * t1  # pair 0: q = (-N'_0, 0); pair 1 opposed: q = (0, N'_1)
+    assert (_significant_bits(k0.numpy()) <= 24 - (512 - 1).bit_length()).all()
+    m = torch.tensor([hp.slope for hp in res.plan.heads], dtype=torch.float64)  # (h,)
+    np.testing.assert_allclose((k0 + k1).numpy(), (m * hd**0.5).numpy(), rtol=2**-23)  # N'_1 rounds to float32
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_baichuan_in_half_precision_is_within_the_plan(tmp_path, dtype):
     src = build_remote(tmp_path / "b", "baichuan")
