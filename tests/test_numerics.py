@@ -76,8 +76,7 @@ def test_numerics_is_validated_once_naming_the_value():
 def test_round_significand_is_nearest_with_that_many_bits_and_its_integer_products_are_exact(bits):
     import math
 
-    from ropebridge.emulation.error_model import _significant_bits
-    from ropebridge.numerics import round_significand
+    from ropebridge.numerics import round_significand, significant_bits
 
     g = np.random.default_rng(bits)
     for x in g.uniform(-1e3, 1e3, 200).tolist() + [2.0**-30 * 3, 1.0, -0.75]:
@@ -85,7 +84,7 @@ def test_round_significand_is_nearest_with_that_many_bits_and_its_integer_produc
         m, e = math.frexp(x)
         unit = math.ldexp(1.0, e - bits)  # the last kept bit at x's exponent
         assert abs(r - x) <= unit / 2 and r * unit != 0  # nearest, and never 0
-        assert (r / unit).is_integer() and _significant_bits(np.array(r)) <= bits  # a carry shifts the exponent
+        assert (r / unit).is_integer() and significant_bits(np.array(r)) <= bits  # a carry shifts the exponent
         p = np.arange(1, 2 ** (24 - bits), 997, dtype=np.float64)
         assert (np.float32(r) * p.astype(np.float32)).astype(np.float64).tolist() == (r * p).tolist()
     assert round_significand(0.0, 3) == 0.0 and round_significand(2.0**-7 * 5, 3) == 2.0**-7 * 5  # already short

@@ -56,9 +56,18 @@ def half_ulp(x: np.ndarray | float, dtype: str) -> np.ndarray:
     return np.where(np.isfinite(a), out, np.inf)
 
 
+def significant_bits(x: np.ndarray) -> np.ndarray:
+    """Bits from the highest to the lowest set bit of each |x| (float64 values; 0 for 0): a product of two numbers
+    is exact in float32 where their counts add to at most 24."""
+    m, _ = np.frexp(np.abs(np.asarray(x, np.float64)))  # m in [0.5, 1): m 2^53 an integer below 2^53
+    ints = (m * 2.0**53).astype(np.int64)
+    lowest = ints & -ints  # the lowest set bit
+    return np.where(ints > 0, 53 - np.log2(np.maximum(lowest, 1)).astype(np.int64), 0)
+
+
 def round_significand(x: float, bits: int) -> float:
-    """``x`` rounded to nearest with ``bits`` significant bits (>= 1): a number whose products with integers
-    below 2^(24 - bits) are exact in float32."""
+    """``x`` rounded to nearest with ``bits`` significant bits (>= 1, ``significant_bits``): a number whose
+    products with integers below 2^(24 - bits) are exact in float32."""
     bits = _checks.positive_int("bits", bits)
     if x == 0 or not math.isfinite(x):
         return x

@@ -12,7 +12,7 @@ from ropebridge.emulation import error_model
 from ropebridge.emulation.error_model import PairSpec, predict, sine_error
 from ropebridge.emulation.fixed_base import frequency_set
 from ropebridge.emulation.pairs import multi_pair_amplitudes
-from ropebridge.numerics import DTYPES, Numerics, half_ulp
+from ropebridge.numerics import DTYPES, Numerics, half_ulp, significant_bits
 
 SCALE = 1 / 8  # head_dim 64
 
@@ -158,7 +158,7 @@ def test_the_opposed_pairs_short_first_amplitude_makes_the_keys_product_exact(m,
     scale = 1 / math.sqrt(head_dim)
     num = Numerics(scale, window, "float32")
     n0, n1 = opposed_amplitudes(m, (t0, t1), scale, window)
-    assert error_model._significant_bits(np.array(n0 * t0)) <= 24 - (window - 1).bit_length()
+    assert significant_bits(np.array(n0 * t0)) <= 24 - (window - 1).bit_length()
     assert n0 * t0 + n1 * t1 == pytest.approx(m / scale, rel=1e-15)
     short = [PairSpec(t0, n0), PairSpec(t1, n1, opposed=True)]
     even = [PairSpec(t0, m / scale / 2 / t0), PairSpec(t1, m / scale / 2 / t1, opposed=True)]

@@ -50,7 +50,7 @@ def test_the_written_first_amplitude_is_short_so_the_keys_product_is_exact(tmp_p
     import numpy as np
     from safetensors.torch import load_file
 
-    from ropebridge.emulation.error_model import _significant_bits
+    from ropebridge.numerics import significant_bits
 
     src = build_remote(tmp_path / "b", "baichuan")
     res = convert(src, tmp_path / "llama", PlanRequest(window=512, dtype="float32"))
@@ -62,7 +62,7 @@ def test_the_written_first_amplitude_is_short_so_the_keys_product_is_exact(tmp_p
     q = tensors["model.layers.0.self_attn.q_proj.bias"].view(h, hd).double()  # (h, hd')
     t0, t1 = (res.plan.heads[0].pairs[k].theta for k in (0, 1))
     k0, k1 = -q[:, 0] * t0, q[:, hd // 2 + 1] * t1  # pair 0: q = (-N'_0, 0); pair 1 opposed: q = (0, N'_1)
-    assert (_significant_bits(k0.numpy()) <= 24 - (512 - 1).bit_length()).all()
+    assert (significant_bits(k0.numpy()) <= 24 - (512 - 1).bit_length()).all()
     m = torch.tensor([hp.slope for hp in res.plan.heads], dtype=torch.float64)  # (h,)
     np.testing.assert_allclose((k0 + k1).numpy(), (m * hd**0.5).numpy(), rtol=2**-23)  # N'_1 rounds to float32
 

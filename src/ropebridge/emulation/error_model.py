@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..numerics import Numerics, half_ulp, is_power_of_two
+from ..numerics import Numerics, half_ulp, is_power_of_two, significant_bits
 
 # torch's float32 sin/cos on CPU: measured within 1.2 half-ulps (0.6 ulp) of the float64 value over
 # 6M angles in (1e-8, 1.6); tests/emulation/test_error_model.py checks that this machine's torch still meets it.
@@ -222,16 +222,8 @@ def _product_rounding(n: float, p: np.ndarray, theta: float) -> np.ndarray:
     """Half an ulp of the float32 product ``n * (p theta)`` (p integer, theta a power of two), or 0 where it is
     exact: its significand then needs no more than float32's 24 bits (those of n plus those of p)."""
     p = np.asarray(p, np.float64)
-    exact = _significant_bits(np.asarray(n)) + _significant_bits(p) <= 24
+    exact = significant_bits(np.asarray(n)) + significant_bits(p) <= 24
     return np.where(exact, 0.0, half_ulp(n * p * theta, "float32"))
-
-
-def _significant_bits(x: np.ndarray) -> np.ndarray:
-    """Bits from the highest to the lowest set bit of each |x| (float64 values; 0 for 0)."""
-    m, _ = np.frexp(np.abs(np.asarray(x, np.float64)))  # m in [0.5, 1): m 2^53 an integer below 2^53
-    ints = (m * 2.0**53).astype(np.int64)
-    lowest = ints & -ints  # the lowest set bit
-    return np.where(ints > 0, 53 - np.log2(np.maximum(lowest, 1)).astype(np.int64), 0)
 
 
 def matter_distance(slope: float, window: int, level: float) -> int:
