@@ -42,6 +42,23 @@ def test_blockwise_reference_equals_full_reference(tmp_path):
     torch.testing.assert_close(blocked, full, rtol=1e-12, atol=1e-12)  # same float64 math, other summation order
 
 
+@pytest.mark.parametrize("family", ["bloom-4heads", "mpt", "falcon-parallel-mq"])
+def test_the_streamed_reference_of_a_padded_batch_equals_the_whole_model_one(tmp_path, family):
+    # one layer's weights at a time, the embedding rows of the ids only, attention a block of queries at a time:
+    # the whole-model forward's logits to float64 rounding on every real position of a left-padded batch
+    from ropebridge.checkpoint.reference import reference_states
+
+    model = SourceModel(build(tmp_path / "src", family))
+    ids = torch.randint(0, 320, (2, 90), generator=torch.Generator().manual_seed(4))
+    mask = torch.ones_like(ids)
+    mask[1, :31] = 0
+    full = reference_logits(model, ids, mask)  # (2, s, V)
+    streamed = reference_states(model, ids, mask, query_block=16) @ model.head_rows(0, model.info.vocab_size).T
+    eps = torch.finfo(torch.float64).eps
+    assert float((streamed - full).abs()[mask.bool()].max()) <= 256 * eps * float(full.abs().max())
+    assert torch.equal(model.embedding_of(ids), model.embedding_rows(0, model.info.vocab_size)[ids])
+
+
 def test_baichuan_reference_is_its_modelling_code(tmp_path):
     # the float64 reference on Baichuan-13B and Baichuan2-13B picos in their real layout (W_pack thirds,
     # RMSNorm, gated SiLU MLP, Baichuan2's NormHead) against an independent reading of the published code

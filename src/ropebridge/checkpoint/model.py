@@ -230,7 +230,16 @@ class SourceModel:
     def embedding_rows(self, start: int, stop: int) -> torch.Tensor:
         """Input embedding rows ``(rows, D)``, BLOOM's embedding LayerNorm folded in, times ``info.embedding_scale``
         (muP; 1 for most families), float64."""
-        rows = self.reader.read(self._global_names()["emb"], (start, stop))
+        return self._embedded(self.reader.read(self._global_names()["emb"], (start, stop)))
+
+    def embedding_of(self, ids: torch.Tensor) -> torch.Tensor:
+        """The embedding ``(…, D)`` of token ids ``(…)``, as ``embedding_rows``, reading only the rows of the ids."""
+        unique, inverse = torch.unique(ids, return_inverse=True)
+        name = self._global_names()["emb"]
+        rows = torch.cat([self.reader.read(name, (int(r), int(r) + 1)) for r in unique])  # (u, D) float64
+        return self._embedded(rows)[inverse]
+
+    def _embedded(self, rows: torch.Tensor) -> torch.Tensor:
         if self.info.spec.embedding_norm:
             w, b = self._ln(self.info.spec.embedding_norm)
             rows = torch.nn.functional.layer_norm(rows, (rows.shape[-1],), w, b, self.info.eps)  # float64

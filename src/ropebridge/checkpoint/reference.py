@@ -3,7 +3,9 @@
 The canonical block of ``checkpoint.model`` with ALiBi applied exactly: logit = qk_scale * q.k - m (i - j),
 positions from the cumulative attention mask (so left padding does not shift distances), slopes as
 the family applies them (Falcon's bfloat16-rounded slopes included, but not its bfloat16 rounding of
-m*j). Meant for small models: it holds the weights in float64.
+m*j). ``reference_logits`` holds every weight and all logits (small models, and the tests' whole-model forward);
+``reference_states`` holds one layer at a time and gives the final hidden states, whose logits a caller forms a
+block of vocabulary rows at a time (``SourceModel.head_rows``).
 """
 
 from __future__ import annotations
@@ -59,9 +61,8 @@ def reference_hidden(
     src: SourceModel, input_ids: torch.Tensor, *, query_block: int = 512,
     observe: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None, round_to: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """Final (LayerNorm-ed) hidden states ``(s, D)`` of one unpadded sequence ``input_ids`` ``(s,)``, float64,
-    with attention computed a block of queries at a time (memory O(s * block) instead of O(s^2)): for long
-    contexts, where ``reference_logits`` would not fit. Multiply by ``src.head_rows`` to get logits.
+    """Final (LayerNorm-ed) hidden states ``(s, D)`` of one unpadded sequence ``input_ids`` ``(s,)``, float64:
+    ``reference_states`` of the batch of one. Multiply by ``src.head_rows`` to get logits.
     ``observe(layer, content, dist)``, if given, sees each block's content logits ``qk_scale q.k`` ``(h, block, t)``
     (before the bias and the causal mask) and distances ``(block, t)``.
 
@@ -69,37 +70,67 @@ def reference_hidden(
     op (projections, LayerNorms, GELU, residual sums; each accumulated exactly, rounded once, as kernels with
     float32 accumulation do) rounded to the dtype, while attention, its softmax and the ALiBi bias stay exact.
     A positional encoding in that dtype owes its error to itself only above this floor."""
+    seen = None if observe is None else (lambda i, content, dist: observe(i, content[0], dist[0]))
+    return reference_states(src, input_ids[None], query_block=query_block, observe=seen, round_to=round_to)[0]
+
+
+@torch.no_grad()
+def reference_states(
+    src: SourceModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *, query_block: int = 512,
+    observe: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None, round_to: torch.dtype | None = None,
+    on_layer: Callable[[int], None] | None = None, probs_out: list | None = None,
+) -> torch.Tensor:
+    """Final (LayerNorm-ed) hidden states ``(b, s, D)``, float64, of ``input_ids`` ``(b, s)`` with
+    ``attention_mask`` ``(b, s)`` (1 real, 0 left padding; positions from its cumulative sum, as
+    ``reference_logits``), in bounded memory: one layer's weights at a time (``SourceModel.layer``), the
+    embedding rows of the ids only, and attention a block of queries at a time (O(b h s block), not O(b h s^2)).
+    Rows at padding positions are meaningless. ``observe(layer, content, dist)`` sees each block's content logits
+    ``(b, h, block, t)`` and distances ``(b, block, t)``; ``round_to`` as ``reference_hidden``; ``on_layer(i)`` is
+    called after each layer (progress); with ``probs_out`` (a list), each layer's attention probabilities
+    ``(b, h, s, s)`` are appended to it (O(s^2) memory: for short inputs)."""
     info = src.info
     if round_to is None:
         r = _same
     else:
         def r(t: torch.Tensor) -> torch.Tensor:
             return t.to(round_to).to(torch.float64)
-    s = input_ids.shape[0]
-    slopes = torch.tensor(info.slopes, dtype=torch.float64)[:, None, None]  # (h, 1, 1)
-    x = r(src.embedding_rows(0, info.vocab_size)[input_ids])  # (s, D)
-    pos = torch.arange(s, dtype=torch.float64)
+    b, s = input_ids.shape
+    mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+    pos = (mask.cumsum(-1) - 1).clamp(min=0).to(torch.float64)  # (b, s)
+    index = torch.arange(s)
+    slopes = torch.tensor(info.slopes, dtype=torch.float64)[None, :, None, None]  # (1, h, 1, 1)
+    x = r(src.embedding_of(input_ids))  # (b, s, D)
     for i in range(info.n_layers):
         layer = src.layer(i)
         if round_to is not None:
             layer = dataclasses.replace(layer, **{f.name: _map(r, getattr(layer, f.name))
                                                   for f in dataclasses.fields(layer)})
         h1 = r(_ln(x, layer.ln1, info))
-        q = r(torch.einsum("sd,hed->hse", h1, layer.q_w) + layer.q_b[:, None, :])  # (h, s, hd)
-        k = r(torch.einsum("sd,hed->hse", h1, layer.k_w) + layer.k_b[:, None, :])
-        v = r(torch.einsum("sd,hed->hse", h1, layer.v_w) + layer.v_b[:, None, :])
+        q = r(torch.einsum("bsd,hed->bhse", h1, layer.q_w) + layer.q_b[None, :, None, :])  # (b, h, s, hd)
+        k = r(torch.einsum("bsd,hed->bhse", h1, layer.k_w) + layer.k_b[None, :, None, :])
+        v = r(torch.einsum("bsd,hed->bhse", h1, layer.v_w) + layer.v_b[None, :, None, :])
         ctx = torch.empty_like(q)
+        probs = None if probs_out is None else torch.zeros(b, q.shape[1], s, s, dtype=torch.float64)
         for a in range(0, s, query_block):
-            b = min(s, a + query_block)
-            dist = pos[a:b, None] - pos[None, :b]  # (block, t)
-            content = info.qk_scale * q[:, a:b] @ k[:, :b].transpose(-1, -2)  # (h, block, t)
+            e = min(s, a + query_block)
+            dist = pos[:, a:e, None] - pos[:, None, :e]  # (b, block, t)
+            blocked = (index[None, a:e, None] < index[None, None, :e]) | (mask[:, None, :e] == 0)  # (b, block, t)
+            blocked &= index[None, a:e, None] != index[None, None, :e]  # a padding query sees itself: no NaN rows
+            content = info.qk_scale * q[:, :, a:e] @ k[:, :, :e].transpose(-1, -2)  # (b, h, block, t)
             if observe is not None:
                 observe(i, content, dist)
-            logits = content - slopes * dist
-            logits = logits.masked_fill(dist < 0, float("-inf"))
-            ctx[:, a:b] = torch.softmax(logits, -1) @ v[:, :b]
-        attn = r(r(ctx).transpose(0, 1).reshape(s, -1) @ layer.o_w.T + layer.o_b)  # (s, D)
+            logits = (content - slopes * dist[:, None]).masked_fill(blocked[:, None], float("-inf"))
+            weights = torch.softmax(logits, -1)  # (b, h, block, t)
+            if probs is not None:
+                probs[:, :, a:e, :e] = weights
+            ctx[:, :, a:e] = weights @ v[:, :, :e]
+        attn = r(r(ctx).transpose(1, 2).reshape(b, s, -1) @ layer.o_w.T + layer.o_b)  # (b, s, D)
+        del q, k, v, ctx
+        if probs is not None:
+            probs_out.append(probs)
         x = _residual(x, h1, attn, layer, info, r)
+        if on_layer is not None:
+            on_layer(i)
     return r(_ln(x, _map(r, src.final_norm()), info))
 
 

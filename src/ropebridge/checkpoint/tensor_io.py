@@ -172,8 +172,10 @@ class CheckpointReader:
             os.close(fd)
         return data
 
-    def read(self, name: str, rows: tuple[int, int] | None = None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-        """Tensor ``name`` (or rows ``[start, stop)`` of its first dim) in ``dtype`` (float64 by default)."""
+    def read(self, name: str, rows: tuple[int, int] | None = None, dtype: torch.dtype = torch.float64, *,
+             finite: bool = True) -> torch.Tensor:
+        """Tensor ``name`` (or rows ``[start, stop)`` of its first dim) in ``dtype`` (float64 by default);
+        ``ValueError`` where it holds NaN or inf, unless ``finite`` is False (a model run as stored, judged after)."""
         if name not in self:
             raise ValueError(f"tensor {name!r} is missing from the checkpoint in {self.directory}")
         full = self.shape(name)
@@ -181,7 +183,8 @@ class CheckpointReader:
             raise ValueError(f"rows {rows[0]}:{rows[1]} of tensor {name!r} lie outside its {list(full)}")
         if name in self._bin:
             t = self._bin[name]
-            return _finite(name, (t if rows is None else t[rows[0]: rows[1]]).to(dtype))
+            out = (t if rows is None else t[rows[0]: rows[1]]).to(dtype)
+            return _finite(name, out) if finite else out
         info = self._infos[name]
         shape, begin, end = list(info.shape), info.begin, info.end
         if rows is not None:
@@ -189,7 +192,8 @@ class CheckpointReader:
             begin, end = begin + rows[0] * row_bytes, begin + rows[1] * row_bytes
             shape[0] = rows[1] - rows[0]
         data = self._pread(info.file, begin, end, name)
-        return _finite(name, torch.frombuffer(data, dtype=info.dtype).reshape(shape).to(dtype))
+        out = torch.frombuffer(data, dtype=info.dtype).reshape(shape).to(dtype)
+        return _finite(name, out) if finite else out
 
     def read_columns(self, name: str, cols: tuple[int, int], dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """Columns ``[start, stop)`` of the 2-D tensor ``name`` ``(rows, stop - start)`` in ``dtype``: one read of

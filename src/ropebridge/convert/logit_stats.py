@@ -1,0 +1,100 @@
+"""Logits compared a block of the vocabulary at a time, so no ``(b, s, V)`` tensor of a large vocabulary is held.
+
+Each *side* is a function ``(a, c) -> (b, s, c - a)`` float64: the logits of vocabulary rows ``[a, c)`` (the exact
+reference, or a model's head applied to its final hidden states). One pass over the vocabulary keeps, per position,
+each side's running maximum, its sum of ``exp(logit - max)`` (so its log-sum-exp), its argmax and, where asked, the
+logit of a target token; and per pair (p, q) the max ``|p - q|`` and the running sum ``sum exp(p - max_p) (p - q)``,
+rescaled whenever ``max_p`` grows, from which
+
+    KL(softmax p || softmax q) = sum_v softmax(p)_v (p_v - q_v) - lse(p) + lse(q)
+
+(the online softmax of Milakov & Gimelshein 2018, applied to the KL's first term). Every result equals the one
+computed from whole logits to float64 rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+Side = Callable[[int, int], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class SideStats:
+    """Per position ``(b, s)``: log-sum-exp, argmax and (with targets) the log-probability of the target."""
+
+    lse: torch.Tensor
+    argmax: torch.Tensor
+    target_logprob: torch.Tensor | None
+
+
+@dataclass(frozen=True)
+class PairStats:
+    """Per position ``(b, s)``: max ``|p - q|`` over the vocabulary and KL(softmax p || softmax q)."""
+
+    max_abs_diff: torch.Tensor
+    kl: torch.Tensor
+
+
+def vocab_block(positions: int, sides: int, budget_bytes: int) -> int:
+    """Vocabulary rows per block such that ``sides`` float64 logit blocks of ``positions`` rows (and as many
+    temporaries) fit ``budget_bytes``: at least 1."""
+    return max(1, budget_bytes // max(1, 2 * sides * positions * 8))
+
+
+@torch.no_grad()
+def compare(sides: dict[str, Side], pairs: Sequence[tuple[str, str]], vocab: int, block: int, *,
+            views: dict[str, tuple[str, tuple[slice, ...]]] | None = None,
+            targets: dict[str, torch.Tensor] | None = None,
+            ) -> tuple[dict[str, SideStats], dict[tuple[str, str], PairStats]]:
+    """One pass over vocabulary rows ``[0, vocab)`` in blocks of ``block``: each side's ``SideStats`` and each
+    pair's ``PairStats`` (module doc). ``views``: name -> (side, index), a side's logits indexed (its first
+    sequence, its first positions) without computing them again; ``targets``: name -> token ids ``(b, s)`` whose
+    log-probabilities that side keeps (the next token, for perplexity)."""
+    views, targets = views or {}, targets or {}
+    m: dict[str, torch.Tensor] = {}
+    z: dict[str, torch.Tensor] = {}
+    best: dict[str, torch.Tensor] = {}
+    arg: dict[str, torch.Tensor] = {}
+    tgt: dict[str, torch.Tensor] = {}
+    diff: dict[tuple[str, str], torch.Tensor] = {}
+    cross: dict[tuple[str, str], torch.Tensor] = {}
+    for a in range(0, vocab, block):
+        c = min(vocab, a + block)
+        logits = {name: side(a, c) for name, side in sides.items()}  # each (b, s, c - a) float64
+        logits.update({name: logits[base][index] for name, (base, index) in views.items()})
+        new_m = {}
+        for name, x in logits.items():
+            top, where = x.max(-1)  # (b, s)
+            if name not in m:
+                new_m[name] = top
+                z[name] = torch.zeros_like(top)
+                best[name], arg[name] = top, where + a
+                tgt[name] = torch.zeros_like(top)
+            else:
+                new_m[name] = torch.maximum(m[name], top)
+                better = top > best[name]  # the first index of the largest value, as argmax
+                best[name], arg[name] = torch.where(better, top, best[name]), torch.where(better, where + a, arg[name])
+            if name in targets:
+                t = targets[name]
+                inside = (t >= a) & (t < c)
+                picked = x.gather(-1, (t - a).clamp(0, c - a - 1)[..., None])[..., 0]
+                tgt[name] = torch.where(inside, picked, tgt[name])
+        for p, q in pairs:
+            d = (logits[p] - logits[q]).abs().amax(-1)
+            diff[p, q] = d if (p, q) not in diff else torch.maximum(diff[p, q], d)
+            term = (torch.exp(logits[p] - new_m[p][..., None]) * (logits[p] - logits[q])).sum(-1)
+            old = cross.get((p, q))
+            cross[p, q] = term if old is None else old * torch.exp(m[p] - new_m[p]) + term
+        for name, x in logits.items():
+            shrink = torch.exp(m[name] - new_m[name]) if name in m else 0.0
+            z[name] = z[name] * shrink + torch.exp(x - new_m[name][..., None]).sum(-1)
+            m[name] = new_m[name]
+    lse = {name: m[name] + torch.log(z[name]) for name in m}
+    side_stats = {name: SideStats(lse[name], arg[name], tgt[name] - lse[name] if name in targets else None)
+                  for name in m}
+    pair_stats = {(p, q): PairStats(diff[p, q], cross[p, q] / z[p] - lse[p] + lse[q]) for p, q in pairs}
+    return side_stats, pair_stats
