@@ -7,7 +7,7 @@ A sample is a fenced block whose first line is ``$ ropebridge …`` and that is 
 ``<!-- sample -->``. Each file's commands run in order in one temporary directory, as a reader would type
 them (``ropebridge demo --out demo-out`` leaves the models the next samples convert and verify; ``--plot``
 files land there too); long outputs keep their first ``HEAD`` and last ``TAIL`` lines around a `` ...`` line. Matching
-is line by line: the same words, and numbers within ``REL`` relative (times, which vary from run to run,
+is line by line: the same words, and numbers within ``REL`` relative (times, which vary from run to run (`12ms`, `2.4s`),
 only in form). A sample that measures a model run in half precision (``verify``'s header names the dtype)
 compares its numbers within ``HALF_REL[dtype]``, the square root of the dtype's unit roundoff: the CPU's
 kernels decide how a bfloat16 product rounds (oneDNN's ISA, PyTorch's attention kernel), and a statistic of
@@ -34,7 +34,7 @@ REL = 1e-3
 HALF_REL = {"bfloat16": 2.0**-4, "float16": 2.0**-5.5}  # sqrt(unit roundoff): 2^-8, 2^-11
 _MEASURED_IN = re.compile(r" vs converted, (bfloat16|float16), ")  # verify's header line
 _NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
-_TIME = re.compile(r"^\d+(\.\d+)?ms$")
+_TIME = re.compile(r"^\d+(\.\d+)?m?s$")
 
 
 def blocks(text: str) -> list[tuple[int, int, str]]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .checkpoint.config import FAMILIES
-from .convert.verdict import describe
+from .convert.verdict import rows
 from .emulation import EmulationPlan
 from .emulation.error_model import distance_grid, emulated_bias
 
@@ -243,74 +243,51 @@ def _position_figure(report):
     ax = fig.add_subplot()
     err = [max(e, 1e-12) for e in report.error_by_position]
     ax.semilogy(range(len(err)), err, lw=1)
-    _label(ax, "position", "max over vocab |Δ logit|", f"converted vs native, {report.dtype}", legend=False)
+    _label(ax, "position", "max over vocab |Δ logit|", f"converted vs exact float64 ALiBi, {report.dtype}",
+           legend=False)
     return fig
 
 
-def write_report(report, out: Path, native, converted, ids: torch.Tensor) -> None:
-    """Write ``report.md``, ``report.json``, ``error_by_position.png`` and ``attention_by_layer.png`` into ``out``."""
-    from transformers import AutoModelForCausalLM
+ATTENTION_TOKENS = 256  # the tokens whose attention maps the report compares (they grow with s^2)
 
+
+def write_report(report, out: Path, ids: torch.Tensor) -> None:
+    """Write ``report.md``, ``report.json``, ``error_by_position.png`` and ``attention_by_layer.png`` into ``out``:
+    the rows of ``verdict.rows`` as a table, and the attention probabilities of the first ``ATTENTION_TOKENS`` of
+    ``ids`` ``(1, s)``, every model run a layer at a time (transformers' eager attention, the exact reference)."""
     from .checkpoint.model import SourceModel
-    from .checkpoint.reference import reference_logits
+    from .checkpoint.reference import reference_states
+    from .convert.layered import LayeredModel
+    from .numerics import DTYPES
 
     out.mkdir(parents=True, exist_ok=True)
-    if not report.measured:  # the bytes differ: nothing was run, the failures are the report
-        (out / "report.json").write_text(json.dumps(report.to_dict(), indent=1))
-        (out / "report.md").write_text("\n".join(["# ropebridge verify: FAILED", "",
-                                                   f"- source: `{report.source}`", f"- converted: `{report.converted}`",
-                                                   f"- functional check skipped: {report.functional_skipped}", "",
-                                                   *(f"- failure: {f}" for f in report.failures)]) + "\n")
-        return
-    _position_figure(report).savefig(out / "error_by_position.png", dpi=110)
-    ids = ids[:, :512]  # attention maps grow with s^2
-    eager = AutoModelForCausalLM.from_pretrained(report.converted, dtype=converted.dtype, attn_implementation="eager").eval()
-    with torch.no_grad():
-        conv_probs = list(eager(ids, output_attentions=True).attentions)
-        native_probs = None
-        if native is not None and FAMILIES[report.family].eager_attention_maps:  # eager Falcon adds the bias twice
-            native_probs = list(native(ids, output_attentions=True).attentions)
-        ref_probs: list = []
-        if report.reference_converted_max_err is not None:
-            src = SourceModel(report.source)
-            reference_logits(src, ids, probs_out=ref_probs)
-    _attention_figure(native_probs, conv_probs, ref_probs).savefig(out / "attention_by_layer.png", dpi=110)
     (out / "report.json").write_text(json.dumps(report.to_dict(), indent=1))
     r = report
-    lines = [
-        f"# ropebridge verify: {'PASSED' if r.passed else 'FAILED'}",
-        "",
-        f"- source: `{r.source}` ({r.family}, attention: {r.source_attention})",
-        f"- converted: `{r.converted}` (transformers, SDPA)",
-        f"- dtype {r.dtype}, context {r.context} tokens",
-        "",
-        "| check | value | threshold |",
-        "|---|---|---|",
-        f"| bytes | {describe(r.byte_check)} | identical |",
-        f"| max \\|Δ logit\\| (converted vs native) | {r.max_abs_logit_diff:.3e} | reported |",
-        f"| left-padded batch, max \\|Δ logit\\| | {r.padded_max_abs_logit_diff:.3e} | {r.thresholds['limit']:.3g} + both models' error |",
-        f"| mean KL(native ‖ converted) | {r.mean_kl:.3e} | |",
-        f"| top-1 agreement | {r.top1_agreement:.4f} | |",
-        f"| greedy generation ({len(r.greedy_native)} tokens, KV cache) | "
-        f"{'identical' if r.greedy_identical else f'differs from token {r.greedy_first_divergence}'} | "
-        f"{'identical' if r.thresholds['greedy_identical'] else 'reported'} |",
-    ]
-    if r.transformers_native_max_abs_logit_diff is not None:
-        lines.append(f"| converted vs transformers' own {r.family} ({r.transformers_native_deviation}) | "
-                     f"{r.transformers_native_max_abs_logit_diff:.3e} | reported |")
-    if r.ppl_native is not None:
-        lines.append(f"| perplexity native / converted | {r.ppl_native:.6g} / {r.ppl_converted:.6g} | |")
-    if r.reference_native_max_err is not None:
-        lines += [
-            f"| native vs exact float64 ALiBi, max \\|Δ logit\\| | {r.reference_native_max_err:.3e} | |",
-            f"| converted vs exact float64 ALiBi, max \\|Δ logit\\| | {r.reference_converted_max_err:.3e} | {r.thresholds['limit']:.3g} |",
-        ]
-    lines += ["", *(f"- failure: {f}" for f in r.failures), "",
-              "![error by position](error_by_position.png)", "", "![attention by layer](attention_by_layer.png)", ""]
-    if r.transformers_native_deviation is not None:
-        lines.append(f"Native {r.family} runs as the family defines it (transformers' own: "
-                     f"{r.transformers_native_deviation}; its numbers are reported separately).")
-    if not FAMILIES[r.family].eager_attention_maps:
-        lines.append(f"transformers' eager {r.family}, the only path that returns attention maps, does not compute "
-                     "the family's attention (Falcon adds the bias twice), so its maps are not shown.")
+    lines = [f"# ropebridge verify: {'PASSED' if r.passed else 'FAILED'}", "",
+             f"- source: `{r.source}` ({r.family}, attention: {r.source_attention})",
+             f"- converted: `{r.converted}` (transformers, SDPA)", f"- dtype {r.dtype}, context {r.context} tokens", "",
+             "| check | value | judged |", "|---|---|---|",
+             *(f"| {what} | {value} | {how} |".replace("||", "\\|\\|") for what, value, how in rows(r)),
+             "", *(f"- failure: {f}" for f in r.failures)]
+    if r.measured:
+        _position_figure(r).savefig(out / "error_by_position.png", dpi=110)
+        head = ids[:, :ATTENTION_TOKENS]
+        with torch.no_grad():
+            conv = LayeredModel(r.converted, DTYPES[r.dtype], attn_implementation="eager")
+            conv_probs = list(conv.model.get_decoder()(input_ids=head, output_attentions=True).attentions)
+            native_probs = None
+            if r.native_ran and FAMILIES[r.family].eager_attention_maps:  # eager Falcon adds the bias twice
+                native = LayeredModel(r.source, DTYPES[r.dtype])
+                native_probs = list(native.model.get_decoder()(input_ids=head, output_attentions=True).attentions)
+            ref_probs: list = []
+            reference_states(SourceModel(r.source), head, probs_out=ref_probs)
+        _attention_figure(native_probs, conv_probs, ref_probs).savefig(out / "attention_by_layer.png", dpi=110)
+        lines += ["", "![error by position](error_by_position.png)", "", "![attention by layer](attention_by_layer.png)",
+                  ""]
+        if r.transformers_native_deviation is not None:
+            lines.append(f"Native {r.family} runs as the family defines it (transformers' own: "
+                         f"{r.transformers_native_deviation}; its numbers are reported separately).")
+        if r.native_ran and not FAMILIES[r.family].eager_attention_maps:
+            lines.append(f"transformers' eager {r.family}, the only path that returns attention maps, does not compute "
+                         "the family's attention (Falcon adds the bias twice), so its maps are not shown.")
     (out / "report.md").write_text("\n".join(lines) + "\n")

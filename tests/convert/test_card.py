@@ -34,7 +34,7 @@ def test_verify_records_its_result_in_the_card_once(bloom, tmp_path, capsys):
         assert main(["verify", str(bloom), str(dst), "--context", "64", "--greedy-tokens", "4", "--card"]) == 0
     card = (dst / "README.md").read_text()
     assert card.count("## Verification") == 1 and "| verdict | PASSED |" in card
-    assert "| tokens, dtype | 64, float32 |" in card and "against exact float64 ALiBi" in card
+    assert "| tokens, dtype | 64, float32 | |" in card and "| converted vs exact | " in card and "| judged: <= " in card
     assert card.index("## How to serve it") < card.index("## Verification")
     (dst / "README.md").unlink()
     capsys.readouterr()
@@ -61,3 +61,21 @@ def test_an_interrupted_card_write_leaves_the_old_card_and_no_temporary(bloom, t
     with pytest.raises(KeyboardInterrupt):
         card_module.record_verification(dst / "README.md", report)
     assert (dst / "README.md").read_text() == before and not list(dst.glob(".README.md*"))
+
+
+def test_the_terminal_the_report_and_the_card_show_the_same_rows(bloom, tmp_path, capsys):
+    # one report, three renderings: every row of verdict.rows is in each, in the same order
+    from ropebridge.cli.verify_cmd import format_report
+    from ropebridge.convert import verify
+    from ropebridge.convert.verdict import rows
+
+    dst = tmp_path / "rope"
+    assert main(["convert", str(bloom), str(dst), "--window", "256"]) == 0
+    report = verify(bloom, dst, context=64, greedy_tokens=4, card=True, report_dir=tmp_path / "report")
+    terminal = "\n".join(format_report(report))
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    card = (dst / "README.md").read_text()
+    for what, value, how in rows(report):
+        cell = what.replace("||", "\\|\\|")
+        assert f"  {what:<23} {value}" in terminal
+        assert f"| {cell} | {value} | {how} |" in markdown and f"| {cell} | {value} | {how} |" in card

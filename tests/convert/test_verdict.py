@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from ropebridge.convert.verdict import LOGIT_FACTOR, READING_TOKENS, VerifyReport, judge, limit_of
+from ropebridge.convert.verdict import LOGIT_FACTOR, READING_TOKENS, VerifyReport, judge, limit_of, rows
 
 
 def _report(dtype="float32", **measured) -> VerifyReport:
@@ -13,8 +13,7 @@ def _report(dtype="float32", **measured) -> VerifyReport:
                    greedy_identical=True, reference_native_max_err=1e-5, reference_converted_max_err=1e-5,
                    native_reading_max_err=1e-5)
     report = VerifyReport("src", "dst", "bloom", dtype, 512, "eager", **{**numbers, **measured})
-    report.thresholds = {"max_abs_logit_diff": 1e-3, "greedy_identical": dtype == "float32",
-                         "against": "exact float64 reference"}
+    report.thresholds = {"max_abs_logit_diff": 1e-3, "greedy_identical": dtype == "float32"}
     report.thresholds["limit"] = limit_of(report)
     return report
 
@@ -50,3 +49,18 @@ def test_the_reading_of_the_source_is_judged_in_float32_only():
 def test_a_non_finite_number_fails(name):
     failures = judge(_report(**{name: math.nan}))
     assert any(f"{name} is nan" in f for f in failures), failures
+
+
+def test_the_rows_name_native_only_where_it_ran():
+    ran = [what for what, _, _ in rows(_report())]
+    assert "native vs exact" in ran and "converted vs native" in ran
+    remote = _report(reference_native_max_err=None, max_abs_logit_diff=None, native_reading_max_err=None)
+    remote.native_ran = False
+    remote.greedy_native = remote.greedy_converted = [1, 2]
+    lines = rows(remote)
+    assert not any("native" in f"{what} {value} {how}" for what, value, how in lines), lines
+    assert any(how.endswith("against exact") for _, _, how in lines)
+
+
+def test_zero_greedy_tokens_is_no_failure():
+    assert judge(_report(greedy_identical=None)) == []

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 from pico import build
 
 from ropebridge.cli import main
@@ -35,9 +36,9 @@ def test_a_source_transformers_reads_otherwise_is_verified_as_defined(tmp_path, 
     assert report.native_reading_max_err <= limit / 10 < limit < report.transformers_reading_max_err
     assert main(["verify", str(src), str(dst), "--context", "64", "--greedy-tokens", "0"]) == 0
     out = capsys.readouterr().out
-    assert "run as the family defines it" in out and f"against transformers' own {family.split('-')[0]}" in out, out
+    assert "run as the family defines it" in out and f"transformers' own {family.split('-')[0]}" in out, out
     assert what in out, out
-    assert "reading of SRC          native vs exact, first 256 tokens" in out and "transformers' own" in out, out
+    assert "reading of SRC          native vs exact, first 64 tokens" in out and "transformers' own" in out, out
 
 
 def test_a_deviation_left_unnamed_fails_the_reading(tmp_path, monkeypatch):
@@ -60,39 +61,38 @@ def test_mpt_alibi_bias_max_is_judged_as_defined_and_transformers_deviation_repo
     assert report.transformers_native_max_abs_logit_diff > 100 * report.max_abs_logit_diff  # transformers' own
     assert main(["verify", str(mpt16), str(dst), "--context", "64", "--greedy-tokens", "4"]) == 0
     out = capsys.readouterr().out
-    assert "transformers' own mpt (alibi_bias_max ignored (always 8))" in out and "PASSED" in out
+    assert "reported: alibi_bias_max ignored (always 8)" in out and "transformers' own mpt" in out and "PASSED" in out
 
 
-def test_a_skipped_reference_says_why(tmp_path, capsys):
+def test_the_exact_reference_has_no_size_cap(tmp_path, capsys):
+    # every source is judged against the exact reference: the option that skipped it above a parameter count is
+    # gone, and no row of the report compares the converted model with native as its bar
     src = build(tmp_path / "bloom", "bloom-4heads")
     dst = convert(src, tmp_path / "rope", PlanRequest(window=256)).destination
-    argv = ["verify", str(src), str(dst), "--context", "64", "--greedy-tokens", "4", "--reference-max-params", "1000"]
+    argv = ["verify", str(src), str(dst), "--context", "64", "--greedy-tokens", "4"]
+    assert main([*argv, "--reference-max-params", "1000"]) == 2
+    assert "unrecognized arguments: --reference-max-params" in capsys.readouterr().err
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "vs exact float64 ALiBi  skipped:" in out and "above --reference-max-params 0.001M" in out, out
-    report = verify(src, dst, context=64, greedy_tokens=4)
-    assert report.reference_skipped is None and report.reference_converted_max_err is not None
+    assert "  converted vs exact      " in out and "(judged: <= 0.001" in out and "skipped" not in out, out
+    assert "  native vs exact         " in out and "(reported)" in out
 
 
 def test_a_converted_model_that_ignores_left_padding_fails(tmp_path, monkeypatch):
-    # the padded batch must agree within both models' errors from exact: a model that drops the attention mask
-    # puts its padded row's tokens after pad tokens it attends to, and is caught
-    import importlib
+    # the padded batch is judged against the exact reference on its real positions: a model that drops the
+    # attention mask puts its padded row's tokens after pad tokens it attends to, and is caught
+    from ropebridge.convert import measure
+    from ropebridge.convert.layered import LayeredModel
 
-    module = importlib.import_module("ropebridge.convert.verify")
     src = build(tmp_path / "bloom", "bloom-4heads")
     dst = convert(src, tmp_path / "rope", PlanRequest(window=256)).destination
     assert verify(src, dst, context=64, greedy_tokens=4).passed
-    real = module._load
 
-    def load(path, dtype):
-        model = real(path, dtype)
-        if path == dst:
-            forward = model.forward
-            model.forward = lambda input_ids=None, attention_mask=None, **kw: forward(input_ids=input_ids, **kw)
-        return model
+    class NoMask(LayeredModel):
+        def hidden(self, ids, mask=None):
+            return super().hidden(ids, None if self.directory == dst else mask)
 
-    monkeypatch.setattr(module, "_load", load)
+    monkeypatch.setattr(measure, "LayeredModel", NoMask)
     report = verify(src, dst, context=64, greedy_tokens=4)
     assert not report.passed and any("left-padded batch" in f for f in report.failures), report.failures
 
@@ -141,16 +141,14 @@ def test_a_baichuan_conversion_is_judged_against_the_exact_reference_which_stand
     dst = convert(src, tmp_path / "llama", PlanRequest(window=256, dtype="float32")).destination
     report = verify(src, dst, context=128, greedy_tokens=8)
     assert report.passed, report.failures
-    assert report.source_attention.startswith("not run") and report.thresholds["against"] == "exact float64 reference"
+    assert report.source_attention.startswith("not run") and not report.native_ran
+    assert report.reference_native_max_err is None and report.max_abs_logit_diff is None  # no native number
     assert report.reference_converted_max_err <= report.thresholds["limit"] / 4 and report.greedy_identical
     assert report.native_reading_max_err is None  # no second reading of SRC exists to compare
     # the check can fail: a damaged MLP is caught by its function alone
     edit_tensor(dst, "model.layers.1.mlp.down_proj.weight", torch.zeros_like)
     damaged = verify(src, dst, context=128, greedy_tokens=8, quick=True)
     assert not damaged.passed and any("converted vs exact ALiBi" in f for f in damaged.failures), damaged.failures
-    # the reference is the only reading: a source beyond --reference-max-params is refused, naming it
-    with pytest.raises(ValueError, match="reference-max-params"):
-        verify(src, dst, context=128, reference_max_params=1000)
 
 
 def test_a_refact_conversion_verifies_and_its_byte_check_reads_the_fused_tensors(tmp_path):
@@ -184,3 +182,28 @@ def test_a_replit_lm_conversion_verifies_and_a_damaged_one_fails(tmp_path):
     edit_tensor(dst, "gpt_neox.layers.1.mlp.dense_4h_to_h.weight", lambda t: t * 1.001)
     damaged = verify(src, dst, context=128, greedy_tokens=8)
     assert not damaged.passed and any("dense_4h_to_h" in f for f in damaged.failures), damaged.failures
+
+
+@pytest.fixture(scope="module")
+def large_vocab(tmp_path_factory):
+    # above the 50 M parameters where verify once skipped the exact reference: a vocabulary of 800,000 on a hidden
+    # size of 64 (51.2 M parameters, 205 MB in float32) keeps the model small and the head large
+    src = build(tmp_path_factory.mktemp("large") / "bloom", "bloom-4heads", hidden_size=64, vocab_size=800_000,
+                std=0.05)
+    return src
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_source_above_50m_parameters_is_judged_against_the_exact_reference(large_vocab, tmp_path, dtype):
+    from convert.test_byte_check import edit_tensor
+
+    dst = convert(large_vocab, tmp_path / "rope", PlanRequest(window=256, dtype=dtype)).destination
+    report = verify(large_vocab, dst, context=128, greedy_tokens=4)
+    assert report.passed, report.failures
+    assert report.reference_converted_max_err <= report.thresholds["limit"] and report.native_ran
+    assert report.cost["vocab_block"] < 800_000  # the logits were compared a block of the vocabulary at a time
+    # a damage only the function can see: --quick skips the bytes, an MLP zeroed fails against the exact reference
+    edit_tensor(dst, "gpt_neox.layers.0.mlp.dense_4h_to_h.weight", torch.zeros_like)
+    damaged = verify(large_vocab, dst, context=128, greedy_tokens=0, quick=True)
+    assert not damaged.passed and any("converted vs exact ALiBi" in f for f in damaged.failures), damaged.failures

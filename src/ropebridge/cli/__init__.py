@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 
@@ -90,6 +91,16 @@ def console_main() -> None:
             logging.getLogger(__name__).info("after the signal: %s: %s", type(exc).__name__, exc)
         print(signals.line(signum), file=sys.stderr)
         code = 128 + signum
+    if signals.received() is not None:  # cleaned up already: the exit handlers (multiprocessing's pools, its
+        import atexit  # semaphores) run, but not the interpreter's teardown, where a thread still inside torch's C++
+
+        atexit._run_exitfuncs()  # would abort the process ("terminate called without an active exception")
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # a closed pipe: the status still goes out
+                pass
+        os._exit(code)
     try:
         sys.exit(code)
     except BrokenPipeError:  # a pipe closed while the exit status was being flushed

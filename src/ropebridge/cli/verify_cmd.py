@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..convert.verdict import READING_TOKENS, describe
-from ..convert.verify import VerifyRequest, verify
+from ..convert.verdict import rows
+from ..convert.verify import DEFAULT_MAX_MEMORY, VerifyRequest, verify
 from ..numerics import DTYPES
 from ._options import add_verbose
 
@@ -26,9 +26,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="threshold in logits (default: the dtype's default tolerance at DST's window, whatever "
                         "--tolerance the conversion used: 1e-3 float32 (more at long windows), 2 bfloat16, 0.25 "
                         "float16); the limit is this or 3x the plan's predicted error, whichever is larger")
-    p.add_argument("--reference-max-params", type=float, default=50e6,
-                   help="run the exact float64 ALiBi reference for sources up to this many parameters (default 5e7; "
-                        "it runs on the CPU)")
+    p.add_argument("--max-memory", type=float, default=DEFAULT_MAX_MEMORY / 2**30, metavar="GIB",
+                   help=f"memory verify may hold, in GiB (default {DEFAULT_MAX_MEMORY / 2**30:g}): every model runs a "
+                        "layer at a time; a checkpoint whose largest layer needs more is refused")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--report", metavar="DIR", help="write report.md, report.json and plots into DIR")
     p.add_argument("--card", action="store_true",
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"cannot read --text {args.text}: {exc}") from None
     request = VerifyRequest(context=args.context, dtype=args.dtype, text=text, greedy_tokens=args.greedy_tokens,
-                            max_logit_diff=args.max_logit_diff, reference_max_params=int(args.reference_max_params),
+                            max_logit_diff=args.max_logit_diff, max_memory=_gib(args.max_memory),
                             report_dir=args.report, card=args.card, quick=args.quick)
     r = verify(args.src, args.dst, request, progress=not args.json)
     if args.json:
@@ -61,37 +61,16 @@ def run(args: argparse.Namespace) -> int:
     return 0 if r.passed else 1
 
 
+def _gib(value: float) -> int:
+    if not value > 0:
+        raise ValueError(f"--max-memory {value:g}: a positive number of GiB")
+    return int(value * 2**30)
+
+
 def format_report(r) -> list[str]:
-    """The report as ``verify`` prints it: the byte check, the measured numbers beside their limit, the verdict."""
+    """The report as ``verify`` prints it: ``verdict.rows`` (each number beside how it is judged), the verdict last."""
     exact = "" if r.transformers_native_deviation is None else ", run as the family defines it"
     lines = [f"{r.family} ({r.source_attention}{exact}) vs converted, {r.dtype}, {r.context} tokens"]
-    lines.append(f"  bytes                   {describe(r.byte_check)}")
-    if not r.measured:
-        lines.append(f"  functional check        skipped: {r.functional_skipped}")
-    else:
-        t, native = r.thresholds, r.native_name
-        lines.append(f"  max |logit diff|        {r.max_abs_logit_diff:.3e}  (against {native})")
-        if r.transformers_native_max_abs_logit_diff is not None:
-            lines.append(f"  ... against transformers' own {r.family} ({r.transformers_native_deviation}): "
-                         f"{r.transformers_native_max_abs_logit_diff:.3e}")
-        lines += [f"  left-padded batch       {r.padded_max_abs_logit_diff:.3e}",
-                  f"  {'mean KL(' + native + '||conv)':<23} {r.mean_kl:.3e}",
-                  f"  top-1 agreement         {r.top1_agreement:.4f}"]
-        if r.greedy_native:
-            lines.append(f"  greedy ({len(r.greedy_native)} tokens)     "
-                         + ("identical" if r.greedy_identical else f"differ from token {r.greedy_first_divergence}"))
-        if r.ppl_native is not None:
-            lines.append(f"  perplexity              {native} {r.ppl_native:.6g}, converted {r.ppl_converted:.6g}")
-        if r.reference_native_max_err is not None:
-            lines.append(f"  vs exact float64 ALiBi  converted {r.reference_converted_max_err:.3e}" + (
-                f", native {r.reference_native_max_err:.3e} (reported)" if r.native_ran else ""))
-        else:
-            lines.append(f"  vs exact float64 ALiBi  skipped: {r.reference_skipped}")
-        if r.native_reading_max_err is not None and r.dtype == "float32":  # judged in float32 only
-            own = "" if r.transformers_reading_max_err is None else \
-                f"; transformers' own {r.transformers_reading_max_err:.3e}"
-            lines.append(f"  reading of SRC          native vs exact, first {READING_TOKENS} tokens "
-                         f"{r.native_reading_max_err:.3e}{own}")
-        lines.append(f"  limit                   {t['limit']:.3g} against the {t['against']} ({r.limit_why})")
+    lines += [f"  {what:<23} {value}" + (f"  ({how})" if how else "") for what, value, how in rows(r)]
     lines.append("PASSED" if r.passed else "FAILED: " + "; ".join(r.failures))
     return lines

@@ -92,25 +92,13 @@ def record_verification(card: Path, report) -> None:
     text = card.read_text()
     head, _, rest = text.partition(f"\n{VERIFIED}\n")
     tail = rest[rest.find("\n## ") + 1:] if "\n## " in rest else ""
-    from .verdict import describe
+    from .verdict import rows
 
-    rows = [f"| verdict | {'PASSED' if report.passed else 'FAILED: ' + '; '.join(report.failures)} |",
-            f"| tokens, dtype | {report.context}, {report.dtype} |",
-            f"| bytes | {describe(report.byte_check)} |"]
-    if report.measured:
-        against = report.thresholds["against"]
-        rows += [f"| max \\|Δlogit\\| against native | {report.max_abs_logit_diff:.3g} |",
-                 f"| limit ({against}) | {report.thresholds['limit']:.3g} |",
-                 f"| mean KL(native ‖ converted) | {report.mean_kl:.3g} |",
-                 f"| top-1 agreement | {report.top1_agreement:.4f} |",
-                 f"| greedy ({len(report.greedy_native)} tokens) | {'identical' if report.greedy_identical else 'differs'} |"]
-    if report.reference_converted_max_err is not None:
-        rows.append(f"| against exact float64 ALiBi: converted / native | {report.reference_converted_max_err:.3g} / "
-                    f"{report.reference_native_max_err:.3g} |")
-    if report.ppl_native is not None:
-        rows.append(f"| perplexity native / converted | {report.ppl_native:.6g} / {report.ppl_converted:.6g} |")
-    section = (f"\n{VERIFIED}\n\n`ropebridge verify` against `{report.source}`:\n\n| | |\n|---|---|\n"
-               + "\n".join(rows) + "\n")
+    table = [f"| verdict | {'PASSED' if report.passed else 'FAILED: ' + '; '.join(report.failures)} | |",
+             f"| tokens, dtype | {report.context}, {report.dtype} | |",
+             *(f"| {what} | {value} | {how} |".replace("||", "\\|\\|") for what, value, how in rows(report))]
+    section = (f"\n{VERIFIED}\n\n`ropebridge verify` against `{report.source}`:\n\n| | | |\n|---|---|---|\n"
+               + "\n".join(table) + "\n")
     tmp = card.with_name(f".{card.name}.tmp")
     with _interrupt.removed_if_interrupted(tmp):
         tmp.write_text(head.rstrip("\n") + "\n" + section + ("\n" + tail if tail else ""))

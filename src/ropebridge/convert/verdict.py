@@ -22,7 +22,9 @@ READING_TOKENS = 256  # the tokens on which the source as transformers runs it i
 class VerifyReport:
     """Everything ``verify`` checked and measured; ``passed`` is False when any check failed (listed in
     ``failures``). The measured numbers are None when the functional check did not run (``functional_skipped``
-    says why: a byte difference)."""
+    says why: a byte difference). Judged: the converted model against the exact float64 reference (``reference_*``,
+    ``padded_*``, ``mean_kl``, ``top1_agreement``, ``error_by_position``); reported beside: the source as transformers
+    runs it (``native_*``, ``max_abs_logit_diff``), None where transformers has no class for it (``native_ran``)."""
 
     source: str
     converted: str
@@ -33,33 +35,35 @@ class VerifyReport:
     byte_check: dict[str, Any] = field(default_factory=dict)
     predicted_error: float | None = None  # the plan's worst predicted score error, derived again from SRC
     functional_skipped: str | None = None
-    max_abs_logit_diff: float | None = None
-    mean_kl: float | None = None
-    top1_agreement: float | None = None
-    padded_max_abs_logit_diff: float | None = None
-    greedy_identical: bool | None = None
+    reference_converted_max_err: float | None = None  # judged: converted vs exact, max |logit error|
+    padded_max_abs_logit_diff: float | None = None  # judged: the left-padded batch, converted vs exact
+    mean_kl: float | None = None  # KL(exact || converted), mean over positions
+    top1_agreement: float | None = None  # converted's argmax equal to exact's
+    error_by_position: list[float] = field(default_factory=list)  # converted vs exact, max over the vocabulary
+    greedy_identical: bool | None = None  # converted's greedy tokens against the source's (run, or exact)
     greedy_first_divergence: int | None = None
-    greedy_native: list[int] = field(default_factory=list)
+    greedy_native: list[int] = field(default_factory=list)  # the source's greedy tokens (run, or exact)
     greedy_converted: list[int] = field(default_factory=list)
+    greedy_bound: str | None = None  # why fewer greedy tokens ran than were asked, if so
+    ppl_reference: float | None = None
     ppl_native: float | None = None
     ppl_converted: float | None = None
+    max_abs_logit_diff: float | None = None  # reported: converted vs the source as transformers runs it (defined)
+    reference_native_max_err: float | None = None  # reported: the source as run vs exact
     transformers_native_max_abs_logit_diff: float | None = None  # transformers' own where it deviates:
     transformers_native_deviation: str | None = None  # how (``NATIVE_DEVIATIONS``); the source ran as defined
     transformers_reading_max_err: float | None = None  # transformers' own from exact, first READING_TOKENS
-    reference_native_max_err: float | None = None
     native_reading_max_err: float | None = None  # the source as defined from exact, first READING_TOKENS
-    reference_converted_max_err: float | None = None
-    reference_skipped: str | None = None  # why the exact reference did not run, if it did not
-    error_by_position: list[float] = field(default_factory=list)
     thresholds: dict[str, Any] = field(default_factory=dict)
+    cost: dict[str, Any] = field(default_factory=dict)  # memory budget, weights held, seconds per stage
     failures: list[str] = field(default_factory=list)
     report_error: str | None = None  # why --report DIR could not be written, if it could not
     native_ran: bool = True  # False: transformers has no class for SRC, the exact reference stood for it
 
     @property
     def native_name(self) -> str:
-        """What the "native" numbers measured: SRC run by transformers, or the exact reference standing for it."""
-        return "native" if self.native_ran else "reference"
+        """Whose greedy tokens the converted model's are compared with: SRC run by transformers, or exact."""
+        return "native" if self.native_ran else "exact"
 
     @property
     def passed(self) -> bool:
@@ -81,8 +85,8 @@ class VerifyReport:
 
 def non_finite(report: VerifyReport) -> list[str]:
     """The failures for every measured number that is NaN or inf (no comparison can pass it)."""
-    names = ("max_abs_logit_diff", "mean_kl", "top1_agreement", "padded_max_abs_logit_diff", "ppl_native",
-             "ppl_converted", "reference_native_max_err", "reference_converted_max_err", "native_reading_max_err")
+    names = ("reference_converted_max_err", "padded_max_abs_logit_diff", "mean_kl", "top1_agreement", "ppl_reference",
+             "ppl_converted", "ppl_native", "max_abs_logit_diff", "reference_native_max_err", "native_reading_max_err")
     values = {name: getattr(report, name) for name in names}
     return [f"{name} is {value}: not a finite number" for name, value in values.items()
             if value is not None and not math.isfinite(value)]
@@ -106,33 +110,63 @@ def limit_of(report: VerifyReport) -> float:
 
 
 def judge(report: VerifyReport) -> list[str]:
-    """The failures of a measured report against its limit (``limit_of``): any non-finite number; against the exact
-    reference, the converted model's max |logit error| above the limit, and a padded batch that differs from
-    native by more than the limit plus both models' errors from exact (it compares the two models); without the
-    reference, the max |logit diff| and the padded batch's above the limit; in float32, the source as defined
-    above the limit from exact over its first ``READING_TOKENS`` positions, and greedy generations that differ.
-    Native's error is never an allowance for the converted model's."""
+    """The failures of a measured report against its limit (``limit_of``): any non-finite number; the converted
+    model's max |logit error| from the exact reference above the limit, on the tokens and on the left-padded batch;
+    in float32, the source as defined above the limit from exact over its first ``READING_TOKENS`` positions, and
+    greedy generations that differ. Native's error is never an allowance for the converted model's."""
     failures = non_finite(report)
-    limit, padded = report.thresholds["limit"], report.padded_max_abs_logit_diff
-    ref_native, ref_conv = report.reference_native_max_err, report.reference_converted_max_err
+    limit = report.thresholds["limit"]
     what = f"the limit {limit:.3g} ({report.limit_why})"
-    if report.thresholds["against"] == "native":
-        if report.max_abs_logit_diff > limit:
-            failures.append(f"max |logit diff| {report.max_abs_logit_diff:.3g} > {what}")
-        if padded > limit:
-            failures.append(f"left-padded batch: max |logit diff| {padded:.3g} > {what}")
-    else:
-        if ref_conv > limit:
-            failures.append(f"converted vs exact ALiBi: max |logit error| {ref_conv:.3g} > {what}")
-        if padded > limit + ref_native + ref_conv:
-            failures.append(f"left-padded batch: max |logit diff| {padded:.3g} > {what} + both models' error from "
-                            f"exact ({ref_native:.3g} + {ref_conv:.3g})")
+    if report.reference_converted_max_err > limit:
+        failures.append(f"converted vs exact ALiBi: max |logit error| {report.reference_converted_max_err:.3g} > {what}")
+    if report.padded_max_abs_logit_diff > limit:
+        failures.append(f"left-padded batch: converted vs exact, max |logit error| "
+                        f"{report.padded_max_abs_logit_diff:.3g} > {what}")
     reading = report.native_reading_max_err
     if report.dtype == "float32" and reading is not None and reading > limit:
         as_defined = "" if report.transformers_native_deviation is None else \
             f" (run as defined: {report.transformers_native_deviation})"
         failures.append(f"transformers' {report.family}{as_defined} differs from ropebridge's exact reading of SRC by "
                         f"{reading:.3g} over its first {READING_TOKENS} tokens > {what}: SRC is read as two models")
-    if report.thresholds["greedy_identical"] and not report.greedy_identical:
+    if report.thresholds["greedy_identical"] and report.greedy_identical is False:
         failures.append(f"greedy generations differ from token {report.greedy_first_divergence}")
     return failures
+
+
+def rows(report: VerifyReport) -> list[tuple[str, str, str]]:
+    """The report as rows (what, measured, how it is judged): the one content the terminal, ``report.md`` and the
+    model card format. No row names native where the source did not run."""
+    out = [("bytes", describe(report.byte_check), "")]
+    if not report.measured:
+        return out + [("functional check", f"skipped: {report.functional_skipped}", "")]
+    limit = report.thresholds["limit"]
+    bar = f"judged: <= {limit:.3g} ({report.limit_why})"
+    out += [("converted vs exact", f"{report.reference_converted_max_err:.3e}", bar),
+            ("left-padded batch", f"{report.padded_max_abs_logit_diff:.3e}", bar),
+            ("mean KL(exact||conv)", f"{report.mean_kl:.3e}", ""),
+            ("top-1 agreement", f"{report.top1_agreement:.4f}", "with exact")]
+    if report.greedy_native or report.greedy_bound:
+        n = len(report.greedy_native)
+        same = "identical" if report.greedy_identical else f"differ from token {report.greedy_first_divergence}"
+        how = ("judged" if report.thresholds["greedy_identical"] else "reported") + f", against {report.native_name}"
+        out.append((f"greedy ({n} tokens)", same, how + (f"; {report.greedy_bound}" if report.greedy_bound else "")))
+    if report.ppl_reference is not None:
+        ppl = f"exact {report.ppl_reference:.6g}, converted {report.ppl_converted:.6g}"
+        out.append(("perplexity", ppl + (f", native {report.ppl_native:.6g}" if report.ppl_native is not None else ""),
+                    ""))
+    if report.native_ran:
+        out += [("native vs exact", f"{report.reference_native_max_err:.3e}", "reported"),
+                ("converted vs native", f"{report.max_abs_logit_diff:.3e}", "reported")]
+    if report.transformers_native_max_abs_logit_diff is not None:
+        out.append((f"transformers' own {report.family}", f"{report.transformers_native_max_abs_logit_diff:.3e} from "
+                    f"converted", f"reported: {report.transformers_native_deviation}"))
+    if report.native_reading_max_err is not None and report.dtype == "float32":
+        own = "" if report.transformers_reading_max_err is None else \
+            f"; transformers' own {report.transformers_reading_max_err:.3e}"
+        out.append(("reading of SRC", f"native vs exact, first {min(READING_TOKENS, report.context)} tokens "
+                    f"{report.native_reading_max_err:.3e}{own}", bar))
+    cost = report.cost
+    if cost:
+        out.append(("cost", f"{cost['seconds']:.1f}s, a layer at a time",
+                    f"memory: needs {cost['memory_need'] / 2**30:.3g} of {cost['max_memory'] / 2**30:.3g} GiB"))
+    return out

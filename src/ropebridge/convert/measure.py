@@ -1,0 +1,261 @@
+"""The functional check of ``verify``: the converted model against the exact float64 reference, in bounded memory.
+
+Every model is run a layer at a time: the converted one and the source as transformers runs it as
+``layered.LayeredModel`` (transformers' own modules, each layer's weights read from disk just before it runs),
+the exact reference as ``reference.reference_states`` (one layer's float64 weights at a time). Only final
+hidden states ``(b, s, D)`` are kept; their logits are formed and compared one block of vocabulary rows at a time
+(``logit_stats.compare``). So the memory is a layer, the hidden states and one logit block, whatever the depth or
+the vocabulary, and ``memory_need`` bounds it from the shapes before anything is read.
+
+Measured, on ``context`` tokens and a left-padded batch of them (2, s):
+
+- judged: the converted model's max |logit error| from exact on the tokens and on the batch's real positions,
+  KL(exact || converted), top-1 agreement and greedy tokens (float32);
+- reported: the source run as defined (``native.as_defined``) against exact and against the converted model,
+  transformers' own numbers where it deviates, and, on the first ``READING_TOKENS`` tokens alone, the source as
+  defined against exact (judged in float32 by ``verdict.judge``).
+
+Greedy generation runs with the KV cache (the converted model, the source as defined) or, for a family
+transformers has no class for, as the exact reference's own argmax token by token. Each generated token streams
+every weight again; beyond ``GREEDY_STREAM_BYTES`` the count is bounded and the report says so.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..checkpoint.model import SourceModel
+from ..checkpoint.reference import reference_states
+from ..numerics import DTYPES
+from . import logit_stats
+from .layered import LayeredModel
+from .native import as_defined, native_deviations
+from .verdict import READING_TOKENS, VerifyReport
+
+GREEDY_STREAM_BYTES = 96 << 30  # weights streamed by greedy generation, at most: fewer tokens beyond
+OVERHEAD_BYTES = 900 << 20  # the interpreter, torch and transformers resident before any weight
+QUERY_BLOCK = 256  # the reference's queries per attention block
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    """What one verify holds at most, from the shapes alone (bytes): the reference's largest layer in float64,
+    attention's working set at ``s`` tokens, and the total against which ``--max-memory`` is checked; the rest of
+    the budget is the logit blocks'."""
+
+    reference_layer: int
+    attention: int
+    total: int
+
+
+def reference_layer_bytes(info) -> int:
+    """Bytes of one block's weights as the exact reference holds them (``checkpoint.model.Layer``, float64): q, k, v
+    ``(h, hd, D)`` and their biases, the output projection, the MLP (gated or not) and the norms."""
+    d, f, hd_all = info.hidden_size, info.intermediate_size, info.n_heads * info.head_dim
+    gates = 1 + bool(info.gated)
+    return 8 * (4 * hd_all * d + 3 * hd_all + f * d * (1 + gates) + f * gates + 6 * d)
+
+
+def memory_need(info, positions: int) -> MemoryNeed:
+    """``MemoryNeed`` of verifying a source of ``info`` (``SourceInfo``) on ``positions`` tokens (a batch of 2 for
+    the padded check): the overhead, the reference's float64 layer twice (as read and in use; a model's layer in
+    its dtype, even widened by the rotary dims, is at most 3/4 of that), eager attention's float32 scores and
+    probabilities ``(2, h, s, s)`` (the reference's are a block of queries, smaller) and the hidden states."""
+    reference_layer = reference_layer_bytes(info)
+    attention = 2 * 2 * info.n_heads * positions * positions * 4
+    hidden = 2 * positions * (info.hidden_size + info.intermediate_size) * 8 * 4
+    need = OVERHEAD_BYTES + 2 * reference_layer + attention + hidden
+    return MemoryNeed(reference_layer, attention, need)
+
+
+def check_memory(info, positions: int, max_memory: int) -> MemoryNeed:
+    """``memory_need``, or ``ValueError`` in one line naming the budget it needs where that exceeds ``max_memory``."""
+    need = memory_need(info, positions)
+    if need.total > max_memory:
+        raise ValueError(f"verify needs --max-memory {math.ceil(need.total / 2**30 * 10) / 10:g} GiB or more for "
+                         f"this checkpoint at {positions} tokens (its largest layer: {need.reference_layer / 2**30:.3g} "
+                         f"GiB in float64 for the exact reference; attention {need.attention / 2**30:.3g} GiB); the "
+                         f"budget is {max_memory / 2**30:.3g} GiB")
+    return need
+
+
+def _tokens(src: Path, text: str | None, context: int, vocab: int, seed: int) -> torch.Tensor:
+    if text is None:
+        g = torch.Generator().manual_seed(seed)
+        return torch.randint(0, vocab, (1, context), generator=g)
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(src)
+    except Exception as exc:  # missing or broken tokenizer files surface as many types: one line
+        raise ValueError(f"--text needs the source's tokenizer, which does not load from {src} "
+                         f"({type(exc).__name__})") from None
+    ids = tokenizer(text, return_tensors="pt")["input_ids"][:, :context]
+    if ids.shape[1] < 2:
+        raise ValueError("the text gives fewer than 2 tokens")
+    return ids
+
+
+def padded_batch(ids: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch ``(2, s)`` of ``ids`` ``(1, s)`` and its first half left-padded to s, and its attention mask."""
+    n = ids.shape[1]
+    short = max(2, n // 2)
+    batch = torch.full((2, n), pad_id, dtype=torch.long)
+    batch[0], batch[1, n - short:] = ids[0], ids[0, :short]
+    mask = torch.ones_like(batch)
+    mask[1, : n - short] = 0
+    return batch, mask
+
+
+def _greedy(model, prompt: torch.Tensor, n: int, pad_id: int) -> list[int]:
+    out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, min_new_tokens=n,
+                         do_sample=False, pad_token_id=pad_id, eos_token_id=None)
+    return out[0, prompt.shape[1]:].tolist()
+
+
+def _reference_greedy(source: SourceModel, prompt: torch.Tensor, n: int, block: int) -> list[int]:
+    """The exact reference's own greedy tokens: the argmax of its last position's logits, token by token."""
+    seq, out = prompt, []
+    for _ in range(n):
+        h = reference_states(source, seq, query_block=QUERY_BLOCK)[:, -1:]  # (1, 1, D)
+        side = {"exact": lambda a, c: h @ source.head_rows(a, c).T}
+        stats, _ = logit_stats.compare(side, [], source.info.vocab_size, block)
+        out.append(int(stats["exact"].argmax[0, 0]))
+        seq = torch.cat([seq, torch.tensor([[out[-1]]])], 1)
+    return out
+
+
+def _ppl(stats: logit_stats.SideStats) -> float:
+    return float(torch.exp(-stats.target_logprob[0, :-1].mean()))
+
+
+def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[VerifyReport, torch.Tensor]:
+    """Every number ``verify`` reports (module doc), measured in ``request.dtype``, thresholds recorded, no verdict
+    yet, and the ids ``(1, s)`` they were measured on; within ``request.max_memory`` bytes (``check_memory``, which the caller has passed). ``bar`` (a progress
+    bar) counts the layers run and the logits pass."""
+    started, seconds = time.perf_counter(), {}
+    dtype, info = DTYPES[request.dtype], source.info
+    tick = lambda: bar.update()  # noqa: E731
+    conv = LayeredModel(dst, dtype, on_layer=tick)
+    runs = info.spec.attention is not None  # transformers has a class for the source
+    native = LayeredModel(src, dtype, on_layer=tick) if runs else None
+    ids = _tokens(src, request.text, request.context, info.vocab_size, request.seed)  # (1, s)
+    n = ids.shape[1]
+    max_memory, need = request.max_memory, memory_need(info, n)
+    pad_id = int(conv.model.config.pad_token_id or 0)
+    batch, mask = padded_batch(ids, pad_id)
+    deviations = native_deviations(info.family, source.config) if runs else ()
+    exact = (lambda: as_defined(native.model, source)) if runs else nullcontext  # noqa: E731
+    head = ids[:, :READING_TOKENS]  # (1, m)
+    passes = 3 + (2 + 2 * bool(deviations) if runs else 0)
+    bar.reset(total=passes * info.n_layers + 1)
+
+    def stage(name: str) -> None:
+        seconds[name] = time.perf_counter() - started - sum(seconds.values())
+        bar.set_postfix_str(name)
+
+    hidden: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        bar.set_postfix_str(f"converted, {n} tokens")
+        hidden["conv"], hidden["conv_batch"] = conv.hidden(ids), conv.hidden(batch, mask)  # (1, s, D), (2, s, D)
+        stage("converted")
+        bar.set_postfix_str(f"exact float64 reference, 2 x {n} tokens")
+        ref = reference_states(source, batch, mask, query_block=QUERY_BLOCK, on_layer=lambda i: tick())  # (2, s, D)
+        stage("reference")
+        if runs:
+            bar.set_postfix_str(f"native, {n} tokens")
+            with exact():
+                hidden["native"], hidden["native_head"] = native.hidden(ids), native.hidden(head)
+            if deviations:
+                hidden["hf"], hidden["hf_head"] = native.hidden(ids), native.hidden(head)
+            stage("native")
+    models = {"conv": conv, "conv_batch": conv, "native": native, "native_head": native, "hf": native,
+              "hf_head": native}
+    sides: dict[str, logit_stats.Side] = {"exact": lambda a, c: ref @ source.head_rows(a, c).T}
+    for name, h in hidden.items():
+        sides[name] = lambda a, c, h=h, m=models[name]: m.logits_block(h, a, c).double()
+    pairs = [("exact0", "conv"), ("exact", "conv_batch")]
+    if runs:
+        pairs += [("native", "conv"), ("native", "exact0"), ("native_head", "exact_head")]
+        pairs += [("hf", "conv"), ("hf_head", "exact_head")] if deviations else []
+    views = {"exact0": ("exact", (slice(0, 1),)), "exact_head": ("exact", (slice(0, 1), slice(0, head.shape[1])))}
+    positions = 3 * n + (2 * n + 2 * head.shape[1]) * (1 + bool(deviations)) * runs
+    budget = max(64 << 20, max_memory - need.total)
+    block = logit_stats.vocab_block(positions, 1, budget)
+    targets = torch.cat([ids[:, 1:], ids[:, :1]], 1)  # (1, s): the next token (the last is ignored)
+    bar.set_postfix_str(f"logits, {info.vocab_size} rows in blocks of {block}")
+    side_stats, pair_stats = logit_stats.compare(
+        sides, pairs, info.vocab_size, block, views=views,
+        targets={"exact0": targets, "conv": targets, **({"native": targets} if runs else {})})
+    bar.update()
+    stage("logits")
+    report = _report(source, (src, dst), request, (side_stats, pair_stats), mask, deviations)
+    _greedy_check(report, source, {"conv": conv, "native": native}, ids, request, (block, bar))
+    stage("greedy")
+    report.cost = {"seconds": time.perf_counter() - started, "stage_seconds": seconds, "max_memory": max_memory,
+                   "memory_need": need.total, "reference_layer_bytes": need.reference_layer,
+                   "model_layer_bytes": max(conv.largest_unit_bytes, native.largest_unit_bytes if native else 0),
+                   "vocab_block": block}
+    return report, ids
+
+
+def _report(source, paths: tuple[Path, Path], request, stats: tuple[dict, dict], mask: torch.Tensor,
+            deviations) -> VerifyReport:
+    """The report of the compared logits ``stats`` (sides, pairs: ``measure``) of ``paths`` (SRC, DST)."""
+    (src, dst), (s, p), runs = paths, stats, source.info.spec.attention is not None
+    text = request.text is not None
+    judged, padded = p["exact0", "conv"], p["exact", "conv_batch"]
+    agree = (s["conv"].argmax == s["exact"].argmax[:1]).double().mean()
+    report = VerifyReport(
+        source=str(src), converted=str(dst), family=source.info.family, dtype=request.dtype,
+        context=int(mask.shape[1]), source_attention=source.info.spec.attention or "not run", native_ran=runs,
+        reference_converted_max_err=float(judged.max_abs_diff.max()), mean_kl=float(judged.kl.mean()),
+        padded_max_abs_logit_diff=float(padded.max_abs_diff[mask.bool()].max()), top1_agreement=float(agree),
+        error_by_position=judged.max_abs_diff[0].tolist(),
+        ppl_reference=_ppl(s["exact0"]) if text else None, ppl_converted=_ppl(s["conv"]) if text else None,
+        thresholds={"max_abs_logit_diff": request.max_logit_diff, "greedy_identical": request.dtype == "float32"})
+    if runs:
+        report.max_abs_logit_diff = float(p["native", "conv"].max_abs_diff.max())
+        report.reference_native_max_err = float(p["native", "exact0"].max_abs_diff.max())
+        report.native_reading_max_err = float(p["native_head", "exact_head"].max_abs_diff.max())
+        report.ppl_native = _ppl(s["native"]) if text else None
+    if deviations:
+        report.transformers_native_deviation = "; ".join(d.what for d in deviations)
+        report.transformers_native_max_abs_logit_diff = float(p["hf", "conv"].max_abs_diff.max())
+        report.transformers_reading_max_err = float(p["hf_head", "exact_head"].max_abs_diff.max())
+    return report
+
+
+def _greedy_check(report: VerifyReport, source, models: dict, ids: torch.Tensor, request, progress: tuple) -> None:
+    """Greedy tokens of the converted model ``models["conv"]`` and of the source (``models["native"]`` run as
+    defined, or the exact reference), bounded so that the weights they stream stay within ``GREEDY_STREAM_BYTES``
+    (the report names the bound); ``progress``: the logit block and the bar."""
+    (block, bar), conv, native, asked = progress, models["conv"], models["native"], request.greedy_tokens
+    pad_id = int(conv.model.config.pad_token_id or 0)
+    if not asked:
+        return
+    layer = native.unit_bytes if native else reference_layer_bytes(source.info)
+    per_token = (conv.unit_bytes + layer) * source.info.n_layers
+    tokens = min(asked, max(1, GREEDY_STREAM_BYTES // max(1, per_token)))
+    if tokens < asked:
+        report.greedy_bound = (f"{tokens} of {asked} tokens: each streams {per_token / 2**30:.3g} GiB of weights, "
+                               f"bounded at {GREEDY_STREAM_BYTES / 2**30:g} GiB")
+    bar.reset(total=2 * tokens * source.info.n_layers)
+    bar.set_postfix_str(f"greedy, {tokens} tokens")
+    prompt = ids[:, : min(16, ids.shape[1])]
+    with torch.no_grad():
+        if native is not None:
+            with as_defined(native.model, source):
+                g_source = _greedy(native.model, prompt, tokens, pad_id)
+        else:
+            g_source = _reference_greedy(source, prompt, tokens, block)
+        g_conv = _greedy(conv.model, prompt, tokens, pad_id)
+    divergence = next((i for i, (x, y) in enumerate(zip(g_source, g_conv)) if x != y), None)
+    report.greedy_native, report.greedy_converted = g_source, g_conv
+    report.greedy_identical, report.greedy_first_divergence = divergence is None, divergence

@@ -1,0 +1,49 @@
+"""The functional check's bounds: the memory it needs, known from the shapes before anything is read, and greedy
+generation bounded where streaming makes it the dominant cost, never silently."""
+
+import dataclasses
+
+import pytest
+import torch
+from pico import build
+
+from ropebridge.checkpoint.model import SourceModel
+from ropebridge.convert import convert, measure, verify
+from ropebridge.emulation import PlanRequest
+
+
+def test_the_reference_layer_is_counted_from_the_shapes(tmp_path):
+    source = SourceModel(build(tmp_path / "bloom", "bloom-4heads"))
+    layer = source.layer(0)
+    held = sum(t.numel() * t.element_size() for f in dataclasses.fields(layer)
+               for t in ((getattr(layer, f.name),) if isinstance(getattr(layer, f.name), torch.Tensor)
+                         else getattr(layer, f.name) or ()))
+    assert measure.reference_layer_bytes(source.info) == held
+
+
+def test_the_need_grows_with_the_context_and_is_refused_above_the_budget(tmp_path):
+    info = SourceModel(build(tmp_path / "bloom", "bloom-4heads")).info
+    small, large = measure.memory_need(info, 256), measure.memory_need(info, 4096)
+    assert small.total < large.total and large.attention == 256 * small.attention
+    assert measure.check_memory(info, 256, small.total) == small
+    with pytest.raises(ValueError, match=r"needs --max-memory 0.9 GiB or more .* the budget is 0.5 GiB"):
+        measure.check_memory(info, 256, 1 << 29)
+
+
+def test_verify_refuses_a_budget_below_the_need_before_measuring(tmp_path):
+    src = build(tmp_path / "bloom", "bloom-4heads")
+    dst = convert(src, tmp_path / "rope", PlanRequest(window=256)).destination
+    with pytest.raises(ValueError, match="needs --max-memory"):
+        verify(src, dst, context=64, max_memory=1 << 20)
+
+
+def test_greedy_is_bounded_and_the_report_says_so(tmp_path, monkeypatch):
+    src = build(tmp_path / "bloom", "bloom-4heads")
+    dst = convert(src, tmp_path / "rope", PlanRequest(window=256)).destination
+    full = verify(src, dst, context=64, greedy_tokens=6)
+    assert full.greedy_bound is None and len(full.greedy_native) == len(full.greedy_converted) == 6
+    monkeypatch.setattr(measure, "GREEDY_STREAM_BYTES", 1)
+    bounded = verify(src, dst, context=64, greedy_tokens=6)
+    assert len(bounded.greedy_native) == len(bounded.greedy_converted) == 1
+    assert bounded.greedy_bound.startswith("1 of 6 tokens: each streams") and bounded.passed
+    assert bounded.greedy_native == full.greedy_native[:1]
