@@ -51,5 +51,6 @@ def test_kl_is_zero_on_itself_and_positive_otherwise():
 
 
 def test_the_block_fits_the_budget():
-    assert vocab_block(1024, 3, 64 << 20) * 2 * 3 * 1024 * 8 <= 64 << 20
-    assert vocab_block(10**9, 3, 1) == 1
+    rows = vocab_block(5 * 1024, 2048, 64 << 20)
+    assert rows * 8 * (5 * 1024 + 3 * 2048) <= 64 << 20 < (rows + 1) * 8 * (5 * 1024 + 3 * 2048)
+    assert vocab_block(10**9, 10**9, 1) == 1

@@ -39,10 +39,11 @@ class PairStats:
     kl: torch.Tensor
 
 
-def vocab_block(positions: int, sides: int, budget_bytes: int) -> int:
-    """Vocabulary rows per block such that ``sides`` float64 logit blocks of ``positions`` rows (and as many
-    temporaries) fit ``budget_bytes``: at least 1."""
-    return max(1, budget_bytes // max(1, 2 * sides * positions * 8))
+def vocab_block(positions: int, largest: int, budget_bytes: int) -> int:
+    """Vocabulary rows per block such that the float64 logit blocks of sides with ``positions`` rows in all (the
+    largest ``largest``), and three temporaries of the largest (a difference, an exponential, a product), fit
+    ``budget_bytes``: at least 1."""
+    return max(1, budget_bytes // max(1, 8 * (positions + 3 * largest)))
 
 
 @torch.no_grad()

@@ -41,13 +41,13 @@ from .verdict import READING_TOKENS, VerifyReport
 GREEDY_STREAM_BYTES = 96 << 30  # weights streamed by greedy generation, at most: fewer tokens beyond
 OVERHEAD_BYTES = 900 << 20  # the interpreter, torch and transformers resident before any weight
 QUERY_BLOCK = 256  # the reference's queries per attention block
+LOGIT_BYTES = 256 << 20  # the logit blocks compared at once (float64, every side, and their temporaries)
 
 
 @dataclass(frozen=True)
 class MemoryNeed:
     """What one verify holds at most, from the shapes alone (bytes): the reference's largest layer in float64,
-    attention's working set at ``s`` tokens, and the total against which ``--max-memory`` is checked; the rest of
-    the budget is the logit blocks'."""
+    attention's working set at ``s`` tokens, and the total against which ``--max-memory`` is checked."""
 
     reference_layer: int
     attention: int
@@ -66,11 +66,12 @@ def memory_need(info, positions: int) -> MemoryNeed:
     """``MemoryNeed`` of verifying a source of ``info`` (``SourceInfo``) on ``positions`` tokens (a batch of 2 for
     the padded check): the overhead, the reference's float64 layer twice (as read and in use; a model's layer in
     its dtype, even widened by the rotary dims, is at most 3/4 of that), eager attention's float32 scores and
-    probabilities ``(2, h, s, s)`` (the reference's are a block of queries, smaller) and the hidden states."""
+    probabilities ``(2, h, s, s)`` (the reference's are a block of queries, smaller), the hidden states and the
+    logit blocks (``LOGIT_BYTES``)."""
     reference_layer = reference_layer_bytes(info)
     attention = 2 * 2 * info.n_heads * positions * positions * 4
     hidden = 2 * positions * (info.hidden_size + info.intermediate_size) * 8 * 4
-    need = OVERHEAD_BYTES + 2 * reference_layer + attention + hidden
+    need = OVERHEAD_BYTES + 2 * reference_layer + attention + hidden + LOGIT_BYTES
     return MemoryNeed(reference_layer, attention, need)
 
 
@@ -137,8 +138,8 @@ def _ppl(stats: logit_stats.SideStats) -> float:
 
 def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[VerifyReport, torch.Tensor]:
     """Every number ``verify`` reports (module doc), measured in ``request.dtype``, thresholds recorded, no verdict
-    yet, and the ids ``(1, s)`` they were measured on; within ``request.max_memory`` bytes (``check_memory``, which the caller has passed). ``bar`` (a progress
-    bar) counts the layers run and the logits pass."""
+    yet, and the ids ``(1, s)`` they were measured on; within ``request.max_memory`` bytes (``check_memory``, which
+    the caller has passed). ``bar`` (a progress bar) counts the layers run and the logits pass."""
     started, seconds = time.perf_counter(), {}
     dtype, info = DTYPES[request.dtype], source.info
     tick = lambda: bar.update()  # noqa: E731
@@ -185,9 +186,8 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
         pairs += [("native", "conv"), ("native", "exact0"), ("native_head", "exact_head")]
         pairs += [("hf", "conv"), ("hf_head", "exact_head")] if deviations else []
     views = {"exact0": ("exact", (slice(0, 1),)), "exact_head": ("exact", (slice(0, 1), slice(0, head.shape[1])))}
-    positions = 3 * n + (2 * n + 2 * head.shape[1]) * (1 + bool(deviations)) * runs
-    budget = max(64 << 20, max_memory - need.total)
-    block = logit_stats.vocab_block(positions, 1, budget)
+    rows = [h.shape[:-1].numel() for h in (ref, *hidden.values())]  # each side's positions, b * s
+    block = logit_stats.vocab_block(sum(rows), max(rows), LOGIT_BYTES)
     targets = torch.cat([ids[:, 1:], ids[:, :1]], 1)  # (1, s): the next token (the last is ignored)
     bar.set_postfix_str(f"logits, {info.vocab_size} rows in blocks of {block}")
     side_stats, pair_stats = logit_stats.compare(
