@@ -224,6 +224,21 @@ def rounding_widths() -> str:
     return "\n".join(out) + "\n"
 
 
+def verify_scale() -> str:
+    """``verify_scale.py``: verify by default at real shapes, time, peak RSS and the verdicts, untouched and damaged."""
+    out = ["| shape (bfloat16) | parameters | tokens | convert | verify | verify / convert | verify peak RSS | "
+           "predicted need | converted vs exact (limit) | native vs exact | greedy | untouched | one MLP zeroed |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for r in _rows("verify_scale"):
+        greedy = f"{r['greedy_tokens']}" + (" (bounded)" if r.get("greedy_bound") else "")
+        out.append(f"| {r['shape']} | {r['parameters'] / 1e6:.0f}M | {r['context']} | {r['convert_seconds']:.0f} s | "
+                   f"{r['verify_seconds']:.0f} s | {r['verify_over_convert']:.2g} | "
+                   f"{r['verify_peak_rss_mb'] / 1024:.2f} GB | {r['memory_need_mb'] / 1024:.2f} GB | "
+                   f"{r['converted_vs_exact']:.3g} ({r['limit']:.3g}) | {r['native_vs_exact']:.3g} | {greedy} | "
+                   f"{'PASSED' if r['passed'] else 'FAILED'} | {'FAILED' if r['damaged_exit'] == 1 else 'PASSED?!'} |")
+    return "\n".join(out) + "\n"
+
+
 def _greedy(r: dict) -> str:
     if r.get("greedy_identical"):
         return "identical"
@@ -288,7 +303,7 @@ def _engine_script_table(script: str, results: str) -> str:
 
 
 TABLES = {"window-guide": window_guide, "verdicts": verdicts, "verdicts-8k": verdicts_8k,
-          "default-shapes": default_shapes,
+          "default-shapes": default_shapes, "verify-scale": verify_scale,
           "convert-560m": convert_560m, "convert-width": convert_width, "speed-memory": speed_memory,
           "speed-ladder": speed_ladder, "fidelity": fidelity, "arch-floor": arch_floor,
           "rounding-budget": rounding_budget, "rounding-widths": rounding_widths,

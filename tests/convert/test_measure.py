@@ -50,3 +50,28 @@ def test_greedy_is_bounded_and_the_report_says_so(tmp_path, monkeypatch):
     assert len(bounded.greedy_native) == len(bounded.greedy_converted) == 1
     assert bounded.greedy_bound.startswith("1 of 6 tokens: each streams") and bounded.passed
     assert bounded.greedy_native == full.greedy_native[:1]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here: the path runs instead")
+def test_cuda_without_a_device_is_refused_in_one_line(tmp_path, capsys):
+    from ropebridge.cli import main
+
+    src = build(tmp_path / "bloom", "bloom-4heads")
+    dst = convert(src, tmp_path / "rope", PlanRequest(window=256)).destination
+    with pytest.raises(ValueError, match="--device cuda: no CUDA device"):
+        verify(src, dst, context=64, device="cuda")
+    assert main(["verify", str(src), str(dst), "--context", "64", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no CUDA device" in err[0]
+    with pytest.raises(ValueError, match="device must be one of cpu, cuda"):
+        verify(src, dst, context=64, device="tpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_cuda_path_gives_the_cpu_verdict(tmp_path):
+    src = build(tmp_path / "bloom", "bloom-4heads")
+    dst = convert(src, tmp_path / "rope", PlanRequest(window=256)).destination
+    cpu, cuda = (verify(src, dst, context=64, greedy_tokens=4, device=d) for d in ("cpu", "cuda"))
+    assert cpu.passed and cuda.passed, cuda.failures
+    assert cuda.reference_converted_max_err <= cuda.thresholds["limit"]
+    assert cuda.greedy_native == cpu.greedy_native

@@ -78,7 +78,7 @@ def reference_hidden(
 def reference_states(
     src: SourceModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *, query_block: int = 512,
     observe: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None, round_to: torch.dtype | None = None,
-    on_layer: Callable[[int], None] | None = None, probs_out: list | None = None,
+    on_layer: Callable[[int], None] | None = None, probs_out: list | None = None, device: str = "cpu",
 ) -> torch.Tensor:
     """Final (LayerNorm-ed) hidden states ``(b, s, D)``, float64, of ``input_ids`` ``(b, s)`` with
     ``attention_mask`` ``(b, s)`` (1 real, 0 left padding; positions from its cumulative sum, as
@@ -87,7 +87,8 @@ def reference_states(
     Rows at padding positions are meaningless. ``observe(layer, content, dist)`` sees each block's content logits
     ``(b, h, block, t)`` and distances ``(b, block, t)``; ``round_to`` as ``reference_hidden``; ``on_layer(i)`` is
     called after each layer (progress); with ``probs_out`` (a list), each layer's attention probabilities
-    ``(b, h, s, s)`` are appended to it (O(s^2) memory: for short inputs)."""
+    ``(b, h, s, s)`` are appended to it (O(s^2) memory: for short inputs); ``device``: where it runs (each layer
+    read on the CPU, moved once; the result stays there)."""
     info = src.info
     if round_to is None:
         r = _same
@@ -95,13 +96,13 @@ def reference_states(
         def r(t: torch.Tensor) -> torch.Tensor:
             return t.to(round_to).to(torch.float64)
     b, s = input_ids.shape
-    mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+    mask = (torch.ones_like(input_ids) if attention_mask is None else attention_mask).to(device)
     pos = (mask.cumsum(-1) - 1).clamp(min=0).to(torch.float64)  # (b, s)
-    index = torch.arange(s)
-    slopes = torch.tensor(info.slopes, dtype=torch.float64)[None, :, None, None]  # (1, h, 1, 1)
-    x = r(src.embedding_of(input_ids))  # (b, s, D)
+    index = torch.arange(s, device=device)
+    slopes = torch.tensor(info.slopes, dtype=torch.float64, device=device)[None, :, None, None]  # (1, h, 1, 1)
+    x = r(src.embedding_of(input_ids.cpu()).to(device))  # (b, s, D)
     for i in range(info.n_layers):
-        layer = src.layer(i)
+        layer = _on(src.layer(i), device)
         if round_to is not None:
             layer = dataclasses.replace(layer, **{f.name: _map(r, getattr(layer, f.name))
                                                   for f in dataclasses.fields(layer)})
@@ -110,7 +111,7 @@ def reference_states(
         k = r(torch.einsum("bsd,hed->bhse", h1, layer.k_w) + layer.k_b[None, :, None, :])
         v = r(torch.einsum("bsd,hed->bhse", h1, layer.v_w) + layer.v_b[None, :, None, :])
         ctx = torch.empty_like(q)
-        probs = None if probs_out is None else torch.zeros(b, q.shape[1], s, s, dtype=torch.float64)
+        probs = None if probs_out is None else torch.zeros(b, q.shape[1], s, s, dtype=torch.float64, device=device)
         for a in range(0, s, query_block):
             e = min(s, a + query_block)
             dist = pos[:, a:e, None] - pos[:, None, :e]  # (b, block, t)
@@ -131,7 +132,15 @@ def reference_states(
         x = _residual(x, h1, attn, layer, info, r)
         if on_layer is not None:
             on_layer(i)
-    return r(_ln(x, _map(r, src.final_norm()), info))
+    return r(_ln(x, _map(r, _map(lambda t: t.to(device), src.final_norm())), info))
+
+
+def _on(layer, device: str):
+    """``layer`` (a ``Layer``) with every tensor on ``device``."""
+    if str(device) == "cpu":
+        return layer
+    return dataclasses.replace(layer, **{f.name: _map(lambda t: t.to(device), getattr(layer, f.name))
+                                         for f in dataclasses.fields(layer)})
 
 
 def _map(r, value):

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..convert.verdict import rows
-from ..convert.verify import DEFAULT_MAX_MEMORY, VerifyRequest, verify
+from ..convert.verify import DEFAULT_MAX_MEMORY, DEVICES, VerifyRequest, verify
 from ..numerics import DTYPES
 from ._options import add_verbose
 
@@ -29,6 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-memory", type=float, default=DEFAULT_MAX_MEMORY / 2**30, metavar="GIB",
                    help=f"memory verify may hold, in GiB (default {DEFAULT_MAX_MEMORY / 2**30:g}): every model runs a "
                         "layer at a time; a checkpoint whose largest layer needs more is refused")
+    p.add_argument("--device", choices=DEVICES, default="cpu",
+                   help="where the models and the exact float64 reference run (default cpu)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--report", metavar="DIR", help="write report.md, report.json and plots into DIR")
     p.add_argument("--card", action="store_true",
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"cannot read --text {args.text}: {exc}") from None
     request = VerifyRequest(context=args.context, dtype=args.dtype, text=text, greedy_tokens=args.greedy_tokens,
-                            max_logit_diff=args.max_logit_diff, max_memory=_gib(args.max_memory),
+                            max_logit_diff=args.max_logit_diff, max_memory=_gib(args.max_memory), device=args.device,
                             report_dir=args.report, card=args.card, quick=args.quick)
     r = verify(args.src, args.dst, request, progress=not args.json)
     if args.json:

@@ -26,9 +26,9 @@ from ..checkpoint.config import load_config
 from ..checkpoint.tensor_io import CheckpointReader
 
 
-def _placeholder(shape: torch.Size, dtype: torch.dtype) -> torch.nn.Parameter:
-    """A parameter of ``shape`` and ``dtype`` on the CPU backed by one element (an expanded zero)."""
-    return torch.nn.Parameter(torch.zeros((), dtype=dtype).expand(shape), requires_grad=False)
+def _placeholder(shape: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.nn.Parameter:
+    """A parameter of ``shape`` and ``dtype`` on ``device`` backed by one element (an expanded zero)."""
+    return torch.nn.Parameter(torch.zeros((), dtype=dtype, device=device).expand(shape), requires_grad=False)
 
 
 @contextmanager
@@ -51,15 +51,15 @@ def _parameters_on_meta() -> Iterator[None]:
 class _GatherEmbedding(torch.nn.Module):
     """The input embedding ``(V, D)`` as a lookup of the ids' rows only, read from the checkpoint per call."""
 
-    def __init__(self, reader: CheckpointReader, key: str, dtype: torch.dtype, padding_idx: int | None):
+    def __init__(self, reader: CheckpointReader, key: str, dtype: torch.dtype, device: torch.device):
         super().__init__()
-        self.reader, self.key, self.dtype, self.padding_idx = reader, key, dtype, padding_idx
+        self.reader, self.key, self.dtype, self.device = reader, key, dtype, device
         self.num_embeddings, self.embedding_dim = reader.shape(key)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:  # (b, s) -> (b, s, D)
-        unique, inverse = torch.unique(ids, return_inverse=True)
+        unique, inverse = torch.unique(ids.cpu(), return_inverse=True)
         rows = torch.stack([self.reader.read(self.key, (int(r), int(r) + 1), self.dtype, finite=False)[0] for r in unique])
-        return rows[inverse]
+        return rows[inverse].to(self.device)
 
 
 class _BlockedHead(torch.nn.Module):
@@ -80,14 +80,17 @@ class LayeredModel:
     ``model``: the transformers module (call it, ``generate`` with it); ``hidden(ids, mask)``: the final hidden
     states ``(b, s, D)``; ``logits_block(hidden, a, b)``: the logits of vocabulary rows ``[a, b)``;
     ``largest_unit_bytes``: the most bytes of weights held at once; ``loads``: units read so far; ``on_layer()`` is
-    called after each decoder layer runs (progress); ``attn_implementation`` as ``from_pretrained``'s."""
+    called after each decoder layer runs (progress); ``attn_implementation`` as ``from_pretrained``'s; ``device``:
+    where each unit runs (its weights read on the CPU, moved once)."""
 
     def __init__(self, directory: str | Path, dtype: torch.dtype, *, block_bytes: int = 64 << 20,
-                 on_layer: Callable[[], None] | None = None, attn_implementation: str | None = None):
+                 on_layer: Callable[[], None] | None = None, attn_implementation: str | None = None,
+                 device: str | torch.device = "cpu"):
         from transformers import AutoConfig, AutoModelForCausalLM
         from transformers.initialization import no_init_weights
 
         self.directory, self.dtype, self.block_bytes = Path(directory), dtype, block_bytes
+        self.device = torch.device(device)
         load_config(self.directory)  # one line for a config that is not JSON
         config = AutoConfig.from_pretrained(self.directory)
         with _parameters_on_meta(), no_init_weights():
@@ -95,14 +98,17 @@ class LayeredModel:
             model = AutoModelForCausalLM.from_config(config, dtype=dtype, **extra)
         model.tie_weights()  # as from_pretrained ties them (config.tie_word_embeddings)
         self.model = model.eval()
+        for module in self.model.modules():  # the buffers built from the config (rotary frequencies) where it runs
+            for name, buffer in list(module._buffers.items()):
+                if buffer is not None:
+                    module._buffers[name] = buffer.to(self.device)
         self.reader = CheckpointReader(self.directory)
         keys = self._placeholders(self._keys())
         head, emb = self.model.get_output_embeddings(), self.model.get_input_embeddings()
         self.head_key = keys[id(head.weight)]
         self.head_bias_key = keys.get(id(head.bias)) if getattr(head, "bias", None) is not None else None
         self.vocab_size = self.reader.shape(self.head_key)[0]
-        self.model.set_input_embeddings(_GatherEmbedding(self.reader, keys[id(emb.weight)], dtype,
-                                                         getattr(emb, "padding_idx", None)))
+        self.model.set_input_embeddings(_GatherEmbedding(self.reader, keys[id(emb.weight)], dtype, self.device))
         self.model.set_output_embeddings(_BlockedHead(self))
         self.loads, self.largest_unit_bytes, self.on_layer = 0, 0, on_layer
         self.unit_bytes = 0  # the most bytes one unit's weights take, from the shapes (nothing read)
@@ -154,7 +160,8 @@ class LayeredModel:
             for name, p in list(module._parameters.items()):
                 if p is not None:
                     metas[id(p)] = p  # alive until the end, so identities stay unique
-                    module._parameters[name] = placeholders.setdefault(id(p), _placeholder(p.shape, self.dtype))
+                    module._parameters[name] = placeholders.setdefault(id(p), _placeholder(p.shape, self.dtype,
+                                                                                          self.device))
         return {id(placeholders[i]): key for i, key in keys.items()}
 
     def _units(self) -> list[tuple[torch.nn.Module, bool]]:
@@ -185,7 +192,7 @@ class LayeredModel:
     def _load(self, params) -> None:
         held = 0
         for module, name, key in params:
-            t = self.reader.read(key, dtype=self.dtype, finite=False)  # run as stored: judged after
+            t = self.reader.read(key, dtype=self.dtype, finite=False).to(self.device)  # as stored: judged after
             module._parameters[name] = torch.nn.Parameter(t, requires_grad=False)
             held += t.nbytes
         self.loads += 1
@@ -194,7 +201,7 @@ class LayeredModel:
     def _release(self, params, layer: bool) -> None:
         for module, name, _ in params:
             p = module._parameters[name]
-            module._parameters[name] = _placeholder(p.shape, self.dtype)
+            module._parameters[name] = _placeholder(p.shape, self.dtype, self.device)
         if layer and self.on_layer is not None:
             self.on_layer()
 
@@ -209,9 +216,9 @@ class LayeredModel:
     def logits_block(self, hidden: torch.Tensor, a: int, b: int) -> torch.Tensor:
         """Logits of vocabulary rows ``[a, b)`` for ``hidden`` ``(b, s, D)``: ``(b, s, b - a)`` in the model's dtype,
         as transformers' head computes them."""
-        w = self.reader.read(self.head_key, (a, b), self.dtype, finite=False)
+        w = self.reader.read(self.head_key, (a, b), self.dtype, finite=False).to(self.device)
         bias = None if self.head_bias_key is None else self.reader.read(self.head_bias_key, (a, b), self.dtype,
-                                                                        finite=False)
+                                                                        finite=False).to(self.device)
         return torch.nn.functional.linear(hidden, w, bias)
 
     @torch.no_grad()

@@ -120,12 +120,12 @@ def _greedy(model, prompt: torch.Tensor, n: int, pad_id: int) -> list[int]:
     return out[0, prompt.shape[1]:].tolist()
 
 
-def _reference_greedy(source: SourceModel, prompt: torch.Tensor, n: int, block: int) -> list[int]:
+def _reference_greedy(source: SourceModel, prompt: torch.Tensor, n: int, block: int, device: str) -> list[int]:
     """The exact reference's own greedy tokens: the argmax of its last position's logits, token by token."""
-    seq, out = prompt, []
+    seq, out = prompt.cpu(), []
     for _ in range(n):
-        h = reference_states(source, seq, query_block=QUERY_BLOCK)[:, -1:]  # (1, 1, D)
-        side = {"exact": lambda a, c: h @ source.head_rows(a, c).T}
+        h = reference_states(source, seq, query_block=QUERY_BLOCK, device=device)[:, -1:]  # (1, 1, D)
+        side = {"exact": lambda a, c: h @ source.head_rows(a, c).T.to(device)}
         stats, _ = logit_stats.compare(side, [], source.info.vocab_size, block)
         out.append(int(stats["exact"].argmax[0, 0]))
         seq = torch.cat([seq, torch.tensor([[out[-1]]])], 1)
@@ -143,14 +143,16 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
     started, seconds = time.perf_counter(), {}
     dtype, info = DTYPES[request.dtype], source.info
     tick = lambda: bar.update()  # noqa: E731
-    conv = LayeredModel(dst, dtype, on_layer=tick)
+    device = request.device
+    conv = LayeredModel(dst, dtype, on_layer=tick, device=device)
     runs = info.spec.attention is not None  # transformers has a class for the source
-    native = LayeredModel(src, dtype, on_layer=tick) if runs else None
+    native = LayeredModel(src, dtype, on_layer=tick, device=device) if runs else None
     ids = _tokens(src, request.text, request.context, info.vocab_size, request.seed)  # (1, s)
     n = ids.shape[1]
     max_memory, need = request.max_memory, memory_need(info, n)
     pad_id = int(conv.model.config.pad_token_id or 0)
-    batch, mask = padded_batch(ids, pad_id)
+    batch, mask = (t.to(device) for t in padded_batch(ids, pad_id))
+    ids = ids.to(device)
     deviations = native_deviations(info.family, source.config) if runs else ()
     exact = (lambda: as_defined(native.model, source)) if runs else nullcontext  # noqa: E731
     head = ids[:, :READING_TOKENS]  # (1, m)
@@ -167,7 +169,8 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
         hidden["conv"], hidden["conv_batch"] = conv.hidden(ids), conv.hidden(batch, mask)  # (1, s, D), (2, s, D)
         stage("converted")
         bar.set_postfix_str(f"exact float64 reference, 2 x {n} tokens")
-        ref = reference_states(source, batch, mask, query_block=QUERY_BLOCK, on_layer=lambda i: tick())  # (2, s, D)
+        ref = reference_states(source, batch, mask, query_block=QUERY_BLOCK, on_layer=lambda i: tick(),
+                               device=device)  # (2, s, D)
         stage("reference")
         if runs:
             bar.set_postfix_str(f"native, {n} tokens")
@@ -178,7 +181,7 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
             stage("native")
     models = {"conv": conv, "conv_batch": conv, "native": native, "native_head": native, "hf": native,
               "hf_head": native}
-    sides: dict[str, logit_stats.Side] = {"exact": lambda a, c: ref @ source.head_rows(a, c).T}
+    sides: dict[str, logit_stats.Side] = {"exact": lambda a, c: ref @ source.head_rows(a, c).T.to(device)}
     for name, h in hidden.items():
         sides[name] = lambda a, c, h=h, m=models[name]: m.logits_block(h, a, c).double()
     pairs = [("exact0", "conv"), ("exact", "conv_batch")]
@@ -202,7 +205,7 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
                    "memory_need": need.total, "reference_layer_bytes": need.reference_layer,
                    "model_layer_bytes": max(conv.largest_unit_bytes, native.largest_unit_bytes if native else 0),
                    "vocab_block": block}
-    return report, ids
+    return report, ids.cpu()
 
 
 def _report(source, paths: tuple[Path, Path], request, stats: tuple[dict, dict], mask: torch.Tensor,
@@ -254,7 +257,7 @@ def _greedy_check(report: VerifyReport, source, models: dict, ids: torch.Tensor,
             with as_defined(native.model, source):
                 g_source = _greedy(native.model, prompt, tokens, pad_id)
         else:
-            g_source = _reference_greedy(source, prompt, tokens, block)
+            g_source = _reference_greedy(source, prompt, tokens, block, request.device)
         g_conv = _greedy(conv.model, prompt, tokens, pad_id)
     divergence = next((i for i, (x, y) in enumerate(zip(g_source, g_conv)) if x != y), None)
     report.greedy_native, report.greedy_converted = g_source, g_conv

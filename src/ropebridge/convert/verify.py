@@ -49,6 +49,15 @@ from .pipeline import derive, resolve_source, source_fingerprint
 from .verdict import VerifyReport, judge, limit_of
 
 DEFAULT_MAX_MEMORY = 8 << 30  # bytes verify may hold: a third of a 24 GB machine
+DEVICES = ("cpu", "cuda")
+
+
+def check_device(device: str) -> None:
+    """``ValueError`` in one line where ``device`` is ``cuda`` and torch sees no CUDA device."""
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device (torch.cuda.is_available() is False); run on the CPU")
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +133,7 @@ class VerifyRequest:
     greedy_tokens: int = 32
     max_logit_diff: float | None = None
     max_memory: int = DEFAULT_MAX_MEMORY
+    device: str = "cpu"  # where the models and the exact reference run: "cpu", or "cuda" (float64 there too)
     seed: int = 0
     report_dir: Path | None = None
     card: bool = False  # write the result into DST's model card (its README.md) as its "Verification" section
@@ -135,6 +145,7 @@ class VerifyRequest:
         if self.dtype is not None:
             _checks.choice("dtype", self.dtype, tuple(DTYPES))
         _checks.positive_int("max_memory", self.max_memory)
+        _checks.choice("device", self.device, DEVICES)
         if self.max_logit_diff is not None:
             object.__setattr__(self, "max_logit_diff", _checks.positive("max_logit_diff", self.max_logit_diff))
         if self.report_dir is not None:
@@ -147,6 +158,7 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
     judged by ``judge``). ``request`` or its fields as keyword ``options``; ``progress``: a bar on stderr naming
     each stage."""
     request = VerifyRequest(**options) if request is None else request
+    check_device(request.device)
     src, dst = resolve_source(src), resolve_source(dst)  # directories, or hub ids as in convert
     for p in (src, dst):
         if not (p / "config.json").is_file():
