@@ -256,7 +256,7 @@ def write_report(report, out: Path, ids: torch.Tensor) -> None:
     the rows of ``verdict.rows`` as a table, and the attention probabilities of the first ``ATTENTION_TOKENS`` of
     ``ids`` ``(1, s)``, every model run a layer at a time (transformers' eager attention, the exact reference)."""
     from .checkpoint.model import SourceModel
-    from .checkpoint.reference import reference_states
+    from .checkpoint.reference import attention_probs
     from .convert.layered import LayeredModel
     from .numerics import DTYPES
 
@@ -279,8 +279,7 @@ def write_report(report, out: Path, ids: torch.Tensor) -> None:
             if r.native_ran and FAMILIES[r.family].eager_attention_maps:  # eager Falcon adds the bias twice
                 native = LayeredModel(r.source, DTYPES[r.dtype])
                 native_probs = list(native.model.get_decoder()(input_ids=head, output_attentions=True).attentions)
-            ref_probs: list = []
-            reference_states(SourceModel(r.source), head, probs_out=ref_probs)
+            ref_probs = attention_probs(SourceModel(r.source), head)
         _attention_figure(native_probs, conv_probs, ref_probs).savefig(out / "attention_by_layer.png", dpi=110)
         lines += ["", "![error by position](error_by_position.png)", "", "![attention by layer](attention_by_layer.png)",
                   ""]

@@ -117,3 +117,33 @@ def test_refact_reference_is_its_modelling_code(tmp_path, tied):
     ours, theirs = reference_logits(model, ids), refact_logits(src_dir, ids)
     scale = float(theirs.abs().max())
     assert float((ours - theirs).abs().max()) <= 64 * torch.finfo(torch.float64).eps * scale
+
+
+def test_one_layer_of_weights_is_alive_when_the_next_is_read(tmp_path):
+    # the streamed reference's memory is one float64 layer and a read's transient: the previous layer is released
+    # before the next one is read, and every layer's attention probabilities (attention_probs) are the streamed ones
+    import gc
+    import weakref
+
+    from ropebridge.checkpoint.reference import attention_probs, reference_states
+
+    model = SourceModel(build(tmp_path / "src", "bloom-4heads"))
+    read, alive = model.layer, []
+
+    def layer(i):
+        gc.collect()
+        alive.append(sum(ref() is not None for ref in refs))
+        out = read(i)
+        refs.append(weakref.ref(out))
+        return out
+
+    refs: list = []
+    model.layer = layer
+    ids = torch.randint(0, 320, (1, 40), generator=torch.Generator().manual_seed(5))
+    reference_states(model, ids, query_block=16)
+    assert alive == [0] * model.info.n_layers
+    probs = attention_probs(model, ids)
+    assert len(probs) == model.info.n_layers and probs[0].shape == (1, model.info.n_heads, 40, 40)
+    torch.testing.assert_close(probs[-1].sum(-1), torch.ones(1, model.info.n_heads, 40, dtype=torch.float64),
+                               rtol=0, atol=64 * torch.finfo(torch.float64).eps)
+    assert float(probs[-1].triu(1).abs().max()) == 0.0  # causal

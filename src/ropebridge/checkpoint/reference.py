@@ -70,25 +70,25 @@ def reference_hidden(
     op (projections, LayerNorms, GELU, residual sums; each accumulated exactly, rounded once, as kernels with
     float32 accumulation do) rounded to the dtype, while attention, its softmax and the ALiBi bias stay exact.
     A positional encoding in that dtype owes its error to itself only above this floor."""
-    seen = None if observe is None else (lambda i, content, dist: observe(i, content[0], dist[0]))
+    seen = None if observe is None else (lambda i, start, content, dist, weights: observe(i, content[0], dist[0]))
     return reference_states(src, input_ids[None], query_block=query_block, observe=seen, round_to=round_to)[0]
 
 
 @torch.no_grad()
 def reference_states(
     src: SourceModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *, query_block: int = 512,
-    observe: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None, round_to: torch.dtype | None = None,
-    on_layer: Callable[[int], None] | None = None, probs_out: list | None = None, device: str = "cpu",
+    observe: Callable[[int, int, torch.Tensor, torch.Tensor, torch.Tensor], None] | None = None,
+    round_to: torch.dtype | None = None, on_layer: Callable[[int], None] | None = None, device: str = "cpu",
 ) -> torch.Tensor:
     """Final (LayerNorm-ed) hidden states ``(b, s, D)``, float64, of ``input_ids`` ``(b, s)`` with
     ``attention_mask`` ``(b, s)`` (1 real, 0 left padding; positions from its cumulative sum, as
     ``reference_logits``), in bounded memory: one layer's weights at a time (``SourceModel.layer``), the
     embedding rows of the ids only, and attention a block of queries at a time (O(b h s block), not O(b h s^2)).
-    Rows at padding positions are meaningless. ``observe(layer, content, dist)`` sees each block's content logits
-    ``(b, h, block, t)`` and distances ``(b, block, t)``; ``round_to`` as ``reference_hidden``; ``on_layer(i)`` is
-    called after each layer (progress); with ``probs_out`` (a list), each layer's attention probabilities
-    ``(b, h, s, s)`` are appended to it (O(s^2) memory: for short inputs); ``device``: where it runs (each layer
-    read on the CPU, moved once; the result stays there)."""
+    Rows at padding positions are meaningless. ``observe(layer, start, content, dist, weights)`` sees each block
+    of queries ``start … start + block``: its content logits ``(b, h, block, t)``, distances ``(b, block, t)`` and
+    attention probabilities ``(b, h, block, t)``, t = start + block; ``round_to`` as ``reference_hidden``;
+    ``on_layer(i)`` is called after each layer (progress); ``device``: where it runs (each layer read on the CPU,
+    moved once; the result stays there)."""
     info = src.info
     if round_to is None:
         r = _same
@@ -111,25 +111,21 @@ def reference_states(
         k = r(torch.einsum("bsd,hed->bhse", h1, layer.k_w) + layer.k_b[None, :, None, :])
         v = r(torch.einsum("bsd,hed->bhse", h1, layer.v_w) + layer.v_b[None, :, None, :])
         ctx = torch.empty_like(q)
-        probs = None if probs_out is None else torch.zeros(b, q.shape[1], s, s, dtype=torch.float64, device=device)
         for a in range(0, s, query_block):
             e = min(s, a + query_block)
             dist = pos[:, a:e, None] - pos[:, None, :e]  # (b, block, t)
             blocked = (index[None, a:e, None] < index[None, None, :e]) | (mask[:, None, :e] == 0)  # (b, block, t)
             blocked &= index[None, a:e, None] != index[None, None, :e]  # a padding query sees itself: no NaN rows
             content = info.qk_scale * q[:, :, a:e] @ k[:, :, :e].transpose(-1, -2)  # (b, h, block, t)
-            if observe is not None:
-                observe(i, content, dist)
             logits = (content - slopes * dist[:, None]).masked_fill(blocked[:, None], float("-inf"))
             weights = torch.softmax(logits, -1)  # (b, h, block, t)
-            if probs is not None:
-                probs[:, :, a:e, :e] = weights
+            if observe is not None:
+                observe(i, a, content, dist, weights)
             ctx[:, :, a:e] = weights @ v[:, :, :e]
         attn = r(r(ctx).transpose(1, 2).reshape(b, s, -1) @ layer.o_w.T + layer.o_b)  # (b, s, D)
         del q, k, v, ctx
-        if probs is not None:
-            probs_out.append(probs)
         x = _residual(x, h1, attn, layer, info, r)
+        del layer, h1, attn  # one layer's weights alive at a time: released before the next is read
         if on_layer is not None:
             on_layer(i)
     return r(_ln(x, _map(r, _map(lambda t: t.to(device), src.final_norm())), info))
@@ -189,3 +185,17 @@ def reference_logits(
         attn = ctx @ layer.o_w.T + layer.o_b
         x = _residual(x, h1, attn, layer, info)
     return _ln(x, src.final_norm(), info) @ src.head_rows(0, info.vocab_size).T  # (b, s, V)
+
+
+@torch.no_grad()
+def attention_probs(src: SourceModel, input_ids: torch.Tensor) -> list[torch.Tensor]:
+    """Each layer's exact attention probabilities ``(b, h, s, s)``, float64, of ``input_ids`` ``(b, s)``
+    (``reference_states``, unpadded): O(L b h s^2) memory, for the short inputs of a report's figure."""
+    b, s = input_ids.shape
+    probs = [torch.zeros(b, src.info.n_heads, s, s, dtype=torch.float64) for _ in range(src.info.n_layers)]
+
+    def keep(layer: int, start: int, content, dist, weights: torch.Tensor) -> None:
+        probs[layer][:, :, start:start + weights.shape[2], :weights.shape[3]] = weights
+
+    reference_states(src, input_ids, observe=keep)
+    return probs

@@ -64,10 +64,12 @@ def reference_layer_bytes(info) -> int:
 
 def memory_need(info, positions: int) -> MemoryNeed:
     """``MemoryNeed`` of verifying a source of ``info`` (``SourceInfo``) on ``positions`` tokens (a batch of 2 for
-    the padded check): the overhead, the reference's float64 layer twice (as read and in use; a model's layer in
-    its dtype, even widened by the rotary dims, is at most 3/4 of that), eager attention's float32 scores and
-    probabilities ``(2, h, s, s)`` (the reference's are a block of queries, smaller), the hidden states and the
-    logit blocks (``LOGIT_BYTES``)."""
+    the padded check): the overhead, the reference's float64 layer twice (the one in use, released before the
+    next is read, and the transient of reading it: its largest tensor as stored, in float64 and its finiteness
+    mask, with what the allocator keeps; measured 0.55 of a layer at the BLOOM-7b1 shape stored in bfloat16; a
+    model's layer in its dtype, even widened by the rotary dims, is at most 3/4 of one), eager attention's float32
+    scores and probabilities ``(2, h, s, s)`` (the reference's are a block of queries, smaller), the hidden
+    states and the logit blocks (``LOGIT_BYTES``)."""
     reference_layer = reference_layer_bytes(info)
     attention = 2 * 2 * info.n_heads * positions * positions * 4
     hidden = 2 * positions * (info.hidden_size + info.intermediate_size) * 8 * 4
