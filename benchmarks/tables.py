@@ -234,9 +234,14 @@ def verify_scale() -> str:
         out.append(f"| {r['shape']} | {r['parameters'] / 1e6:.0f}M | {r['context']} | {r['convert_seconds']:.0f} s | "
                    f"{r['verify_seconds']:.0f} s | {r['verify_over_convert']:.2g} | "
                    f"{r['verify_peak_rss_mb'] / 1024:.2f} GB | {r['memory_need_mb'] / 1024:.2f} GB | "
-                   f"{r['converted_vs_exact']:.3g} ({r['limit']:.3g}) | {r['native_vs_exact']:.3g} | {greedy} | "
+                   f"{r['converted_vs_exact']:.3g} ({r['limit']:.3g}) | {_or_dash(r['native_vs_exact'])} | {greedy} | "
                    f"{'PASSED' if r['passed'] else 'FAILED'} | {'FAILED' if r['damaged_exit'] == 1 else 'PASSED?!'} |")
     return "\n".join(out) + "\n"
+
+
+def _or_dash(x: float | None) -> str:
+    """``x`` to 3 digits, or an em dash where it was not measured (no native run of a remote-code family)."""
+    return "—" if x is None else f"{x:.3g}"
 
 
 def _greedy(r: dict) -> str:

@@ -1,5 +1,5 @@
 """verify's byte check: every tampering class fails (or is refused) naming what differs; an untouched conversion,
-and one recorded by another version, passes."""
+and one whose record names another version is compared exactly all the same."""
 
 import json
 import shutil
@@ -185,27 +185,80 @@ def test_a_source_changed_in_the_middle_of_its_file_is_refused(pair, tmp_path, c
     assert len(err) == 1 and "fingerprint" in err[0], err
 
 
-def test_another_versions_record_is_compared_within_rounding(pair, tmp_path, capsys):
-    # a record of 0.1 (no request: the options are read from its plan) and a tensor an ulp off pass, saying so
+def _as_old(r):
+    r.pop("request")
+    r["ropebridge_version"] = "0.1.0"
+
+
+def _one_ulp(t):
+    t = t.clone()
+    i = int(t.view(-1).float().abs().argmax())  # a value that is not zero (the widened heads hold zero columns)
+    t.view(-1)[i] = (t.view(-1)[i].float() * (1 + 2**-7)).to(t.dtype)  # the next bfloat16 value
+    return t
+
+
+def test_a_record_that_claims_another_version_widens_nothing(pair, tmp_path, capsys):
+    # a record of 0.1 (no request: the options are read from its plan) and a tensor one ulp off: the version is DST's
+    # claim about itself, so the byte check stays exact and fails, naming the tensor
     src, dst = tampered(pair, tmp_path, "bf16")
-
-    def as_old(r):
-        r.pop("request")
-        r["ropebridge_version"] = "0.1.0"
-
-    edit_json(dst / "ropebridge.json", as_old)
-
-    def one_ulp(t):
-        t = t.clone()
-        t.view(-1)[5] = (t.view(-1)[5].float() * (1 + 2**-7)).to(t.dtype)  # the next bfloat16 value
-        return t
-
-    edit_tensor(dst, "gpt_neox.layers.0.mlp.dense_h_to_4h.weight", one_ulp)
-    assert main(["verify", str(src), str(dst), "--context", "64", "--greedy-tokens", "4"]) == 0
-    out = capsys.readouterr().out
-    assert "within the dtype's rounding (written by another version)" in out and "PASSED" in out, out
-    edit_tensor(dst, "gpt_neox.layers.0.mlp.dense_h_to_4h.weight", lambda t: t * 1.1)  # far beyond rounding
+    edit_json(dst / "ropebridge.json", _as_old)
+    assert verify(src, dst, context=64, greedy_tokens=0).passed  # its bytes are this version's: identical
+    edit_tensor(dst, "gpt_neox.layers.0.mlp.dense_h_to_4h.weight", _one_ulp)
     assert main(["verify", str(src), str(dst), "--context", "64", "--greedy-tokens", "4"]) == 1
+    out = capsys.readouterr().out
+    assert "tensor gpt_neox.layers.0.mlp.dense_h_to_4h.weight differs" in out and "1 of" in out, out
+
+
+def test_accept_older_reports_each_differing_tensor_and_the_function_decides(pair, tmp_path, capsys):
+    src, dst = tampered(pair, tmp_path, "bf16")
+    edit_json(dst / "ropebridge.json", _as_old)
+    edit_tensor(dst, "gpt_neox.layers.0.mlp.dense_h_to_4h.weight", _one_ulp)
+    edit_tensor(dst, "gpt_neox.layers.1.attention.dense.weight", _one_ulp)
+    cmd = ["verify", str(src), str(dst), "--context", "64", "--greedy-tokens", "4", "--accept-older"]
+    assert main(cmd) == 0
+    out = capsys.readouterr().out
+    assert "not proven (--accept-older: the function decides)" in out and "2 differ" in out and "PASSED" in out, out
+    assert "gpt_neox.layers.1.attention.dense.weight: 1 of" in out, out  # each tensor named, not the first only
+    report = verify(src, dst, context=64, greedy_tokens=4, accept_older=True)
+    assert report.byte_check["mode"] == "unproven" and len(report.byte_check["differences"]) == 2
+    edit_tensor(dst, "embed_out.weight", lambda t: t * 4)  # the function sees this
+    assert main(cmd) == 1
+    assert "converted vs exact ALiBi" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("family, target", [("bloom-4heads", "gpt-neox"), ("mpt", "nemotron"),
+                                            ("bloom-4heads", "starcoder2"), ("falcon-rw", "persimmon"),
+                                            ("jais", "stablelm"), ("baichuan", "llama")])
+def test_on_every_target_an_older_record_and_one_ulp_fail(tmp_path, family, target):
+    # every target's writer under the same exact rule: an attention output one ulp off, or every value of an MLP
+    # matrix, in a DST whose record names 0.1.0, fails by its bytes
+    from pico import build_remote
+
+    maker = build_remote if family in ("jais", "baichuan") else build
+    src = maker(tmp_path / family, family)
+    strategy = {"strategy": "single"} if target == "starcoder2" else {}
+    dst = convert(src, tmp_path / "rope", PlanRequest(window=256, dtype="bfloat16", target=target,
+                                                      **strategy)).destination
+    edit_json(dst / "ropebridge.json", lambda r: r.update(ropebridge_version="0.1.0"))
+    index = json.loads((dst / "model.safetensors.index.json").read_text())["weight_map"] if (
+        dst / "model.safetensors.index.json").exists() else None
+    names = list(index) if index else _names(dst / "model.safetensors")
+    attention = next(n for n in names if ".1." in n and n.endswith(("attention.dense.weight", "o_proj.weight",
+                                                                   "self_attn.dense.weight")))
+    mlp = next(n for n in names if ".0." in n and n.endswith(("dense_4h_to_h.weight", "down_proj.weight",
+                                                             "mlp.c_proj.weight", "fc2.weight")))
+    for name, damage in ((attention, _one_ulp), (mlp, lambda t: (t.float() * (1 + 2**-7)).to(t.dtype))):
+        damaged = shutil.copytree(dst, tmp_path / f"damaged-{name}")
+        edit_tensor(damaged, name, damage)
+        report = verify(src, damaged, context=32, greedy_tokens=0)
+        assert not report.passed and f"tensor {name} differs" in report.failures[0], (name, report.failures)
+
+
+def _names(path):
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        return list(f.keys())
 
 
 def test_a_record_in_early_0_2_names_is_read_and_compared_exactly(pair, tmp_path):

@@ -38,6 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true",
                    help="skip reading DST's tensor values (their names, shapes and dtypes, the config, tokenizer and "
                         "plan are still compared with what convert writes from SRC)")
+    p.add_argument("--accept-older", action="store_true",
+                   help="for a conversion by an older ropebridge: report each tensor whose bytes differ from what this "
+                        "version writes instead of failing; the bytes are then not proven and the function decides")
     add_verbose(p)
     p.set_defaults(run=run)
 
@@ -51,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"cannot read --text {args.text}: {exc}") from None
     request = VerifyRequest(context=args.context, dtype=args.dtype, text=text, greedy_tokens=args.greedy_tokens,
                             max_logit_diff=args.max_logit_diff, max_memory=_gib(args.max_memory), device=args.device,
-                            report_dir=args.report, card=args.card, quick=args.quick)
+                            report_dir=args.report, card=args.card, quick=args.quick,
+                            accept_older=args.accept_older)
     r = verify(args.src, args.dst, request, progress=not args.json)
     if args.json:
         print(json.dumps(r.to_dict(), indent=1))

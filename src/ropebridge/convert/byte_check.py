@@ -5,9 +5,13 @@ From SRC and the options DST records (its request: every option the plan and the
 producers, the same bounded memory), config.json (every key, the legacy ones other engines read included),
 the tokenizer and generation files, and the plan. Each is compared with DST: tensors value for value in their
 stored bytes, the set of files, the config and the side files exactly, the recorded plan field by field. DST's
-record supplies only the options; nothing it says of the result is trusted. A DST written by another ropebridge
-version is compared within the dtype's rounding (each value within 2u of the derived one plus u of its block's
-largest, u the unit roundoff; plan and config numbers within ``OTHER_VERSION_RTOL``), and the check says so.
+record supplies only the options; nothing it says of itself (the version that wrote it included) widens the
+comparison.
+
+``accept_older`` (verify's ``--accept-older``, for a conversion by an older ropebridge whose bytes this version
+no longer writes): every tensor is still compared, each one that differs is reported (values that differ, max
+|difference|) instead of failing, plan and config numbers agree within ``OTHER_VERSION_RTOL``, and the mode
+``unproven`` says the bytes were not proven: the functional check decides.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ from typing import Any
 
 import torch
 
-from .. import __version__
 from .._progress import progress_bar
 from ..checkpoint.tensor_io import CheckpointReader
 from ..emulation import PlanRequest
@@ -30,22 +33,24 @@ from ..emulation.plan import in_current_names
 from .pipeline import Derivation
 
 FIXED_FILES = ("config.json", "ropebridge.json", "README.md", "model.safetensors.index.json")
-# In a record of another version, numbers of the plan and the config agree to this relative difference: both
-# sides compute them in float64 from the same inputs, but a fit may take other solver steps.
+# With accept_older, numbers of the plan and the config agree to this relative difference: both sides compute
+# them in float64 from the same inputs, but another version's fit may take other solver steps.
 OTHER_VERSION_RTOL = 1e-6
 
 
 @dataclass
 class ByteCheck:
-    """What the byte check compared: ``mode`` exact (DST of this version), rounding (another version: tensors
-    within the dtype's rounding) or skipped (``--quick``: the tensors' bytes not read, everything else compared);
-    ``failures``: the first difference of each kind, naming the tensor, key or file and its size."""
+    """What the byte check compared: ``mode`` exact (every byte), unproven (``accept_older``: every tensor
+    compared, its differences in ``differences``, not failures) or skipped (``--quick``: the tensors' bytes not
+    read, everything else compared); ``failures``: the first difference of each kind, naming the tensor, key or
+    file and its size."""
 
     mode: str
     tensors: int = 0
     bytes: int = 0
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
+    differences: list[str] = field(default_factory=list)  # unproven: one line per tensor whose bytes differ
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -129,13 +134,12 @@ def _short(value: Any) -> str:
 
 
 def compare(derived: Derivation, dst: Path, record: dict[str, Any], *, quick: bool = False,
-            progress: bool = False) -> ByteCheck:
+            accept_older: bool = False, progress: bool = False) -> ByteCheck:
     """DST against ``derived`` (module doc): files, config, side files, the plan, then (unless ``quick``) every
-    tensor. Stops reading tensors at the first that differs."""
+    tensor. Stops reading tensors at the first that differs, unless ``accept_older`` (then each is reported)."""
     start = time.perf_counter()
-    same_version = record.get("ropebridge_version") == __version__
-    rtol = 0.0 if same_version else OTHER_VERSION_RTOL
-    check = ByteCheck("skipped" if quick else ("exact" if same_version else "rounding"))
+    rtol = OTHER_VERSION_RTOL if accept_older else 0.0
+    check = ByteCheck("skipped" if quick else ("unproven" if accept_older else "exact"))
     fail = check.failures.append
     recorded_plan = record.get("plan")
     if isinstance(recorded_plan, dict):
@@ -205,35 +209,41 @@ def _compare_tensors(derived: Derivation, reader: CheckpointReader, check: ByteC
             return
     if quick:
         return
-    u = torch.finfo(writer.dtype).eps / 2  # unit roundoff
     bar = progress_bar(writer.total_bytes(), "verify: bytes", enabled=progress, unit="B", unit_scale=True)
     try:
         for p in writer.pending:
-            offset = 0
+            offset, differing, largest = 0, 0, 0.0
             for out in writer.blocks(p):  # (n,) in the output dtype
                 got = reader.read_elements(p.name, offset, offset + out.numel())  # (n,) as DST stores it
-                if check.mode == "exact":
-                    same = torch.equal(got.view(torch.uint8), out.view(torch.uint8))
-                else:
-                    ref = out.double()
-                    same = bool(((got.double() - ref).abs() <= 2 * u * ref.abs() + u * ref.abs().max()).all())
-                if not same:
-                    fail(_describe(p.name, got, out, offset))
-                    return
+                if not torch.equal(got.view(torch.uint8), out.view(torch.uint8)):
+                    if check.mode == "exact":
+                        fail(_describe(p.name, got, out, offset))
+                        return
+                    bad = _differing(got, out)  # (n,) bool
+                    diff = (got.double() - out.double()).abs()[bad].nan_to_num(float("inf"))  # NaN: as far as inf
+                    differing, largest = differing + int(bad.sum()), max(largest, float(diff.max()))
                 offset += out.numel()
                 bar.update(out.numel() * out.element_size())
+            if differing:
+                check.differences.append(f"{p.name}: {differing} of {offset} values differ, max |difference| "
+                                         f"{largest:.4g}")
             check.tensors += 1
             check.bytes += writer.nbytes(p)
     finally:
         bar.close()
 
 
+def _differing(got: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Which values of two blocks ``(n,)`` of one dtype differ in their bytes: ``(n,)`` bool."""
+    return (got.view(torch.uint8).view(-1, got.element_size()) != out.view(torch.uint8).view(-1, out.element_size())
+            ).any(-1)
+
+
 def _describe(name: str, got: torch.Tensor, out: torch.Tensor, offset: int) -> str:
     """One line: which tensor differs, in how many values of the block, by how much, where first."""
     g, o = got.double(), out.double()
     diff = (g - o).abs()
-    bad = (got.view(torch.uint8).view(-1, got.element_size()) != out.view(torch.uint8).view(-1, out.element_size())
-           ).any(-1)
+    bad = _differing(got, out)
     first = int(bad.nonzero()[0]) if bool(bad.any()) else 0
     size = float(diff[torch.isfinite(diff)].max()) if bool(torch.isfinite(diff).any()) else float("nan")
     return (f"tensor {name} differs from what convert writes from SRC: {int(bad.sum())} of {got.numel()} values in "

@@ -11,6 +11,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+DIFFERENCE_ROWS = 8  # tensors whose bytes differ (``--accept-older``) named in the rows; report.json has all
+
 # The converted model's logit error may reach this many times the plan's predicted worst *score* error: the
 # error model's tests hold measurement <= prediction <= 4 x measurement for the scores, and the logits measured
 # up to 2.6x the predicted score error on the real-text models (docs/verify.md, benchmarks/verdicts.py).
@@ -98,8 +100,13 @@ def describe(check: dict[str, Any]) -> str:
         return "not read (--quick); files, config, tokenizer and plan as convert writes them"
     if check.get("failures"):
         return "differ from what convert writes from SRC"
-    how = "identical" if check.get("mode") == "exact" else "within the dtype's rounding (written by another version)"
-    return f"{how} to what convert writes from SRC: {check.get('tensors')} tensors, {check.get('bytes', 0) / 2**20:.1f} MiB"
+    size = f"{check.get('tensors')} tensors, {check.get('bytes', 0) / 2**20:.1f} MiB"
+    if check.get("mode") == "unproven":
+        differences = check.get("differences") or []
+        found = (f"{len(differences)} differ from what convert writes from SRC (first {differences[0]})"
+                 if differences else "all identical to what convert writes from SRC")
+        return f"not proven (--accept-older: the function decides): of {size}, {found}"
+    return f"identical to what convert writes from SRC: {size}"
 
 
 def limit_of(report: VerifyReport) -> float:
@@ -137,6 +144,10 @@ def rows(report: VerifyReport) -> list[tuple[str, str, str]]:
     """The report as rows (what, measured, how it is judged): the one content the terminal, ``report.md`` and the
     model card format. No row names native where the source did not run."""
     out = [("bytes", describe(report.byte_check), "")]
+    differences = report.byte_check.get("differences") or []
+    out += [("  tensor differs", line, "reported, not judged") for line in differences[:DIFFERENCE_ROWS]]
+    if len(differences) > DIFFERENCE_ROWS:
+        out.append(("  tensor differs", f"{len(differences) - DIFFERENCE_ROWS} more (report.json lists them)", ""))
     if not report.measured:
         return out + [("functional check", f"skipped: {report.functional_skipped}", "")]
     limit = report.thresholds["limit"]

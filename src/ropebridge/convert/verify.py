@@ -6,7 +6,8 @@ Four checks, in this order, each independent of what DST says of itself:
    weight files (``pipeline.source_fingerprint``); another SRC is refused before anything is measured.
 2. **The bytes** (``byte_check``): from SRC and the options DST records, the checkpoint ``convert`` writes is
    derived again and compared with DST: every tensor value, the config (every key), the tokenizer and
-   generation files, the set of files and the plan, field by field. ``quick`` skips the tensors' values.
+   generation files, the set of files and the plan, field by field, whatever version DST's record names.
+   ``quick`` skips the tensors' values; ``accept_older`` reports the tensors that differ instead of failing.
 3. **The function** (``measure``): both models run a layer at a time through transformers' own modules on the
    same tokens, the converted one with its default attention (SDPA), the source with its own (BLOOM and MPT:
    eager, the only path they have; Falcon: its default SDPA path, which adds the ALiBi bias once), as the family
@@ -124,8 +125,9 @@ class VerifyRequest:
     for), ``greedy_tokens`` generated with the KV cache (0: none), ``max_logit_diff`` (None: the dtype's default
     tolerance at DST's window, ``numerics.plan_tolerance``), ``max_memory`` bytes the check may hold (refused in one
     line where the checkpoint's largest layer needs more), the ``seed`` of the ids, ``report_dir`` for report.md/json,
-    ``card``: record the result in DST's model card, and ``quick``: skip reading the tensors' bytes (everything else
-    is still compared)."""
+    ``card``: record the result in DST's model card, ``quick``: skip reading the tensors' bytes (everything else
+    is still compared), and ``accept_older``: report the tensors whose bytes differ instead of failing on them, for
+    a conversion by an older ropebridge (the report says the bytes are not proven; the functional check decides)."""
 
     context: int = 256
     dtype: str | None = None
@@ -138,6 +140,7 @@ class VerifyRequest:
     report_dir: Path | None = None
     card: bool = False  # write the result into DST's model card (its README.md) as its "Verification" section
     quick: bool = False
+    accept_older: bool = False
 
     def __post_init__(self) -> None:
         _checks.positive_int("context", self.context)
@@ -185,7 +188,8 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
     predicted = plan.worst_head.predicted_error if dtype == plan.dtype else None
     check_memory(source.info, request.context, request.max_memory)  # before any weight is read
     request = dataclasses.replace(request, dtype=dtype, max_logit_diff=threshold)
-    checked = byte_check.compare(derived, dst, record, quick=request.quick, progress=progress)
+    checked = byte_check.compare(derived, dst, record, quick=request.quick, accept_older=request.accept_older,
+                                 progress=progress)
     if checked.failures:
         report = VerifyReport(source=str(src), converted=str(dst), family=source.info.family, dtype=dtype,
                               context=request.context, source_attention=source_attention(source.info.spec),
