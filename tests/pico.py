@@ -198,6 +198,28 @@ Overrides change config keys (``tie_word_embeddings`` false adds an ``lm_head``)
     return directory
 
 
+def shard(directory: Path, parts: int = 2) -> dict[str, str]:
+    """Split ``directory``'s model.safetensors into ``parts`` shards and an index, as save_pretrained lays out a
+    large checkpoint; returns the index's weight map (tensor name -> shard file)."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(directory / "model.safetensors")
+    (directory / "model.safetensors").unlink()
+    names = sorted(tensors)
+    weight_map = {}
+    for k in range(parts):
+        file = f"model-{k + 1:05d}-of-{parts:05d}.safetensors"
+        group = names[k * len(names) // parts: (k + 1) * len(names) // parts]
+        save_file({n: tensors[n] for n in group}, directory / file, metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(group, file))
+    write_index(directory, weight_map)
+    return weight_map
+
+
+def write_index(directory: Path, weight_map: dict[str, str]) -> None:
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
 def tree_hash(directory: Path) -> str:
     h = hashlib.sha256()
     for p in sorted(directory.rglob("*")):

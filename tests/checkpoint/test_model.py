@@ -157,3 +157,33 @@ def test_slopes_stored_in_half_precision_are_taken_as_stored(tmp_path, dtype):
     save_file(tensors, src / "model.safetensors")
     stored = tensors["transformer.relative_pe.slopes"].double().reshape(-1)
     assert SourceModel(src).info.slopes == tuple((stored / 2).tolist())
+
+
+# each family's other variants: the tensor a RoPE (or learned-position) model of it stores, and the config key
+# that says this one is ALiBi
+VARIANT_TENSORS = {
+    "bloom-4heads": ("transformer.h.0.self_attention.rotary_emb.inv_freq", "model_type = 'bloom'"),
+    "mpt": ("transformer.blocks.0.attn.rotary_emb.inv_freq", "attn_config.alibi = True"),
+    "falcon-rw": ("transformer.h.0.self_attention.maybe_rotary.inv_freq", "alibi = True"),
+    "baichuan": ("model.layers.0.self_attn.rotary_emb.inv_freq", "hidden_size = 96"),
+    "refact": ("transformer.wpe.weight", "model_type = 'gpt_refact'"),
+    "replit": ("transformer.wpe.weight", "alibi = True"),
+    "jais": ("transformer.wpe.weight", "position_embedding_type = 'alibi'"),
+    "btlm": ("transformer.h.0.attn.rotary_emb.inv_freq", "position_embedding_type = 'alibi'"),
+}
+
+
+@pytest.mark.parametrize("family", sorted(VARIANT_TENSORS))
+def test_a_tensor_of_another_variant_beside_an_alibi_config_is_refused_naming_both(tmp_path, family):
+    from pico import build_remote
+    from safetensors.torch import load_file, save_file
+
+    src = (build(tmp_path / family, family) if family in FAMILIES else build_remote(tmp_path / family, family))
+    SourceModel(src)  # the untouched source reads
+    tensors = load_file(src / "model.safetensors")
+    name, key = VARIANT_TENSORS[family]
+    tensors[name] = torch.ones(8, 4) if name.endswith("wpe.weight") else torch.ones(4)
+    save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError) as exc:
+        SourceModel(src)
+    assert name in str(exc.value) and f"config {key}" in str(exc.value) and "\n" not in str(exc.value), exc.value

@@ -7,7 +7,8 @@ import shutil
 import struct
 
 import pytest
-from pico import build
+import torch
+from pico import build, shard, write_index
 
 from ropebridge.cli import main
 
@@ -83,11 +84,41 @@ CASES = {
         shutil.copy(d / "model.safetensors", d / "model-00001-of-00001.safetensors"),
         (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
             k: "model-00001-of-00001.safetensors" for k in _names(d)}}))), "holds both"),
+    "shard-unnamed": ("bloom", lambda d: _sharded(d, lambda wm: _save(d / "model-00003-of-00003.safetensors", {W: 1})),
+                      "a shard model.safetensors.index.json does not name"),
+    "tensor-in-two-shards": ("bloom", lambda d: _sharded(d, lambda wm: _add(d / _other(wm), W, d / wm[W])),
+                             "is stored in both"),
+    "index-names-another-shard": ("bloom", lambda d: _sharded(d, lambda wm: write_index(d, {**wm, W: _other(wm)})),
+                                  "but model.safetensors.index.json names model-"),
     "falcon-undeclared-bias": ("falcon-b", lambda d: _config(d, lambda c: c.update(bias=False)), "declares none"),
     "falcon-missing-bias": ("falcon", lambda d: _config(d, lambda c: c.update(bias=True)), "declares linear biases"),
     "mpt-missing-bias": ("mpt", lambda d: _config(d, lambda c: c.update(no_bias=False)), "declares linear biases"),
     "mpt-undeclared-norm-bias": ("mpt-b", _only_norm_biases, "norm_f.bias' is a bias, but config no_bias = True"),
 }
+
+
+def _sharded(d, edit):
+    """Shard model.safetensors in two with an index, then ``edit(weight_map)``."""
+    edit(shard(d))
+
+
+def _other(weight_map):
+    return next(f for f in sorted(set(weight_map.values())) if f != weight_map[W])
+
+
+def _save(path, tensors):
+    from safetensors.torch import save_file
+
+    save_file({k: torch.full((2,), float(v)) for k, v in tensors.items()}, path, metadata={"format": "pt"})
+
+
+def _add(path, name, source):
+    """Store tensor ``name`` of the shard ``source`` in the shard ``path`` too."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(path)
+    tensors[name] = load_file(source)[name]
+    save_file(tensors, path, metadata={"format": "pt"})
 
 
 def _names(d):
@@ -135,3 +166,18 @@ def _record(d, fn):
     record = json.loads((d / "ropebridge.json").read_text())
     fn(record)
     (d / "ropebridge.json").write_text(json.dumps(record))
+
+
+def test_a_baichuan_13b_config_over_a_rope_baichuans_tensors_is_one_line(tmp_path, capsys):
+    from pico import build_remote
+    from safetensors.torch import load_file, save_file
+
+    src = build_remote(tmp_path / "src", "baichuan")
+    tensors = load_file(src / "model.safetensors")
+    for i in range(2):  # what a RoPE Baichuan-7B stores in every layer
+        tensors[f"model.layers.{i}.self_attn.rotary_emb.inv_freq"] = torch.ones(8)
+    save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
+    assert main(["convert", str(src), str(tmp_path / "out"), "--window", "256"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rotary_emb.inv_freq" in err[0] and "hidden_size = 96" in err[0], err
+    assert not (tmp_path / "out").exists()

@@ -296,3 +296,44 @@ def test_first_difference_names_the_path():
     assert first_difference({"a": 1}, {"a": 1, "c": 0}) == "c: DST lacks it"
     assert first_difference({"a": 1.0 + 1e-9}, {"a": 1.0}, rtol=1e-6) is None
     assert first_difference({"a": True}, {"a": 1}) is not None
+
+
+@pytest.fixture(scope="module")
+def sharded(pair, tmp_path_factory):
+    src = pair[0]
+    return src, convert(src, tmp_path_factory.mktemp("sharded") / "dst", PlanRequest(window=256),
+                        max_shard_mb=0.05).destination
+
+
+def _shard_edit(dst, how):
+    """DST's index and shards made to disagree as ``how`` says, on a tensor whose shard holds others too (so
+    that the shard stays named)."""
+    from safetensors.torch import load_file, save_file
+
+    index_path = dst / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    shards = list(index["weight_map"].values())
+    name = next(n for n, f in sorted(index["weight_map"].items()) if shards.count(f) > 1)
+    home = index["weight_map"][name]
+    other = next(f for f in sorted(set(index["weight_map"].values())) if f != home)
+    if how in ("copy", "unnamed"):
+        target = dst / (other if how == "copy" else "model-99999-of-99999.safetensors")
+        tensors = load_file(target) if target.exists() else {}
+        tensors[name] = load_file(dst / home)[name] * 1.0001
+        save_file(tensors, target, metadata={"format": "pt"})
+    if how in ("copy", "pointer"):
+        index["weight_map"][name] = other  # "pointer": at a shard that lacks it
+        index_path.write_text(json.dumps(index))
+    return name
+
+
+@pytest.mark.parametrize("how, needle", [("copy", "is stored in both"), ("unnamed", "does not name"),
+                                         ("pointer", "is stored in model-")])
+def test_dst_is_read_through_its_index_as_engines_read_it(sharded, tmp_path, how, needle):
+    src, dst = sharded
+    assert len(list(dst.glob("model-*.safetensors"))) > 3
+    dst = shutil.copytree(dst, tmp_path / "dst")
+    name = _shard_edit(dst, how)
+    report = verify(src, dst, context=32, greedy_tokens=0)
+    named = "model-99999-of-99999.safetensors" if how == "unnamed" else name
+    assert not report.passed and needle in report.failures[0] and named in report.failures[0], report.failures

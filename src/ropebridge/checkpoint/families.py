@@ -93,6 +93,14 @@ class Family:
     slopes_tensor: str | None = None  # the stored ALiBi slopes ``(h, 1)`` the family's code applies
     tied_by_default: bool = False  # the head tied to the embedding where the config has no tie_word_embeddings
     refused_tensors: Mapping[str, str] = field(default_factory=dict)  # a tensor whose presence is refused -> why
+    alibi_key: str = "model_type"  # the config key that makes a model of this family its ALiBi variant
+
+
+# The tensors of a family's other variants, by the end of their names: a source that stores one beside a config
+# that says ALiBi (``Family.alibi_key``) contradicts itself (a RoPE Baichuan-7B's ``rotary_emb.inv_freq`` under a
+# 13B's hidden_size), and is refused naming both (``checkpoint.model``).
+FOREIGN_TENSORS = {"inv_freq": "rotary frequencies, a RoPE variant's",
+                   "wpe.weight": "a learned position embedding, a variant's without ALiBi"}
 
 
 def _key(c: Mapping[str, Any], key: str, default: Any, *, null_is_default: bool = False) -> Any:
@@ -297,18 +305,20 @@ FAMILIES = {f.name: f for f in (
     Family("mpt", ("mpt",), ("n_heads",), ("d_model",), ("n_layers",), _mpt, _mpt_names,
            {"emb": "transformer.wte.weight", "ln_f": "transformer.norm_f", "head": "lm_head.weight"}, "blocks", "eager",
            biases=lambda c: ("no_bias", not c.get("no_bias", True), True), max_positions_key="max_seq_len",
-           refused_tensors={"transformer.wpe.weight": "a learned position embedding beside ALiBi (its "
+           alibi_key="attn_config.alibi", refused_tensors={"transformer.wpe.weight": "a learned position embedding beside ALiBi (its "
                             "learned_pos_emb), which transformers' MPT never adds and no RoPE target carries"}),
     Family("replit", ("replit_lm",), ("n_heads",), ("d_model",), ("n_layers",), _replit, _replit_names,
            {"emb": "transformer.wte.weight", "ln_f": "transformer.ln_f", "head": "lm_head.weight"}, "blocks", None,
-           biases=lambda c: ("no_bias", not c.get("no_bias", False), True), max_positions_key="max_seq_len"),
+           biases=lambda c: ("no_bias", not c.get("no_bias", False), True), max_positions_key="max_seq_len",
+           alibi_key="alibi"),
     Family("falcon", ("falcon", "RefinedWeb", "RefinedWebModel"), ("num_attention_heads", "n_head"), ("hidden_size",),
            ("num_hidden_layers", "n_layer"), _falcon, _h_names, _H_GLOBALS, "per-head-or-multi-query", "sdpa",
            biases=lambda c: ("bias", bool(c.get("bias", False)), False), per_logit=_falcon_per_logit,
-           eager_attention_maps=False),  # transformers' eager Falcon adds the ALiBi bias twice
+           eager_attention_maps=False, alibi_key="alibi"),  # transformers' eager Falcon adds the ALiBi bias twice
     Family("baichuan", ("baichuan",), ("num_attention_heads",), ("hidden_size",), ("num_hidden_layers",), _baichuan,
            _baichuan_names, {"emb": "model.embed_tokens.weight", "ln_f": "model.norm", "head": "lm_head.weight"},
-           "blocks", None, biases=lambda c: ("", False, True), per_logit=_float32_per_logit, default_target="llama"),
+           "blocks", None, biases=lambda c: ("", False, True), per_logit=_float32_per_logit, default_target="llama",
+           alibi_key="hidden_size"),
     Family("refact", ("gpt_refact",), ("n_head", "num_attention_heads"), ("n_embd", "hidden_size"),
            ("n_layer", "num_hidden_layers"), _refact, _refact_names,
            {"emb": "transformer.wte.weight", "ln_f": "ln_f", "head": "lm_head.weight"}, "multi-query", None,
@@ -318,7 +328,8 @@ FAMILIES = {f.name: f for f in (
              ("n_layer", "num_hidden_layers"), _jais, _gpt2_names,
              {"emb": "transformer.wte.weight", "ln_f": "transformer.ln_f", "head": "lm_head.weight"}, "blocks", None,
              biases=lambda c: ("", True, True), per_logit=_float32_per_logit, default_target="stablelm",
-             transposed=True, slopes_tensor="transformer.relative_pe.slopes", tied_by_default=True)
+             transposed=True, slopes_tensor="transformer.relative_pe.slopes", tied_by_default=True,
+             alibi_key="position_embedding_type")
       for name in ("jais", "btlm")),
 )}
 

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from .config import SourceInfo, declared_biases, family_slopes, from_config, load_config
+from .families import FOREIGN_TENSORS
 from .tensor_io import CheckpointReader
 from .views import TransposedReader, ViewReader, stored_rows
 
@@ -148,7 +149,22 @@ class SourceModel:
         for name, why in self.info.spec.refused_tensors.items():
             if name in self.reader:
                 raise ValueError(f"tensor {name!r} is {why}: this {self.info.family} model has no stock RoPE form")
+        self._check_variant()
         self._take_stored_slopes()
+
+    def _check_variant(self) -> None:
+        """Refuse a source whose tensors belong to another variant of its family (``families.FOREIGN_TENSORS``)
+        while its config says ALiBi: the one line names the tensor and the config key."""
+        key = self.info.spec.alibi_key
+        value: Any = self.config
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        for name in self.reader.names():
+            what = next((w for end, w in FOREIGN_TENSORS.items() if name.endswith(end)), None)
+            if what is not None:
+                raise ValueError(f"tensor {name!r} is {what}, but config {key} = {value!r} makes this "
+                                 f"{self.info.family} source an ALiBi model: it contradicts itself; fix the config "
+                                 "or the checkpoint")
 
     def _take_stored_slopes(self) -> None:
         """The slopes a family stores (``Family.slopes_tensor``: Jais, BTLM) are what its code applies: each is checked
