@@ -59,18 +59,17 @@ def verdicts() -> str:
 
 
 def verdicts_8k() -> str:
-    """verify at the whole 8K window of the real-text models' held-out text (``verdicts.py --context 8192``): the
-    half-precision rows of ``verdicts_8k``, the float32 rows of ``verdicts_8k_float32`` (run after the reading of
-    the source moved to a forward of its first tokens alone; in half precision the reading is not judged)."""
+    """verify at the whole 8K window of the real-text models' held-out text (``verdicts.py --context 8192``, the
+    rows of ``verdicts_8k``; in half precision the reading of the source is not judged), with verify's seconds."""
     out = ["| model | dtype | predicted | verify: converted | limit | native (reported) | reading of SRC (judged in "
-           "float32) | verdict |", "|---|---|---:|---:|---:|---:|---:|---|"]
-    rows = [r for r in _rows("verdicts_8k") if r["dtype"] != "float32"] + _rows("verdicts_8k_float32")
+           "float32) | verify | verdict |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    rows = _rows("verdicts_8k")
     order = {"demo": 0, "demo-mpt": 1, "demo-falcon": 2, "float32": 0, "bfloat16": 1, "float16": 2}
     for r in sorted(rows, key=lambda r: (order[r["model"]], order[r["dtype"]])):
         verdict = "PASSED" if r.get("passed") else f"FAILED: {r.get('failures') or r.get('verify_error')}"
         reading = f"{r['reading']:.3g}" if r["dtype"] == "float32" else "not judged"
         out.append(f"| {r['model']} | {r['dtype']} | {r['predicted']:.3g} | {r['measured']:.3g} | {r['limit']:.3g} "
-                   f"| {r['native']:.3g} | {reading} | {verdict} |")
+                   f"| {r['native']:.3g} | {reading} | {r['verify_seconds']:.0f} s | {verdict} |")
     return "\n".join(out) + "\n"
 
 
