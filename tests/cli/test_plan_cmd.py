@@ -110,3 +110,31 @@ def test_a_checkpoints_plan_names_the_target_convert_takes_and_its_engines(tmp_p
     assert last == f"target {target} ({TARGETS[target].architecture}): {TARGETS[target].engines}"
     assert main(["plan", "--heads", "4", "--head-dim", "16", "--window", "512"]) == 0  # no checkpoint: no target line
     assert "target" not in capsys.readouterr().out
+
+
+def test_a_thousand_heads_in_float32_is_valid_json(capsys):
+    assert main(["plan", "--heads", "1000", "--head-dim", "64", "--dtype", "float32", "--window", "2048",
+                 "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert len(plan["heads"]) == 1000 and plan["worst_predicted_error"] <= plan["tolerance"]
+
+
+def test_a_config_file_plans_as_its_folder(capsys):
+    from ropebridge.demo import data_dir
+
+    folder = data_dir("demo")
+    assert main(["plan", "--model", str(folder), "--window", "2048", "--json"]) == 0
+    by_folder = json.loads(capsys.readouterr().out)
+    assert main(["plan", "--model", str(folder / "config.json"), "--window", "2048", "--json"]) == 0
+    by_file = json.loads(capsys.readouterr().out)
+    assert by_file.pop("source") == str(folder / "config.json") and by_folder.pop("source") == str(folder)
+    assert by_file == by_folder  # the same plan: the weights beside the file are read as the folder's
+
+
+def test_a_ladder_too_wide_to_fit_is_refused_at_once(tmp_path, capsys):
+    from ropebridge.demo import data_dir
+
+    argv = ["convert", str(data_dir("demo")), str(tmp_path / "out"), "--strategy", "ladder", "--rotary-dim", "4096"]
+    assert main(argv) == 2  # before: the fit of 2048 pairs ran past 5 minutes with no output
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "at most 128 rotary dims" in err[0] and not (tmp_path / "out").exists(), err

@@ -170,10 +170,14 @@ def test_a_file_convert_does_not_write_fails(pair, tmp_path):
     report = verify(src, dst, context=32, greedy_tokens=0, quick=True)
     assert not report.passed and "holds both model.safetensors.index.json and model.safetensors" in report.failures[0]
     (dst / "model.safetensors").unlink()
-    shutil.copy(src / "model.safetensors", dst / "pytorch_model.bin.safetensors")
+    shutil.copy(src / "model.safetensors", dst / "pytorch_model.bin.safetensors")  # a shard the index does not name
+    report = verify(src, dst, context=32, greedy_tokens=0, quick=True)
+    assert not report.passed and "pytorch_model.bin.safetensors, a shard model.safetensors.index.json does not " \
+        "name" in report.failures[0], report.failures
+    (dst / "pytorch_model.bin.safetensors").unlink()
     (dst / "vocab.json").write_text("{}")  # a tokenizer file SRC does not have
     report = verify(src, dst, context=32, greedy_tokens=0, quick=True)
-    assert not report.passed and "pytorch_model.bin.safetensors, a file convert does not write" in report.failures[0]
+    assert not report.passed and "vocab.json, a file convert does not write" in report.failures[0], report.failures
 
 
 def test_a_source_changed_in_the_middle_of_its_file_is_refused(pair, tmp_path, capsys):

@@ -31,7 +31,13 @@ BAD = [
     ({"dtype": "float32", "target": "starcoder2", "rope_base": 1e4}, "--rope-base and --pairs with the single pair are for gpt-neox"),
     ({"dtype": "float32", "rope_base": 1e4, "theta": 1e-6}, "not both"),
     ({"strategy": "fixed-base", "dtype": "float32"}, "needs --rope-base"),
+    ({"dtype": "bfloat16", "strategy": "ladder", "rotary_dim": 4096}, "--rotary-dim 4096: the ladder is fitted on at most 128"),
+    ({"dtype": "float16", "rotary_dim": 130}, "at most 128"),  # the ladder by default in half precision
 ]
+
+
+def test_the_largest_ladder_is_taken():
+    assert PlanRequest(dtype="bfloat16", rotary_dim=128).chosen_strategy == "ladder"
 
 
 @pytest.mark.parametrize("kwargs, needle", BAD, ids=[str(k) for k, _ in BAD])

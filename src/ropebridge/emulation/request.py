@@ -19,6 +19,8 @@ from ..targets import DEFAULT_TARGET, TARGETS, Target, carrying
 from ..targets.kernels import KERNELS
 from .plan import STRATEGY_NAMES
 
+MAX_LADDER_ROTARY_DIM = 128  # the largest ladder fitted: R = 128 takes ~10 s on a 6-head demo, 2 cores
+
 MAX_WINDOW = 2**24  # float32 holds every integer position up to 2^24 exactly (engines compute angles from them)
 DEFAULT_WINDOW = 8192
 
@@ -163,6 +165,10 @@ class PlanRequest:
                                  "plans every pair")
             if self.rotary_dim is not None and self.rotary_dim < 4:
                 raise ValueError(f"rotary_dim must be >= 4 for a ladder, got {self.rotary_dim}")
+            if self.rotary_dim is not None and self.rotary_dim > MAX_LADDER_ROTARY_DIM:
+                raise ValueError(f"--rotary-dim {self.rotary_dim}: the ladder is fitted on at most "
+                                 f"{MAX_LADDER_ROTARY_DIM} rotary dims (its time grows about eightfold with each doubling: "
+                                 f"{MAX_LADDER_ROTARY_DIM} takes seconds per head, {self.rotary_dim} would take days)")
             return
         if self.floor is not None or self.advantage is not None or self.calibration_text is not None:
             raise ValueError("--floor and --calibration-text are for --strategy ladder")
