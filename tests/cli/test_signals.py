@@ -50,17 +50,37 @@ def _wait(proc, ready, limit=60.0):
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0, 1.3, 1.6, 2.0,
-                                   2.5, 3.0])
+                                   2.5, 3.0, 3.5, 4.0, 5.0])
 def test_ctrl_c_at_any_instant_of_the_first_seconds(src, tmp_path, delay):
+    _interrupted_at(src, tmp_path, delay, signal.SIGINT)
+
+
+@pytest.mark.parametrize("delay, sig", [(0.3, signal.SIGINT), (1.5, signal.SIGTERM), (3.5, signal.SIGINT),
+                                        (3.5, signal.SIGHUP), (5.0, signal.SIGTERM)])
+def test_a_remote_code_source_stopped_in_its_first_seconds(baichuan, tmp_path, delay, sig):
+    _interrupted_at(baichuan, tmp_path, delay, sig)
+
+
+@pytest.fixture(scope="module")
+def baichuan(tmp_path_factory):
+    from pico import build_remote
+
+    return build_remote(tmp_path_factory.mktemp("signals") / "baichuan", "baichuan")
+
+
+def _interrupted_at(source, tmp_path, delay, sig):
+    """A slow convert of ``source`` sent ``sig`` ``delay`` seconds after its handlers are in place: 128 + sig,
+    one line, nothing written."""
     dst = tmp_path / "rope"
-    proc = _start(["convert", str(src), str(dst), *SLOW_CONVERT])
+    proc = _start(["convert", str(source), str(dst), *SLOW_CONVERT])
     _wait(proc, lambda: _handles(proc.pid, signal.SIGHUP))
     time.sleep(delay)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     lines = err.strip().splitlines()
-    assert proc.returncode == 130, (delay, proc.returncode, err)
-    assert len(lines) == 1 and lines[0].endswith("interrupted; nothing written"), (delay, err)
+    word = "interrupted" if sig == signal.SIGINT else f"stopped by {signal.Signals(sig).name}"
+    assert proc.returncode == 128 + sig, (delay, proc.returncode, err)
+    assert len(lines) == 1 and lines[0].endswith(f"{word}; nothing written"), (delay, err)
     assert out == "" and list(tmp_path.iterdir()) == [], (delay, list(tmp_path.iterdir()))
 
 
@@ -116,3 +136,26 @@ def test_a_second_signal_while_cleaning_up_does_not_cut_it(src, tmp_path):
     out, err = proc.communicate(timeout=60)
     left = list(tmp_path.iterdir())
     assert proc.returncode in (130, 143) and left == [], (proc.returncode, err, left, [list(p.iterdir()) for p in left])
+
+
+# a convert whose exit lasts three seconds (an exit handler that sleeps): a signal lands after its work is done
+SLOW_EXIT = """
+import atexit, sys, time
+atexit.register(time.sleep, 3)
+sys.argv = ["ropebridge", *sys.argv[1:]]
+from ropebridge.cli import console_main
+console_main()
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_after_the_work_is_done_changes_nothing(src, tmp_path, sig):
+    # the conversion is complete and reported: the process ends with its own status, DST kept, no line
+    dst = tmp_path / "rope"
+    proc = _start(["convert", str(src), str(dst), "--window", "256"], SLOW_EXIT)
+    _wait(proc, lambda: (dst / "ropebridge.json").is_file())
+    time.sleep(0.5)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and err.strip() == "", (proc.returncode, err)
+    assert out.startswith("wrote") and (dst / "ropebridge.json").is_file() and list(dst.glob("*.safetensors"))

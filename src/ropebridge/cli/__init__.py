@@ -83,6 +83,7 @@ def console_main() -> None:
     signals.install()  # first: a signal during the imports below must not surface inside torch or numpy
     try:
         code = main()
+        signals.finish()
     except BaseException as exc:  # whatever an interruption raised on its way out: one line, its status
         signum = signals.received()
         if signum is None:
@@ -91,6 +92,7 @@ def console_main() -> None:
             logging.getLogger(__name__).info("after the signal: %s: %s", type(exc).__name__, exc)
         print(signals.line(signum), file=sys.stderr)
         code = 128 + signum
+        signals.finish()
     if signals.received() is not None:  # cleaned up already: the exit handlers (multiprocessing's pools, its
         import atexit  # semaphores) run, but not the interpreter's teardown, where a thread still inside torch's C++
 

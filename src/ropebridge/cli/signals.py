@@ -7,7 +7,8 @@ handler exits at once (``os._exit``), removing whatever ``_interrupt`` lists. On
 (``arm``), the handler raises ``Stopped`` (a ``KeyboardInterrupt``) so that each writer's own ``except`` and
 ``finally`` remove what it wrote and end its workers; ``received`` tells the entry point that any exception
 that follows is the interruption's. Within ``_interrupt.uninterrupted`` (the rename that publishes a result) a
-signal waits for the block's end."""
+signal waits for the block's end. Once the command has returned (``finish``), its result is complete and
+reported: a signal during the exit changes nothing, and the process ends with the command's own status."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import sys
 from .. import _interrupt
 
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
-_state = {"command": "ropebridge", "armed": False, "received": None}
+_state = {"command": "ropebridge", "armed": False, "received": None, "finished": False}
 
 
 class Stopped(KeyboardInterrupt):
@@ -46,6 +47,11 @@ def arm() -> None:
     _state["armed"] = True
 
 
+def finish() -> None:
+    """The command has returned: from now on a signal is ignored (the process is exiting with its status)."""
+    _state["finished"] = True
+
+
 def received() -> int | None:
     """The signal that arrived, if one did."""
     return _state["received"]
@@ -58,6 +64,8 @@ def line(signum: int) -> str:
 
 
 def _handler(signum: int, frame) -> None:
+    if _state["finished"]:
+        return
     if _state["received"] is not None and _state["armed"]:
         return  # a second signal while the first is being handled: the first's cleanup goes on
     _state["received"] = signum
