@@ -36,6 +36,9 @@ SHAPES = {
     # remote-code family, judged against the reference that stands for its code (no native run)
     "baichuan-13b-2l": ("baichuan", dict(hidden_size=5120, num_attention_heads=40, num_hidden_layers=2,
                                          intermediate_size=13696, vocab_size=64000), 1024),
+    # Refact-1.6B whole (32 layers, 32 heads of 64, one kv head, vocabulary 49216): a remote-code family at its
+    # real size
+    "refact-1.6b": ("refact", dict(n_embd=2048, n_head=32, n_layer=32, vocab_size=49216), 1024),
 }
 
 
@@ -119,7 +122,7 @@ def run_shape(shape: str, cache: Path, greedy: int) -> dict:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
         from pico import build_remote
 
-        src, layers = cache / f"{shape}-bf16", kwargs["num_hidden_layers"]
+        src, layers = cache / f"{shape}-bf16", kwargs.get("num_hidden_layers", kwargs.get("n_layer"))
         if not (src / "config.json").exists():
             build_remote(src, cls, std=0.02, **kwargs)
     params = sum(math.prod(v["shape"]) for f in src.glob("*.safetensors")
