@@ -212,3 +212,17 @@ def test_a_source_above_50m_parameters_is_judged_against_the_exact_reference(lar
     edit_tensor(dst, "embed_out.weight", last_rows)
     damaged = verify(large_vocab, dst, context=128, greedy_tokens=0, quick=True)
     assert not damaged.passed and any("converted vs exact ALiBi" in f for f in damaged.failures), damaged.failures
+
+
+def test_a_dst_run_in_a_dtype_it_overflows_fails_naming_the_tensor_and_the_cure(tmp_path):
+    # a float32 plan's exact-rotation pair stores amplitudes beyond float16's range: run in float16 its logits are
+    # NaN (a failure), and the report says why; in bfloat16 (float32's range) the same DST is judged as any other
+    from ropebridge.convert.verify import beyond_range
+
+    src = build(tmp_path / "src", "bloom-4heads")
+    dst = convert(src, tmp_path / "dst", PlanRequest(window=256, dtype="float32")).destination
+    report = verify(src, dst, context=64, greedy_tokens=0, dtype="float16")
+    assert not report.passed and report.failures[0].startswith("DST was converted for float32: tensor "), report.failures
+    assert "beyond float16's largest 65504" in report.failures[0] and "--dtype float16" in report.failures[0]
+    assert beyond_range(dst, "bfloat16") is None and beyond_range(dst, "float32") is None
+    assert verify(src, dst, context=64, greedy_tokens=0, dtype="bfloat16").passed

@@ -35,14 +35,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from .. import _checks
 from .._progress import progress_bar
 from ..checkpoint.config import SourceInfo, load_config
 from ..checkpoint.model import SourceModel
+from ..checkpoint.tensor_io import CheckpointReader
 from ..numerics import DTYPES, plan_tolerance
 from . import byte_check
 from .measure import check_memory, measure
@@ -207,6 +211,11 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
         report.byte_check, report.predicted_error = checked.to_dict(), predicted
         report.thresholds["limit"] = limit_of(report)
         report.failures.extend(judge(report))
+        if report.failures and dtype != plan.dtype:  # a DST run in another dtype than it was converted for
+            found = beyond_range(dst, dtype)
+            if found:
+                report.failures.insert(0, f"DST was converted for {plan.dtype}: {found}; it cannot run in {dtype} "
+                                       f"(convert with --dtype {dtype})")
     if request.card:
         from .card import record_verification
 
@@ -220,3 +229,18 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
             report.report_error = str(exc.strerror or exc)
             log.info("cannot write the report into %s: %s", request.report_dir, report.report_error)
     return report
+
+
+def beyond_range(dst: Path, dtype: str, block: int = 1 << 24) -> str | None:
+    """The first tensor of DST holding a value beyond ``dtype``'s largest finite number (which would be inf
+    there), as ``tensor NAME holds |values| up to V, beyond DTYPE's largest M``; None when every value fits.
+    Read a block of ``block`` elements at a time."""
+    largest = torch.finfo(DTYPES[dtype]).max
+    reader = CheckpointReader(dst)
+    for name in reader.names():
+        n = math.prod(reader.shape(name))
+        peak = max((float(reader.read_elements(name, a, min(n, a + block)).double().abs().max())
+                    for a in range(0, n, block)), default=0.0)
+        if peak > largest:
+            return f"tensor {name} holds |values| up to {peak:.3g}, beyond {dtype}'s largest {largest:.5g}"
+    return None
