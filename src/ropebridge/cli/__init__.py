@@ -83,7 +83,6 @@ def console_main() -> None:
     signals.install()  # first: a signal during the imports below must not surface inside torch or numpy
     try:
         code = main()
-        signals.finish()
     except BaseException as exc:  # whatever an interruption raised on its way out: one line, its status
         signum = signals.received()
         if signum is None:
@@ -92,7 +91,7 @@ def console_main() -> None:
             logging.getLogger(__name__).info("after the signal: %s: %s", type(exc).__name__, exc)
         print(signals.line(signum), file=sys.stderr)
         code = 128 + signum
-        signals.finish()
+    signals.finish()  # the command has returned (or was stopped, cleaned up): a signal from now on changes nothing
     if signals.received() is not None:  # cleaned up already: the exit handlers (multiprocessing's pools, its
         import atexit  # semaphores) run, but not the interpreter's teardown, where a thread still inside torch's C++
 

@@ -46,7 +46,7 @@ from .. import _checks
 from .._progress import progress_bar
 from ..checkpoint.config import SourceInfo, load_config
 from ..checkpoint.model import SourceModel
-from ..checkpoint.tensor_io import CheckpointReader
+from ..checkpoint.tensor_io import CheckpointReader, rows_per_block
 from ..numerics import DTYPES, plan_tolerance
 from . import byte_check
 from .measure import check_memory, measure
@@ -231,15 +231,15 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
     return report
 
 
-def beyond_range(dst: Path, dtype: str, block: int = 1 << 24) -> str | None:
+def beyond_range(dst: Path, dtype: str) -> str | None:
     """The first tensor of DST holding a value beyond ``dtype``'s largest finite number (which would be inf
     there), as ``tensor NAME holds |values| up to V, beyond DTYPE's largest M``; None when every value fits.
-    Read a block of ``block`` elements at a time."""
+    Read ``tensor_io.BLOCK_BYTES`` at a time, in the stored dtype (its largest |value| is exact there)."""
     largest = torch.finfo(DTYPES[dtype]).max
     reader = CheckpointReader(dst)
     for name in reader.names():
-        n = math.prod(reader.shape(name))
-        peak = max((float(reader.read_elements(name, a, min(n, a + block)).double().abs().max())
+        n, block = math.prod(reader.shape(name)), rows_per_block(reader.dtype(name).itemsize)
+        peak = max((float(reader.read_elements(name, a, min(n, a + block)).abs().max())
                     for a in range(0, n, block)), default=0.0)
         if peak > largest:
             return f"tensor {name} holds |values| up to {peak:.3g}, beyond {dtype}'s largest {largest:.5g}"
