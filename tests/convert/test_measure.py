@@ -75,3 +75,25 @@ def test_the_cuda_path_gives_the_cpu_verdict(tmp_path):
     assert cpu.passed and cuda.passed, cuda.failures
     assert cuda.reference_converted_max_err <= cuda.thresholds["limit"]
     assert cuda.greedy_native == cpu.greedy_native
+
+
+def test_the_floor_and_the_content_advantage_are_what_the_reference_gives_on_the_tokens(tmp_path):
+    # recomputed independently on the whole logits: the source in bfloat16 (attention and bias exact) from exact,
+    # and each head's content advantage (calibration); float32 has no floor
+    from ropebridge.checkpoint.calibration import content_advantage
+    from ropebridge.checkpoint.reference import reference_hidden
+
+    src = build(tmp_path / "bloom", "bloom-4heads")
+    dst = convert(src, tmp_path / "rope", PlanRequest(window=256, dtype="bfloat16")).destination
+    report = verify(src, dst, context=64, greedy_tokens=0)
+    source = SourceModel(src)
+    ids = torch.randint(0, source.info.vocab_size, (1, 64), generator=torch.Generator().manual_seed(0))[0]
+    head = source.head_rows(0, source.info.vocab_size)  # (V, D)
+    exact = reference_hidden(source, ids) @ head.T  # (s, V)
+    floor = reference_hidden(source, ids, round_to=torch.bfloat16) @ head.to(torch.bfloat16).double().T
+    assert report.floor_max_err == pytest.approx(float((floor - exact).abs().max()), rel=1e-9)
+    assert report.content_advantage == pytest.approx(content_advantage(source, ids).tolist(), rel=1e-12)
+    assert len(report.advantage_allowed) == source.info.n_heads
+    in_float32 = verify(src, convert(src, tmp_path / "f32", PlanRequest(window=256, dtype="float32")).destination,
+                        context=64, greedy_tokens=0)
+    assert in_float32.floor_max_err is None and in_float32.advantage_allowed is None

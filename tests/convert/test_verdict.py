@@ -5,7 +5,15 @@ import math
 
 import pytest
 
-from ropebridge.convert.verdict import LOGIT_FACTOR, READING_TOKENS, VerifyReport, judge, limit_of, rows
+from ropebridge.convert.verdict import (
+    FLOOR_FACTOR,
+    LOGIT_FACTOR,
+    READING_TOKENS,
+    VerifyReport,
+    judge,
+    limit_of,
+    rows,
+)
 
 
 def _report(dtype="float32", **measured) -> VerifyReport:
@@ -64,3 +72,27 @@ def test_the_rows_name_native_only_where_it_ran():
 
 def test_zero_greedy_tokens_is_no_failure():
     assert judge(_report(greedy_identical=None)) == []
+
+
+def test_in_half_precision_the_floor_times_its_factor_is_allowed_and_a_non_finite_floor_is_not():
+    report = _report("bfloat16", floor_max_err=0.5)
+    assert limit_of(report) == FLOOR_FACTOR * 0.5 and "3 x floor 0.5" in report.limit_why
+    assert judge(_report("bfloat16", floor_max_err=0.5, reference_converted_max_err=1.4)) == []
+    assert judge(_report("bfloat16", floor_max_err=0.5, reference_converted_max_err=1.6))
+    assert limit_of(_report("bfloat16", floor_max_err=math.inf)) == 1e-3
+    assert limit_of(_report("bfloat16", floor_max_err=1e-5)) == 1e-3  # a small floor changes nothing
+    assert any(what == "floor" for what, _, _ in rows(_report("bfloat16", floor_max_err=0.5)))
+
+
+def test_a_failing_ladder_names_the_head_whose_content_advantage_its_floor_does_not_cover():
+    covered = _report("bfloat16", reference_converted_max_err=2.0, content_advantage=[10.0, 40.0],
+                      advantage_allowed=[45.0, 45.0])
+    assert "content advantage" not in judge(covered)[0]
+    assert ("content advantage", "max 40 logits (head 1)", "reported: every head within its ladder floor") in rows(
+        covered)
+    beyond = _report("bfloat16", reference_converted_max_err=2.0, content_advantage=[10.0, 135.0],
+                     advantage_allowed=[45.0, 45.0])
+    assert "head 1's content advantage on these tokens is 135 logits, beyond the 45" in judge(beyond)[0]
+    assert "--calibration-text" in judge(beyond)[0]
+    assert judge(_report("bfloat16", content_advantage=[10.0, 135.0], advantage_allowed=[45.0, 45.0])) == []
+    assert "content advantage" not in judge(_report(reference_converted_max_err=2.0, content_advantage=[135.0]))[0]

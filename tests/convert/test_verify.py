@@ -1,6 +1,8 @@
 """verify: judged against the family's own definition where transformers departs from it."""
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 from pico import build
@@ -8,7 +10,10 @@ from pico import build
 from ropebridge.cli import main
 from ropebridge.convert import convert, verify
 from ropebridge.convert import native
+from ropebridge.demo import data_dir
 from ropebridge.emulation import PlanRequest
+from ropebridge.numerics import TOLERANCE
+
 
 
 @pytest.fixture(scope="module")
@@ -226,3 +231,49 @@ def test_a_dst_run_in_a_dtype_it_overflows_fails_naming_the_tensor_and_the_cure(
     assert "beyond float16's largest 65504" in report.failures[0] and "--dtype float16" in report.failures[0]
     assert beyond_range(dst, "bfloat16") is None and beyond_range(dst, "float32") is None
     assert verify(src, dst, context=64, greedy_tokens=0, dtype="bfloat16").passed
+
+
+def _jais_unscaled(tmp_path):
+    """The embedded Jais demo with ``scale_attn_weights: false``: its q.k is not scaled, so a far key's content
+    logit can lead by ~100 logits, beyond the ladder's default advantage."""
+    src = tmp_path / "jais"
+    shutil.copytree(data_dir("demo-jais"), src)
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, "scale_attn_weights": False}))
+    return src
+
+
+def test_unscaled_jais_its_default_ladder_fails_naming_the_advantage_and_a_calibrated_one_passes(tmp_path):
+    # neither side ignores the key (float32, the exact pair, passes); the ladder's default floor does not cover
+    # this source's content advantage, which verify names, and calibrated on text the conversion passes, judged
+    # above float16's own floor (the source in float16, 1.2 logits from exact here)
+    src = _jais_unscaled(tmp_path)
+    dst = convert(src, tmp_path / "default", PlanRequest(window=512, dtype="float16")).destination
+    failed = verify(src, dst, context=512, greedy_tokens=0)
+    assert not failed.passed and "content advantage on these tokens is" in failed.failures[0], failed.failures
+    text = (src / "heldout.txt").read_text()
+    calibrated = convert(src, tmp_path / "calibrated", PlanRequest(window=512, dtype="float16",
+                                                                   calibration_text=text[-20000:])).destination
+    text_file = tmp_path / "text.txt"
+    text_file.write_text(text[:8000])
+    report = verify(src, calibrated, context=512, greedy_tokens=0, text=text_file.read_text())
+    assert report.passed, report.failures
+    assert report.floor_max_err > report.thresholds["max_abs_logit_diff"] and report.content_advantage
+
+
+def test_a_half_precision_dst_run_in_float32_is_judged_by_its_prediction_there(tmp_path):
+    # a bfloat16 ladder run in float32 keeps its fit error: the float32 tolerance alone would refuse it
+    src = build(tmp_path / "src", "bloom-4heads")
+    dst = convert(src, tmp_path / "dst", PlanRequest(window=256, dtype="bfloat16")).destination
+    report = verify(src, dst, context=128, greedy_tokens=0, dtype="float32")
+    assert report.passed and report.reference_converted_max_err > report.thresholds["max_abs_logit_diff"], report
+    assert report.predicted_error < TOLERANCE["bfloat16"] and report.floor_max_err is None
+
+
+def test_a_float32_dst_unfit_for_bfloat16_fails_naming_its_prediction_there(tmp_path):
+    src = _jais_unscaled(tmp_path)
+    dst = convert(src, tmp_path / "dst", PlanRequest(window=2048, dtype="float32")).destination
+    report = verify(src, dst, context=1024, greedy_tokens=0, dtype="bfloat16")
+    assert not report.passed and report.failures[0].startswith("DST was converted for float32: its emulation in "
+                                                               "bfloat16 is predicted to err by "), report.failures
+    assert "--dtype bfloat16" in report.failures[0]

@@ -20,7 +20,7 @@ import logging
 import torch
 
 from .model import SourceModel
-from .reference import reference_hidden
+from .reference import reference_states
 
 log = logging.getLogger(__name__)
 
@@ -28,18 +28,28 @@ DEFAULT_MARGIN = 1.25  # calibration text is a sample: the advantage elsewhere c
 CALIBRATION_TOKENS = 2048
 
 
+class AdvantageTracker:
+    """An ``observe`` for ``reference.reference_states``: per head, the largest A(i) (module doc) of the batch's
+    first row over every layer and query it sees, ``worst`` ``(h,)`` float64 on the device the reference runs on."""
+
+    def __init__(self, slopes) -> None:
+        self.slopes = torch.tensor(list(slopes), dtype=torch.float64)[:, None, None]  # (h, 1, 1)
+        self.worst = torch.zeros(len(slopes), dtype=torch.float64)
+
+    def __call__(self, layer: int, start: int, content: torch.Tensor, dist: torch.Tensor, weights) -> None:
+        content, dist = content[0], dist[0]  # (h, block, t), (block, t): the first row
+        if self.worst.device != content.device:
+            self.slopes, self.worst = self.slopes.to(content.device), self.worst.to(content.device)
+        content = content.masked_fill(dist < 0, float("-inf"))  # causal
+        advantage = content.amax(-1) - (content - self.slopes * dist).amax(-1)  # (h, block)
+        torch.maximum(self.worst, advantage.amax(-1), out=self.worst)
+
+
 def content_advantage(src: SourceModel, input_ids: torch.Tensor) -> torch.Tensor:
     """The largest A(i) of each head over every layer and query of ``input_ids`` ``(s,)``, float64 ``(h,)``."""
-    slopes = torch.tensor(src.info.slopes, dtype=torch.float64)[:, None, None]  # (h, 1, 1)
-    worst = torch.zeros(src.info.n_heads, dtype=torch.float64)
-
-    def observe(layer: int, content: torch.Tensor, dist: torch.Tensor) -> None:
-        content = content.masked_fill(dist < 0, float("-inf"))  # (h, block, t): causal
-        advantage = content.amax(-1) - (content - slopes * dist).amax(-1)  # (h, block)
-        torch.maximum(worst, advantage.amax(-1), out=worst)
-
-    reference_hidden(src, input_ids, observe=observe)
-    return worst
+    tracker = AdvantageTracker(src.info.slopes)
+    reference_states(src, input_ids[None], observe=tracker)
+    return tracker.worst
 
 
 def calibrated_advantages(src: SourceModel, directory, text: str, *, margin: float = DEFAULT_MARGIN,

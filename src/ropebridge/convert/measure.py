@@ -11,6 +11,9 @@ Measured, on ``context`` tokens and a left-padded batch of them (2, s):
 
 - judged: the converted model's max |logit error| from exact on the tokens and on the batch's real positions,
   KL(exact || converted), top-1 agreement and greedy tokens (float32);
+- in half precision, the floor: the source in that dtype with attention and bias exact (``reference_states``
+  with ``round_to``) against exact, which the limit allows for (``verdict.FLOOR_FACTOR``);
+- each head's content advantage on the tokens (``calibration.AdvantageTracker``), which a ladder's floors cover;
 - reported: the source run as defined (``native.as_defined``) against exact and against the converted model,
   transformers' own numbers where it deviates, and, on the first ``READING_TOKENS`` tokens alone, the source as
   defined against exact (judged in float32 by ``verdict.judge``).
@@ -30,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint.calibration import AdvantageTracker
 from ..checkpoint.model import SourceModel
 from ..checkpoint.reference import reference_states
 from ..numerics import DTYPES
@@ -158,7 +162,8 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
     deviations = native_deviations(info.family, source.config) if runs else ()
     exact = (lambda: as_defined(native.model, source)) if runs else nullcontext  # noqa: E731
     head = ids[:, :READING_TOKENS]  # (1, m)
-    passes = 3 + (2 + 2 * bool(deviations) if runs else 0)
+    half = request.dtype != "float32"  # the dtype's floor is measured (one more reference pass)
+    passes = 3 + half + (2 + 2 * bool(deviations) if runs else 0)
     bar.reset(total=passes * info.n_layers + 1)
 
     def stage(name: str) -> None:
@@ -171,8 +176,13 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
         hidden["conv"], hidden["conv_batch"] = conv.hidden(ids), conv.hidden(batch, mask)  # (1, s, D), (2, s, D)
         stage("converted")
         bar.set_postfix_str(f"exact float64 reference, 2 x {n} tokens")
+        advantage = AdvantageTracker(info.slopes)  # what the ladder's floors must cover, on these tokens
         ref = reference_states(source, batch, mask, query_block=QUERY_BLOCK, on_layer=lambda i: tick(),
-                               device=device)  # (2, s, D)
+                               device=device, observe=advantage)  # (2, s, D)
+        if half:
+            bar.set_postfix_str(f"floor: SRC in {request.dtype}, attention and bias exact, {n} tokens")
+            floor = reference_states(source, ids, query_block=QUERY_BLOCK, round_to=dtype, on_layer=lambda i: tick(),
+                                     device=device)  # (1, s, D)
         stage("reference")
         if runs:
             bar.set_postfix_str(f"native, {n} tokens")
@@ -184,14 +194,17 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
     models = {"conv": conv, "conv_batch": conv, "native": native, "native_head": native, "hf": native,
               "hf_head": native}
     sides: dict[str, logit_stats.Side] = {"exact": lambda a, c: ref @ source.head_rows(a, c).T.to(device)}
+    if half:  # the floor's head rows in the dtype too
+        sides["floor"] = lambda a, c: floor @ source.head_rows(a, c).T.to(device).to(dtype).double()
     for name, h in hidden.items():
         sides[name] = lambda a, c, h=h, m=models[name]: m.logits_block(h, a, c).double()
-    pairs = [("exact0", "conv"), ("exact", "conv_batch")]
+    pairs = [("exact0", "conv"), ("exact", "conv_batch")] + ([("exact0", "floor")] if half else [])
     if runs:
         pairs += [("native", "conv"), ("native", "exact0"), ("native_head", "exact_head")]
         pairs += [("hf", "conv"), ("hf_head", "exact_head")] if deviations else []
     views = {"exact0": ("exact", (slice(0, 1),)), "exact_head": ("exact", (slice(0, 1), slice(0, head.shape[1])))}
-    rows = [h.shape[:-1].numel() for h in (ref, *hidden.values())]  # each side's positions, b * s
+    held = (ref, *hidden.values(), *([floor] if half else []))
+    rows = [h.shape[:-1].numel() for h in held]  # each side's positions, b * s
     block = logit_stats.vocab_block(sum(rows), max(rows), LOGIT_BYTES)
     targets = torch.cat([ids[:, 1:], ids[:, :1]], 1)  # (1, s): the next token (the last is ignored)
     bar.set_postfix_str(f"logits, {info.vocab_size} rows in blocks of {block}")
@@ -201,6 +214,7 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
     bar.update()
     stage("logits")
     report = _report(source, (src, dst), request, (side_stats, pair_stats), mask, deviations)
+    report.content_advantage = advantage.worst.cpu().tolist()
     _greedy_check(report, source, {"conv": conv, "native": native}, ids, request, (block, bar))
     stage("greedy")
     report.cost = {"seconds": time.perf_counter() - started, "stage_seconds": seconds, "max_memory": max_memory,
@@ -225,6 +239,8 @@ def _report(source, paths: tuple[Path, Path], request, stats: tuple[dict, dict],
         error_by_position=judged.max_abs_diff[0].tolist(),
         ppl_reference=_ppl(s["exact0"]) if text else None, ppl_converted=_ppl(s["conv"]) if text else None,
         thresholds={"max_abs_logit_diff": request.max_logit_diff, "greedy_identical": request.dtype == "float32"})
+    if ("exact0", "floor") in p:
+        report.floor_max_err = float(p["exact0", "floor"].max_abs_diff.max())
     if runs:
         report.max_abs_logit_diff = float(p["native", "conv"].max_abs_diff.max())
         report.reference_native_max_err = float(p["native", "exact0"].max_abs_diff.max())

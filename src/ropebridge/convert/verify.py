@@ -47,6 +47,7 @@ from .._progress import progress_bar
 from ..checkpoint.config import SourceInfo, load_config
 from ..checkpoint.model import SourceModel
 from ..checkpoint.tensor_io import CheckpointReader, rows_per_block
+from ..emulation.cross_dtype import predicted_in
 from ..numerics import DTYPES, plan_tolerance
 from . import byte_check
 from .measure import check_memory, measure
@@ -189,7 +190,9 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
     threshold = request.max_logit_diff
     if threshold is None:  # the dtype's default tolerance at this window: never a --tolerance DST's record names
         threshold = plan_tolerance(dtype, source.info.slopes, plan.window)
-    predicted = plan.worst_head.predicted_error if dtype == plan.dtype else None
+    predicted = predicted_in(plan, dtype)  # in another dtype than DST's: its values as stored, D's arithmetic
+    fit = dtype == plan.dtype or predicted <= max(plan_tolerance(d, source.info.slopes, plan.window)
+                                                  for d in (dtype, plan.dtype))
     check_memory(source.info, request.context, request.max_memory)  # before any weight is read
     request = dataclasses.replace(request, dtype=dtype, max_logit_diff=threshold)
     checked = byte_check.compare(derived, dst, record, quick=request.quick, accept_older=request.accept_older,
@@ -197,7 +200,7 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
     if checked.failures:
         report = VerifyReport(source=str(src), converted=str(dst), family=source.info.family, dtype=dtype,
                               context=request.context, source_attention=source_attention(source.info.spec),
-                              byte_check=checked.to_dict(), predicted_error=predicted,
+                              byte_check=checked.to_dict(), predicted_error=predicted if fit else None,
                               functional_skipped="DST is not what convert writes from SRC",
                               failures=list(checked.failures))
         ids = None
@@ -208,13 +211,16 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
         finally:
             bar.close()
         report.source_attention = source_attention(source.info.spec)
-        report.byte_check, report.predicted_error = checked.to_dict(), predicted
+        report.byte_check, report.predicted_error = checked.to_dict(), predicted if fit else None
+        if plan.strategy == "ladder":
+            report.advantage_allowed = [h.ladder.floor - plan.cutoff for h in plan.heads]
         report.thresholds["limit"] = limit_of(report)
         report.failures.extend(judge(report))
         if report.failures and dtype != plan.dtype:  # a DST run in another dtype than it was converted for
-            found = beyond_range(dst, dtype)
-            if found:
-                report.failures.insert(0, f"DST was converted for {plan.dtype}: {found}; it cannot run in {dtype} "
+            why = beyond_range(dst, dtype) or (None if fit else f"its emulation in {dtype} is predicted to err by "
+                                               f"{predicted:.3g} logits, beyond {dtype}'s tolerance")
+            if why:
+                report.failures.insert(0, f"DST was converted for {plan.dtype}: {why}; it cannot run in {dtype} "
                                        f"(convert with --dtype {dtype})")
     if request.card:
         from .card import record_verification
