@@ -45,31 +45,35 @@ def window_guide() -> str:
 
 def verdicts() -> str:
     """Convert's verdict against verify's for the real-text models (``benchmarks/verdicts.py``)."""
-    out = ["| model | dtype | window | convert | predicted | tolerance | verify: converted | limit | native "
-           "(reported) | verdict |", "|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
+    out = ["| model | dtype | window | convert | predicted | tolerance | verify: converted | floor | limit | native "
+           "(reported) | verdict |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in _rows("verdicts"):
         if not r["accepted"]:
-            out.append(f"| {r['model']} | {r['dtype']} | {r['window']:,} | refused | | | | | | {r['refusal']} |")
+            out.append(f"| {r['model']} | {r['dtype']} | {r['window']:,} | refused | | | | | | | {r['refusal']} |")
             continue
         verdict = "PASSED" if r.get("passed") else f"FAILED: {r.get('failures') or r.get('verify_error')}"
         out.append(f"| {r['model']} | {r['dtype']} | {r['window']:,} | accepted (R = {r['rotary_dim']}) | "
                    f"{r['predicted']:.3g} | {r['tolerance']:.3g} | {r.get('measured', float('nan')):.3g} | "
-                   f"{r.get('limit', float('nan')):.3g} | {r.get('native', float('nan')):.3g} | {verdict} |")
+                   f"{_or_dash(r.get('floor'))} | {r.get('limit', float('nan')):.3g} | {_or_dash(r.get('native'))} | "
+                   f"{verdict} |")
     return "\n".join(out) + "\n"
 
 
 def verdicts_8k() -> str:
     """verify at the whole 8K window of the real-text models' held-out text (``verdicts.py --context 8192``, the
     rows of ``verdicts_8k``; in half precision the reading of the source is not judged), with verify's seconds."""
-    out = ["| model | dtype | predicted | verify: converted | limit | native (reported) | reading of SRC (judged in "
-           "float32) | verify | verdict |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    out = ["| model | dtype | predicted | verify: converted | floor | limit | native (reported) | reading of SRC "
+           "(judged in float32) | verify | verdict |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     rows = _rows("verdicts_8k")
-    order = {"demo": 0, "demo-mpt": 1, "demo-falcon": 2, "float32": 0, "bfloat16": 1, "float16": 2}
+    order = {"demo": 0, "demo-mpt": 1, "demo-falcon": 2, "demo-baichuan": 3, "demo-jais": 4, "float32": 0,
+             "bfloat16": 1, "float16": 2}
     for r in sorted(rows, key=lambda r: (order[r["model"]], order[r["dtype"]])):
         verdict = "PASSED" if r.get("passed") else f"FAILED: {r.get('failures') or r.get('verify_error')}"
-        reading = f"{r['reading']:.3g}" if r["dtype"] == "float32" else "not judged"
-        out.append(f"| {r['model']} | {r['dtype']} | {r['predicted']:.3g} | {r['measured']:.3g} | {r['limit']:.3g} "
-                   f"| {r['native']:.3g} | {reading} | {r['verify_seconds']:.0f} s | {verdict} |")
+        reading = "not judged" if r["dtype"] != "float32" else _or_dash(r["reading"]) if r["reading"] is not None \
+            else "— (no transformers class)"
+        out.append(f"| {r['model']} | {r['dtype']} | {r['predicted']:.3g} | {r['measured']:.3g} | "
+                   f"{_or_dash(r.get('floor'))} | {r['limit']:.3g} | {_or_dash(r['native'])} | {reading} | "
+                   f"{r['verify_seconds']:.0f} s | {verdict} |")
     return "\n".join(out) + "\n"
 
 
@@ -226,14 +230,15 @@ def rounding_widths() -> str:
 def verify_scale() -> str:
     """``verify_scale.py``: verify by default at real shapes, time, peak RSS and the verdicts, untouched and damaged."""
     out = ["| shape (bfloat16) | parameters | tokens | convert | verify | verify / convert | verify peak RSS | "
-           "predicted need | converted vs exact (limit) | native vs exact | greedy | untouched | one MLP zeroed |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+           "predicted need | converted vs exact (limit) | floor | native vs exact | greedy | untouched | one MLP zeroed |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in _rows("verify_scale"):
         greedy = f"{r['greedy_tokens']}" + (" (bounded)" if r.get("greedy_bound") else "")
         out.append(f"| {r['shape']} | {r['parameters'] / 1e6:.0f}M | {r['context']} | {r['convert_seconds']:.0f} s | "
                    f"{r['verify_seconds']:.0f} s | {r['verify_over_convert']:.2g} | "
                    f"{r['verify_peak_rss_mb'] / 1024:.2f} GB | {r['memory_need_mb'] / 1024:.2f} GB | "
-                   f"{r['converted_vs_exact']:.3g} ({r['limit']:.3g}) | {_or_dash(r['native_vs_exact'])} | {greedy} | "
+                   f"{r['converted_vs_exact']:.3g} ({r['limit']:.3g}) | {_or_dash(r.get('floor'))} | "
+                   f"{_or_dash(r['native_vs_exact'])} | {greedy} | "
                    f"{'PASSED' if r['passed'] else 'FAILED'} | {'FAILED' if r['damaged_exit'] == 1 else 'PASSED?!'} |")
     return "\n".join(out) + "\n"
 
@@ -306,7 +311,60 @@ def _engine_script_table(script: str, results: str) -> str:
     return module.table(json.loads((RESULTS / f"{results}.json").read_text())) + "\n"
 
 
-TABLES = {"window-guide": window_guide, "verdicts": verdicts, "verdicts-8k": verdicts_8k,
+def engines_per_target() -> str:
+    """How each engine runs each target, from ``targets.engines.SUPPORT`` (the engines' sources, versions named)."""
+    from ropebridge.targets.engines import COLUMNS, SUPPORT, TITLES
+
+    out = ["| `--target` | " + " | ".join(TITLES[c] for c in COLUMNS) + " |", "|---|" + "---|" * len(COLUMNS)]
+    for target, row in SUPPORT.items():
+        out.append(f"| `{target}` | " + " | ".join(row[c].cell() for c in COLUMNS) + " |")
+    return "\n".join(out) + "\n"
+
+
+def engines_per_family() -> str:
+    """Per family, the targets each engine runs natively and through its Transformers backend (``per_family``)."""
+    from ropebridge.targets.engines import ENGINES, per_family
+
+    engines = [e for e in ENGINES if e != "transformers"]
+    out = ["| family (default target) | " + " | ".join(ENGINES[e].label for e in engines) + " |",
+           "|---|" + "---|" * len(engines)]
+    out += [f"| {label} | " + " | ".join(cells[e] for e in engines) + " |" for label, cells in per_family()]
+    return "\n".join(out) + "\n"
+
+
+def engine_choice() -> str:
+    """The README's table: the target ``--engine E`` takes for each family (``engines.choose``)."""
+    from types import SimpleNamespace
+
+    from ropebridge.targets.engines import ENGINES, FAMILY_FORMS, choose
+
+    out = ["| family | " + " | ".join(f"`{e}`" for e in ENGINES) + " |", "|---|" + "---|" * len(ENGINES)]
+    for label, family, block, parallel in FAMILY_FORMS:
+        cells = []
+        for engine in ENGINES:
+            try:
+                c = choose(SimpleNamespace(family=family, block=block, parallel=parallel), engine)
+                cells.append(c.target + ("" if c.kind == "native" else " (backend)"))
+            except ValueError:
+                cells.append("none")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def kernels() -> str:
+    """``targets.kernels.KERNELS``: what each runs, float32 or not, and the ladder's served head dim hd + R."""
+    from ropebridge.emulation.ladder import rotary_dim_for
+    from ropebridge.targets.kernels import KERNELS
+
+    out = ["| `--kernel` | runs (from its source) | float32 | hd 32 | hd 64 | hd 128 |", "|---|---|---|---:|---:|---:|"]
+    for k in KERNELS.values():
+        dims = " | ".join(str(hd + rotary_dim_for(hd, k.name)) for hd in (32, 64, 128))
+        out.append(f"| `{k.name}` | {k.sizes} | {'yes' if k.float32 else 'no'} | {dims} |")
+    return "\n".join(out) + "\n"
+
+
+TABLES = {"window-guide": window_guide, "engines-per-target": engines_per_target,
+          "engines-per-family": engines_per_family, "engine-choice": engine_choice, "kernels": kernels, "verdicts": verdicts, "verdicts-8k": verdicts_8k,
           "default-shapes": default_shapes, "verify-scale": verify_scale,
           "convert-560m": convert_560m, "convert-width": convert_width, "speed-memory": speed_memory,
           "speed-ladder": speed_ladder, "fidelity": fidelity, "arch-floor": arch_floor,

@@ -39,7 +39,8 @@ def prepare(src_dir, request: PlanRequest,
     ``SourceModel`` (None for a config without weights) and its ``AlibiSource``, the config read once: the dtype
     defaults to the checkpoint's; the tensors' shapes are checked against the config (headers only);
     ``calibration_text`` is measured through the weights into per-head advantages (``checkpoint.calibration``), which
-    the completed request carries instead of the text; the target, where none is named, is the family's.
+    the completed request carries instead of the text; the target, where none is named, is the one ``--engine`` runs
+    for the source (``targets.engines.choose``), else the family's.
     ``model``: the checkpoint already read (not read again)."""
     config = load_config(src_dir) if model is None else model.config
     request = request.with_dtype(default_dtype(config))
@@ -47,6 +48,10 @@ def prepare(src_dir, request: PlanRequest,
     if model is None and directory.is_dir() and any(next(directory.glob(p), None) for p in WEIGHT_FILES):  # else planned from the config alone
         model = SourceModel(directory, config)
     source = from_config(config) if model is None else model.info
+    if request.engine is not None and request.target is None:  # the target the engine runs for this source
+        from .targets.engines import choose
+
+        request = dataclasses.replace(request, target=choose(source, request.engine).target)
     request = request.for_family(source.family)
     if request.calibration_text is not None:
         if model is None:
@@ -61,9 +66,17 @@ def prepare(src_dir, request: PlanRequest,
 def plan_checkpoint(src_dir, request: PlanRequest, source_name: str | None = None) -> tuple[EmulationPlan, SourceModel | None]:
     """The plan of a checkpoint directory (or its config.json) for ``request`` (``prepare``), and the checkpoint
     read as a ``SourceModel`` (None for a config without weights)."""
+    plan, _, model = plan_and_request(src_dir, request, source_name)
+    return plan, model
+
+
+def plan_and_request(src_dir, request: PlanRequest,
+                     source_name: str | None = None) -> tuple[EmulationPlan, PlanRequest, SourceModel | None]:
+    """``plan_checkpoint``'s plan, the completed request it was made for (its target, dtype, kernel), and the
+    checkpoint read."""
     request, model, source = prepare(src_dir, request)
     plan = emulation.plan(source, request)
-    return dataclasses.replace(plan, source=str(src_dir) if source_name is None else source_name), model
+    return dataclasses.replace(plan, source=str(src_dir) if source_name is None else source_name), request, model
 
 
 def what_would_fit(plan: EmulationPlan, kernel: str = "any") -> str:

@@ -25,3 +25,24 @@ def test_a_head_dim_the_kernel_does_not_run_is_refused_naming_it():
     check_head_dim("fa3", 160, "x")  # runs, padded
     with pytest.raises(ValueError, match="head dim 160, which --kernel flashinfer does not run \\(64, 128, 256, 512\\)"):
         check_head_dim("flashinfer", 160, "--rotary-dim 32")
+
+
+def test_trtllm_runs_its_mmha_sizes_and_aborts_otherwise():
+    # decoderMaskedMultiheadAttention/instantiation/: 132 (the float32 llama target's hd + 4 for 128) and 176 are
+    # not among them
+    native = [d for d in range(8, 520, 4) if KERNELS["trtllm"].native(d)]
+    assert native == [32, 48, 64, 80, 96, 104, 112, 128, 144, 160, 192, 224, 256]
+    assert not KERNELS["trtllm"].runs(132) and not KERNELS["trtllm"].runs(176)
+    with pytest.raises(ValueError, match="head dim 132, which --kernel trtllm does not run"):
+        check_head_dim("trtllm", 132, "the single plan on --target llama")
+
+
+def test_float32_on_a_half_precision_kernel_is_refused_in_one_line():
+    from ropebridge.targets.kernels import check_dtype
+
+    for kernel in ("fa2", "fa3", "flashinfer", "llama.cpp-cuda"):
+        with pytest.raises(ValueError, match=f"--kernel {kernel} has no float32 path.*not possible"):
+            check_dtype(kernel, "float32")
+        check_dtype(kernel, "bfloat16")
+    check_dtype("any", "float32")
+    check_dtype("trtllm", "float32")

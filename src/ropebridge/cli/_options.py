@@ -17,6 +17,7 @@ from ..emulation.plan import STRATEGY_NAMES
 from ..emulation.request import DEFAULT_WINDOW, PlanRequest
 from ..numerics import DEFAULT_CUTOFF, DTYPES, FLOAT32_BIAS_HALF_ULPS, TOLERANCE
 from ..targets import TARGETS
+from ..targets.engines import ENGINES
 from ..targets.kernels import KERNELS
 
 
@@ -77,6 +78,9 @@ def add_planning_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", default="any", choices=tuple(KERNELS),
                    help="the attention kernel you serve on: the ladder's head dim hd + R is a size it runs natively, "
                         "and a head dim it does not run is refused (default any: a multiple of 16; docs/targets.md)")
+    p.add_argument("--engine", choices=tuple(ENGINES),
+                   help="the engine you serve on: the target it runs natively for this source (else the one its "
+                        "Transformers backend runs), and its kernel (docs/targets.md)")
     floor = p.add_mutually_exclusive_group()
     floor.add_argument("--floor", metavar="C|FILE.json",
                        help="ladder: the floor C (logits) kept beyond W = C/m, every head; or a JSON file of one per "
@@ -134,5 +138,5 @@ def plan_request(args: argparse.Namespace, progress: bool) -> PlanRequest:
     return PlanRequest(window=args.window, dtype=args.dtype, target=args.target, strategy=args.strategy,
                        theta=args.theta, max_phase=args.max_phase, rope_base=args.rope_base,
                        rotary_dim=args.rotary_dim, pairs=args.pairs, split=args.split,
-                       kernel=args.kernel, floor=floors(args.floor), calibration_text=text,
+                       kernel=args.kernel, engine=args.engine, floor=floors(args.floor), calibration_text=text,
                        cutoff=args.cutoff, tolerance=args.tolerance, jobs=args.jobs, progress=progress)

@@ -7,6 +7,7 @@ import json
 
 from ..convert.pipeline import convert
 from ..targets import TARGETS
+from ..targets.engines import describe
 from ._options import add_planning_options, add_verbose, plan_request
 
 
@@ -46,5 +47,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {args.dst} ({res.target}, {res.dtype}, {res.bytes_written / 2**20:.1f} MiB) in "
               f"{res.seconds:.1f} s; window {res.plan.window}, {res.plan.strategy_label} strategy, {rope}; worst head "
               f"{worst.head}: predicted max |error| {worst.predicted_error:.3e} logits")
-        print(f"{res.target} runs in {TARGETS[res.target].engines}")
+        print(f"{res.target} runs in {TARGETS[res.target].engines}"
+              + (f"; --engine {args.engine}: {describe(res.target, args.engine)}" if args.engine else ""))
     return 0

@@ -8,8 +8,9 @@ import argparse
 from .. import reports
 from ..checkpoint.config import FAMILIES, from_heads
 from ..emulation.fixed_base import max_window_for_phase
-from ..planning import plan_checkpoint, plan_source, what_would_fit
+from ..planning import plan_and_request, plan_source, what_would_fit
 from ..targets import TARGETS
+from ..targets.engines import describe
 from ._options import add_planning_options, add_verbose, check_plot, plan_request, plot_and_json
 
 
@@ -37,13 +38,13 @@ def run(args: argparse.Namespace) -> int:
     planning = argparse.Namespace(**{**vars(args), "max_phase": None}) if args.rope_base is not None else args
     request = plan_request(planning, progress=not args.json)
     if args.model is not None:
-        plan, _ = plan_checkpoint(args.model, request)
+        plan, completed, _ = plan_and_request(args.model, request)
     else:
         if args.head_dim is None:
             raise ValueError("--heads needs --head-dim")
         plan = plan_source(from_heads(args.heads, args.head_dim, args.family), request)
-    # a checkpoint's plan names the target convert takes and where that runs (the family's default unless --target)
-    target = TARGETS[request.for_family(plan.family).target] if args.model is not None else None
+    # a checkpoint's plan names the target convert takes (--target, else --engine's choice, else the family's)
+    target = TARGETS[completed.target] if args.model is not None else None
     if plan.strategy == "ladder":
         return _show_ladder(plan, args, target)
     phase_window = None
@@ -102,3 +103,5 @@ def _verdict(plan, args: argparse.Namespace, target) -> None:
         print(f"what would fit: {what_would_fit(plan, args.kernel)}")
     if target is not None:
         print(f"target {target.name} ({target.architecture}): {target.engines}")
+        if args.engine is not None:
+            print(f"--engine {args.engine}: {describe(target.name, args.engine)}")

@@ -27,10 +27,11 @@ def plan(source, request: PlanRequest) -> EmulationPlan:
     import dataclasses
 
     from ..numerics import plan_tolerance
-    from ..targets.kernels import check_head_dim
+    from ..targets.kernels import check_dtype, check_head_dim
 
     if request.dtype is None:
         raise ValueError("the request names no dtype: complete it with PlanRequest.with_dtype")
+    check_dtype(request.kernel, request.dtype)
     request = request.for_family(getattr(source, "family", None))
     request.target_spec.check_source(source)
     if request.tolerance is None:

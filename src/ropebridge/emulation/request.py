@@ -16,6 +16,7 @@ from typing import Any
 from .. import _checks
 from ..numerics import DTYPES
 from ..targets import DEFAULT_TARGET, TARGETS, Target, carrying
+from ..targets.engines import ENGINES, SUPPORT
 from ..targets.kernels import KERNELS
 from .plan import STRATEGY_NAMES
 
@@ -52,7 +53,9 @@ class PlanRequest:
     of the single pair (a number or "sqrt"). floor / advantage: the ladder's floor C, or the content advantage added
     to the cutoff (one or per head); calibration_text: text to measure the advantages on. kernel: the attention
     kernel served on (``targets.kernels``): the ladder's R makes hd + R a size it runs natively, and a served
-    head dim it does not run is refused. cutoff, tolerance: logits (None: the strategy's, ``plan_tolerance``).
+    head dim it does not run is refused. engine: the engine served on (``targets.engines``): the target, where
+    none is named, is the one it runs natively for the source (``engines.choose``), and the kernel, where none is
+    named, the engine's. cutoff, tolerance: logits (None: the strategy's, ``plan_tolerance``).
     jobs, progress: how the ladder is fitted, not what (the plan is the same whatever they are).
     """
 
@@ -70,6 +73,7 @@ class PlanRequest:
     advantage: float | tuple[float, ...] | None = None
     calibration_text: str | None = None
     kernel: str = "any"
+    engine: str | None = None
     cutoff: float | None = None
     tolerance: float | None = None
     jobs: int = 1
@@ -81,6 +85,14 @@ class PlanRequest:
         fix("jobs", _checks.positive_int("jobs", self.jobs))
         fix("pairs", _checks.positive_int("pairs", self.pairs))
         _checks.choice("kernel", self.kernel, tuple(KERNELS))
+        if self.engine is not None:
+            engine = ENGINES[_checks.choice("engine", self.engine, tuple(ENGINES))]
+            if self.kernel == "any":  # the kernel whose sizes the engine must run
+                fix("kernel", engine.kernel)
+            if self.target is not None and SUPPORT[self.target][self.engine].kind == "none":
+                raise ValueError(f"--engine {self.engine}: {engine.label} does not run --target {self.target} "
+                                 f"({SUPPORT[self.target][self.engine].how or 'no form of it'}); leave --target out "
+                                 "to take the target it runs")
         if self.dtype is not None:
             _checks.choice("dtype", self.dtype, tuple(DTYPES))
         if self.target is not None:
@@ -190,4 +202,6 @@ class PlanRequest:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out.pop("calibration_text")  # the text itself is not recorded; the advantages it gave are
+        if out["engine"] is None:  # records without one read as before
+            out.pop("engine")
         return out

@@ -44,6 +44,7 @@ class Target:
     serving: tuple[str, ...]
     blocks: tuple[str, ...] = ("layernorm",)
     rope_form: str = "block"
+    parallel_residual: bool = False  # it carries a source whose attention and MLP run in parallel
 
     def __post_init__(self) -> None:
         if (self.pair_dims not in PAIR_DIMS or self.layer_norm not in LAYER_NORMS or self.rope_form not in ROPE_FORMS
@@ -61,6 +62,11 @@ class Target:
             use = f"use --target {fits}" if fits else "no target carries it yet"
             raise ValueError(f"--target {self.name} cannot carry this {info.family} model exactly (it has "
                              f"{BLOCKS.get(block, block)}): {use}")
+
+    def carries(self, info) -> bool:
+        """Whether this target carries ``info``'s block (``SourceInfo.block``) and residual exactly."""
+        return getattr(info, "block", None) in (None, *self.blocks) and (
+            self.parallel_residual or not getattr(info, "parallel", False))
 
     def default_strategy(self, dtype: str) -> str:
         """The ladder in half precision where the target carries it (its rounding does not grow with the context);
@@ -92,7 +98,8 @@ TARGETS = {t.name: t for t in (
            "transformers 4.x/5.x, llama.cpp, CTranslate2; vLLM and SGLang through their Transformers backends",
            (_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
             "llama.cpp: `convert_hf_to_gguf.py {dst}` drops the RoPE base; set `gptneox.rope.freq_base` to {base} "
-            "in the GGUF, or convert with `--rope-base 10000` (docs/targets.md in ropebridge)")),
+            "in the GGUF, or convert with `--rope-base 10000` (docs/targets.md in ropebridge)"),
+           parallel_residual=True),
     Target("starcoder2", "Starcoder2ForCausalLM", "starcoder2", ("single",), False, "first-and-middle", "layernorm",
            ("c_fc", "c_proj"), "transformers 5.x; vLLM through its Transformers backend", (_HF.format(versions=" 5.x", note=""),)),
     Target("nemotron", "NemotronForCausalLM", "nemotron", ("ladder", "single"), False, "first-two", "layernorm1p",
@@ -111,7 +118,8 @@ TARGETS = {t.name: t for t in (
             "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}` (transformers 5.19, as SGLang "
             "0.5.23 pins it)")),
     Target("stablelm", "StableLmForCausalLM", "stablelm", ("ladder", "single", "fixed-base"), True, "block",
-           "layernorm", ("up_proj", "down_proj"), "transformers 4.x/5.x, vLLM 0.33, SGLang 0.5.23",
+           "layernorm", ("up_proj", "down_proj"),
+           "transformers 4.x/5.x, SGLang 0.5.23; vLLM 0.34 through its Transformers backend",
            (_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
             "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}`"),
            blocks=("layernorm-gated", "unbiased-layernorm-gated")),

@@ -6,8 +6,13 @@ so that the served head dim hd + R is one the kernel the user serves on runs nat
 - ``fa2`` (vLLM's FLASH_ATTN backend, FlashAttention-2): any multiple of 8 up to 256.
 - ``flashinfer``: 64, 128, 256 and 512 only.
 - ``llama.cpp-cuda`` (llama.cpp's CUDA flash attention): 40, 64, 72, 80, 96, 112, 128 and 256.
+- ``trtllm`` (TensorRT-LLM's decoder kernels, MMHA: ``decoderMaskedMultiheadAttention/instantiation/``): 32, 48,
+  64, 80, 96, 104, 112, 128, 144, 160, 192, 224 and 256; any other size aborts ("Head size %d is not supported").
 - ``any`` (the default): a multiple of 16, which every kernel above but FlashInfer and llama.cpp's runs or pads
   without waste (80/96 for hd 64, 144/160 for hd 128).
+
+FlashAttention (2 and 3), FlashInfer and llama.cpp's CUDA flash attention compute in half precision only: a float32
+plan on them is refused (``check_dtype``).
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ class Kernel:
     native: Callable[[int], bool]
     runs: Callable[[int], bool]
     sizes: str
+    float32: bool = True  # it has a float32 path (FlashAttention, FlashInfer and llama.cpp's take half precision)
+
+
+TRTLLM_MMHA = (32, 48, 64, 80, 96, 104, 112, 128, 144, 160, 192, 224, 256)
 
 
 def _listed(*sizes: int) -> Callable[[int], bool]:
@@ -33,11 +42,14 @@ def _listed(*sizes: int) -> Callable[[int], bool]:
 
 KERNELS = {k.name: k for k in (
     Kernel("any", lambda d: d % 16 == 0, lambda d: True, "multiples of 16"),
-    Kernel("fa2", lambda d: d % 8 == 0 and d <= 256, lambda d: d % 8 == 0 and d <= 256, "multiples of 8 up to 256"),
-    Kernel("fa3", _listed(64, 96, 128, 192, 256), lambda d: d <= 256, "64, 96, 128, 192, 256 (others up to 256 padded)"),
-    Kernel("flashinfer", _listed(64, 128, 256, 512), _listed(64, 128, 256, 512), "64, 128, 256, 512"),
+    Kernel("fa2", lambda d: d % 8 == 0 and d <= 256, lambda d: d % 8 == 0 and d <= 256, "multiples of 8 up to 256",
+           float32=False),
+    Kernel("fa3", _listed(64, 96, 128, 192, 256), lambda d: d <= 256, "64, 96, 128, 192, 256 (others up to 256 padded)",
+           float32=False),
+    Kernel("flashinfer", _listed(64, 128, 256, 512), _listed(64, 128, 256, 512), "64, 128, 256, 512", float32=False),
+    Kernel("trtllm", _listed(*TRTLLM_MMHA), _listed(*TRTLLM_MMHA), ", ".join(map(str, TRTLLM_MMHA))),
     Kernel("llama.cpp-cuda", _listed(40, 64, 72, 80, 96, 112, 128, 256), _listed(40, 64, 72, 80, 96, 112, 128, 256),
-           "40, 64, 72, 80, 96, 112, 128, 256"),
+           "40, 64, 72, 80, 96, 112, 128, 256", float32=False),
 )}
 
 
@@ -45,6 +57,14 @@ def rotary_dims(kernel: str, head_dim: int, minimum: int, limit: int = 1024) -> 
     """The even R >= ``minimum``, smallest first, whose head dim ``head_dim + R`` the kernel runs natively."""
     k = KERNELS[kernel]
     return (r for r in range(minimum + minimum % 2, limit + 1, 2) if k.native(head_dim + r))
+
+
+def check_dtype(kernel: str, dtype: str) -> None:
+    """``ValueError`` in one line where the kernel has no path for ``dtype`` (float32 on FlashAttention)."""
+    if dtype == "float32" and not KERNELS[kernel].float32:
+        raise ValueError(f"--kernel {kernel} has no float32 path (it computes in float16/bfloat16 only): float32 "
+                         "serving on it is not possible; convert with --dtype bfloat16 or float16, or serve float32 "
+                         "on another kernel")
 
 
 def check_head_dim(kernel: str, head_dim: int, what: str) -> None:

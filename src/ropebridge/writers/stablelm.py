@@ -20,8 +20,9 @@ Its LayerNorms have a bias, its q, k, v have biases (``use_qkv_bias``); its outp
   splits it even where it could not split F (Jais-30B's 19114 becomes 19200). Only where the source has the
   biases.
 
-vLLM 0.33's and SGLang 0.5.23's StableLM fix the MLP's activation to SiLU and the residual to sequential: a source
-with another activation or a parallel residual is refused.
+SGLang 0.5.23's StableLM (and vLLM 0.33's, before 0.34 moved StableLM to its Transformers backend) fix the MLP's
+activation to SiLU and the residual to sequential: a source with another activation or a parallel residual is
+refused.
 """
 
 from __future__ import annotations

@@ -1,0 +1,81 @@
+"""The engines table: what each engine runs, the target --engine takes per family, and the refusals."""
+
+from types import SimpleNamespace
+
+import pytest
+from pico import build
+
+from ropebridge.cli import main
+from ropebridge.emulation import PlanRequest
+from ropebridge.targets import TARGETS
+from ropebridge.targets.engines import ENGINES, FAMILY_FORMS, KINDS, SUPPORT, choose, describe, per_family
+
+
+def _form(family, block="layernorm", parallel=False):
+    return SimpleNamespace(family=family, block=block, parallel=parallel)
+
+
+def test_every_target_has_a_row_for_every_engine():
+    assert set(SUPPORT) == set(TARGETS)
+    for target, row in SUPPORT.items():
+        assert set(ENGINES) <= set(row), target
+        assert all(s.kind in KINDS for s in row.values())
+
+
+@pytest.mark.parametrize("family, block, parallel, engine, target, kind", [
+    ("bloom", "layernorm", False, "vllm", "nemotron", "native"),
+    ("bloom", "layernorm", False, "sglang", "persimmon", "native"),
+    ("bloom", "layernorm", False, "transformers", "gpt-neox", "native"),
+    ("falcon", "layernorm", True, "vllm", "gpt-neox", "backend"),  # only gpt-neox carries a parallel residual
+    ("baichuan", "rmsnorm-gated", False, "trtllm", "llama", "native"),
+    ("jais", "layernorm-gated", False, "vllm", "stablelm", "backend"),  # vLLM 0.34: StableLM on the backend
+    ("jais", "layernorm-gated", False, "sglang", "stablelm", "native"),
+])
+def test_the_engine_takes_the_target_it_runs_natively_else_its_backends(family, block, parallel, engine, target,
+                                                                        kind):
+    choice = choose(_form(family, block, parallel), engine)
+    assert (choice.target, choice.kind) == (target, kind)
+    assert TARGETS[choice.target].carries(_form(family, block, parallel))
+    assert ("Transformers backend" in choice.sentence) == (kind == "backend")
+
+
+def test_an_engine_that_runs_no_form_of_the_family_is_refused_naming_the_carriers():
+    with pytest.raises(ValueError, match="--engine trtllm: .* runs no target that carries this bloom model "
+                                         r"\(gpt-neox, starcoder2, nemotron, persimmon carry it"):
+        choose(_form("bloom"), "trtllm")
+
+
+def test_the_per_family_table_has_every_form_and_names_natives_first():
+    rows = dict(per_family())
+    assert len(rows) == len(FAMILY_FORMS)
+    assert rows["Jais, BTLM (stablelm)"]["vllm"] == "none natively; backend: stablelm"
+    assert rows["BLOOM, BLOOMZ, Poro (gpt-neox)"]["vllm"].startswith("nemotron; backend: gpt-neox")
+
+
+def test_the_request_takes_the_engines_kernel_and_refuses_a_target_it_does_not_run():
+    assert PlanRequest(engine="trtllm").kernel == "trtllm" and PlanRequest(engine="vllm").kernel == "any"
+    assert PlanRequest(engine="trtllm", kernel="fa3").kernel == "fa3"
+    assert PlanRequest(engine="vllm", target="gpt-neox").target == "gpt-neox"  # its backend runs it
+    with pytest.raises(ValueError, match="--engine vllm: vLLM 0.34.0 does not run --target persimmon"):
+        PlanRequest(engine="vllm", target="persimmon")
+    with pytest.raises(ValueError, match="engine must be one of"):
+        PlanRequest(engine="tgi")
+    assert "engine" not in PlanRequest().to_dict() and PlanRequest(engine="vllm").to_dict()["engine"] == "vllm"
+
+
+def test_convert_and_plan_with_engine_take_and_name_the_target(tmp_path, capsys):
+    src = build(tmp_path / "src", "bloom-4heads")
+    assert main(["plan", "--model", str(src), "--engine", "vllm", "--window", "256"]) == 0
+    out = capsys.readouterr().out
+    assert "target nemotron (NemotronForCausalLM)" in out and "--engine vllm: vLLM 0.34.0 runs nemotron natively" in out
+    dst = tmp_path / "dst"
+    assert main(["convert", str(src), str(dst), "--engine", "sglang", "--window", "256", "--dtype", "bfloat16"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "--engine sglang: SGLang 0.5.23 runs persimmon natively" in last
+    assert main(["verify", str(src), str(dst), "--context", "64", "--greedy-tokens", "0"]) == 0  # re-derived alike
+    capsys.readouterr()
+    assert main(["convert", str(src), str(tmp_path / "t"), "--engine", "trtllm", "--window", "256"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "runs no target that carries this bloom model" in err[0]
+    assert not (tmp_path / "t").exists()
+    assert describe("stablelm", "vllm") == "vLLM 0.34.0 runs stablelm through its Transformers backend"
