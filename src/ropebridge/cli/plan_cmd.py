@@ -11,6 +11,7 @@ from ..emulation.fixed_base import max_window_for_phase
 from ..planning import plan_and_request, plan_source, what_would_fit
 from ..targets import TARGETS
 from ..targets.engines import describe
+from ..targets.kernels import engine_kernels
 from ._options import add_planning_options, add_verbose, check_plot, plan_request, plot_and_json
 
 
@@ -105,3 +106,5 @@ def _verdict(plan, args: argparse.Namespace, target) -> None:
         print(f"target {target.name} ({target.architecture}): {target.engines}")
         if args.engine is not None:
             print(f"--engine {args.engine}: {describe(target.name, args.engine)}")
+        served = target.served_head_dim(plan.head_dim, plan.rotary_dim, plan.strategy)
+        print(f"head dim {served} runs on: " + "; ".join(f"{e} {k}" for e, k in engine_kernels(served, plan.dtype).items()))

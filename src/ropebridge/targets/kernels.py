@@ -72,3 +72,33 @@ def check_head_dim(kernel: str, head_dim: int, what: str) -> None:
     k = KERNELS[kernel]
     if not k.runs(head_dim):
         raise ValueError(f"{what} gives head dim {head_dim}, which --kernel {kernel} does not run ({k.sizes})")
+
+
+def _fa3_size(d: int) -> int:
+    """The FA3 kernel a head dim up to 256 runs on: the next of 64, 96, 128, 192, 256 (sizes 129-192 on 192)."""
+    return next(k for k in (64, 96, 128, 192, 256) if d <= k)
+
+
+def engine_kernels(head_dim: int, dtype: str = "bfloat16") -> dict[str, str]:
+    """Per engine, which of its attention kernels runs a served head dim, and at what padded size (read from
+    vLLM 0.34's backend selection on Hopper, SGLang 0.5.23's, TensorRT-LLM's MMHA list, llama.cpp's CUDA flash
+    attention): vLLM takes the first backend that accepts the size, FLASH_ATTN (FA3 on Hopper: a multiple of 8 up
+    to 256), then FLASHINFER (64, 128, 256, 512), then TRITON_ATTN. In float32 only the Triton kernels and MMHA
+    remain."""
+    d = head_dim
+    if dtype == "float32":
+        trt = "MMHA" if KERNELS["trtllm"].runs(d) else "none: MMHA aborts (\"Head size %d is not supported\")"
+        return {"vLLM 0.34": "TRITON_ATTN (FLASH_ATTN and FLASHINFER take half precision only)",
+                "SGLang 0.5.23": "Triton", "TensorRT-LLM": trt, "llama.cpp": "no flash attention (-fa off path)"}
+    if KERNELS["fa2"].runs(d):
+        fa3 = _fa3_size(d)
+        vllm = f"FLASH_ATTN (FA3 on Hopper: the {fa3} kernel{'' if fa3 == d else ', padded'})"
+    elif KERNELS["flashinfer"].runs(d):
+        vllm = "FLASHINFER"
+    else:
+        vllm = "TRITON_ATTN (no FlashAttention or FlashInfer kernel for it)"
+    sglang = (f"FA3 (the {_fa3_size(d)} kernel)" if KERNELS["fa2"].runs(d) else
+              "FlashInfer" if KERNELS["flashinfer"].runs(d) else "Triton")
+    trt = "MMHA" if KERNELS["trtllm"].runs(d) else "none: MMHA aborts (\"Head size %d is not supported\")"
+    cpp = "CUDA flash attention" if KERNELS["llama.cpp-cuda"].runs(d) else "no flash attention (-fa off path)"
+    return {"vLLM 0.34": vllm, "SGLang 0.5.23": sglang, "TensorRT-LLM": trt, "llama.cpp": cpp}
