@@ -79,3 +79,17 @@ def test_convert_and_plan_with_engine_take_and_name_the_target(tmp_path, capsys)
     assert len(err) == 1 and "runs no target that carries this bloom model" in err[0]
     assert not (tmp_path / "t").exists()
     assert describe("stablelm", "vllm") == "vLLM 0.34.0 runs stablelm through its Transformers backend"
+
+
+def test_float32_on_trtllm_says_the_exact_strategy_cannot_be_served_there():
+    # Baichuan-13B's 40 heads of 128 on llama: the opposed pairs give 132, which MMHA does not run; bfloat16's
+    # ladder takes a size it runs (160)
+    from ropebridge.checkpoint.config import from_heads
+    from ropebridge.emulation import plan
+
+    source = from_heads(40, 128, "baichuan")
+    with pytest.raises(ValueError, match="head dim 132, which --kernel trtllm does not run .*float32 serving of "
+                                         "this model on it is not possible"):
+        plan(source, PlanRequest(engine="trtllm", target="llama", dtype="float32", window=4096))
+    half = plan(source, PlanRequest(engine="trtllm", target="llama", dtype="bfloat16", window=4096))
+    assert half.head_dim + half.rotary_dim == 160

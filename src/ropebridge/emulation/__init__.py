@@ -39,8 +39,14 @@ def plan(source, request: PlanRequest) -> EmulationPlan:
     result = STRATEGIES[request.chosen_strategy](source, request)
     forced = "" if request.rotary_dim is None else f" with --rotary-dim {request.rotary_dim}"
     served = request.target_spec.served_head_dim(result.head_dim, result.rotary_dim, result.strategy)
-    check_head_dim(request.kernel, served,
-                   f"the {result.strategy} plan on --target {request.target}{forced}")
+    try:
+        check_head_dim(request.kernel, served, f"the {result.strategy} plan on --target {request.target}{forced}")
+    except ValueError as exc:
+        if request.dtype != "float32" or result.strategy == "ladder":
+            raise
+        raise ValueError(f"{exc}: float32 serving of this model on it is not possible (the exact strategy fixes "
+                         f"the head dim at {served}); convert with --dtype bfloat16 or float16, where the ladder "
+                         "takes a size it runs") from None
     return result
 
 
