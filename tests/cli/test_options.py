@@ -30,3 +30,14 @@ def test_floors_from_a_number_a_list_or_a_plan(tmp_path):
     assert floors(str(tmp_path / "list.json")) == (30.0, 40.0) and floors(str(tmp_path / "plan.json")) == (35.0,)
     with pytest.raises(ValueError, match="--floor"):
         floors(str(tmp_path / "missing.json"))
+
+
+def test_the_help_names_every_family_and_each_default_target_from_the_tables(capsys):
+    from ropebridge.checkpoint.config import FAMILIES
+    from ropebridge.cli import main
+
+    assert main(["convert", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for name, family in FAMILIES.items():
+        assert name in text
+    assert "llama for baichuan, refact" in text and "stablelm for jais, btlm" in text

@@ -52,6 +52,23 @@ def add_verbose(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log progress to stderr")
 
 
+def families() -> str:
+    """The families convert reads, from ``checkpoint.config.FAMILIES``: ``bloom, mpt, ...``."""
+    from ..checkpoint.config import FAMILIES
+
+    return ", ".join(FAMILIES)
+
+
+def family_defaults() -> str:
+    """Each default target and the families taking it, from ``FAMILIES``: ``gpt-neox for bloom, mpt; ...``."""
+    from ..checkpoint.config import FAMILIES
+
+    targets: dict[str, list[str]] = {}
+    for name, family in FAMILIES.items():
+        targets.setdefault(family.default_target, []).append(name)
+    return "; ".join(f"{t} for {', '.join(names)}" for t, names in targets.items())
+
+
 def add_planning_options(p: argparse.ArgumentParser) -> None:
     tol = ", ".join(f"{k} {v:g}" for k, v in TOLERANCE.items()) + (
         f"; float32 at least {FLOAT32_BIAS_HALF_ULPS} half-ulps of the largest bias m*window")
@@ -60,7 +77,7 @@ def add_planning_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=tuple(DTYPES),
                    help="dtype of the converted model (default: the source checkpoint's; float32 with --heads)")
     p.add_argument("--target", default=None, choices=tuple(TARGETS),
-                   help="stock architecture (default: the family's: gpt-neox; llama for Baichuan and Refact)")
+                   help=f"stock architecture (default: the family's: {family_defaults()})")
     p.add_argument("--strategy", "--emulation", choices=STRATEGY_NAMES,
                    help="ladder (every pair of a rotary block; default for bfloat16/float16 on gpt-neox), single "
                         "(one slow pair per head; default for float32, the compact targets, and when --theta, "

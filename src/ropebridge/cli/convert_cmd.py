@@ -8,11 +8,11 @@ import json
 from ..convert.pipeline import convert
 from ..targets import TARGETS
 from ..targets.engines import describe
-from ._options import add_planning_options, add_verbose, plan_request
+from ._options import add_planning_options, families, add_verbose, plan_request
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("convert", help="convert a BLOOM/MPT/Falcon-RW checkpoint into a stock RoPE checkpoint")
+    p = sub.add_parser("convert", help=f"convert an ALiBi checkpoint ({families()}) into a stock RoPE checkpoint")
     p.add_argument("src", help="checkpoint directory or hub id")
     p.add_argument("dst", help="output directory (must not exist unless --force)")
     add_planning_options(p)

@@ -12,14 +12,14 @@ from ..planning import plan_and_request, plan_source, what_would_fit
 from ..targets import TARGETS
 from ..targets.engines import describe
 from ..targets.kernels import engine_kernels
-from ._options import add_planning_options, add_verbose, check_plot, plan_request, plot_and_json
+from ._options import add_planning_options, families, add_verbose, check_plot, plan_request, plot_and_json
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="preview the RoPE emulation convert would write (theta, N or the ladder per head), "
                                     "with predicted errors")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", metavar="PATH", help="a BLOOM, MPT or Falcon (alibi) checkpoint directory or config.json")
+    src.add_argument("--model", metavar="PATH", help=f"an ALiBi checkpoint directory or its config.json ({families()})")
     src.add_argument("--heads", type=int, help="number of heads (with --head-dim)")
     p.add_argument("--head-dim", type=int, help="head dim (with --heads)")
     p.add_argument("--family", default="bloom", choices=tuple(FAMILIES), help="with --heads (default bloom)")
