@@ -1,5 +1,5 @@
-"""Reports and figures: the figures of ``plan``, ``rope`` and the reports, the demo's report and ``verify
---report``'s. Every figure function returns a ``matplotlib.figure.Figure`` (no pyplot state, no display needed);
+"""Reports and figures: the figures of ``plan``, ``rope`` and the demo, the demo's report, and the plotting
+helpers ``verify --report`` draws with (``convert.report``). Every figure function returns a ``matplotlib.figure.Figure`` (no pyplot state, no display needed);
 matplotlib is imported when a figure is made."""
 
 from __future__ import annotations
@@ -9,10 +9,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
 
-from .checkpoint.config import FAMILIES
-from .convert.verdict import rows
 from .emulation import EmulationPlan
 from .emulation.error_model import distance_grid, emulated_bias
 
@@ -22,13 +19,13 @@ if TYPE_CHECKING:
     from .analysis import RopeAnalysis
 
 
-def _figure(width: float = 7.0, height: float = 4.0) -> Figure:
+def new_figure(width: float = 7.0, height: float = 4.0) -> Figure:
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def _label(ax, xlabel: str, ylabel: str, title: str, legend: bool = True) -> None:
+def label_axes(ax, xlabel: str, ylabel: str, title: str, legend: bool = True) -> None:
     """Axis labels, title, a log-friendly grid and (where lines are labelled) the legend of one panel."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -40,7 +37,7 @@ def _label(ax, xlabel: str, ylabel: str, title: str, legend: bool = True) -> Non
 
 def wavelength_figure(analysis: RopeAnalysis) -> Figure:
     """Wavelength per pair (log scale), default against the chosen scaling, with the context as a line."""
-    fig = _figure()
+    fig = new_figure()
     ax = fig.add_subplot()
     idx = [p.index for p in analysis.pairs]
     rope_type = analysis.rope_parameters.get("rope_type", analysis.rope_parameters.get("type", "default"))
@@ -49,7 +46,7 @@ def wavelength_figure(analysis: RopeAnalysis) -> Figure:
     if rope_type != "default":
         ax.semilogy(idx, scaled, "s-", ms=3, label=rope_type)
     ax.axhline(analysis.context, color="k", ls="--", lw=1, label=f"context {analysis.context}")
-    _label(ax, "pair index i", "wavelength 2π/θᵢ (tokens)",
+    label_axes(ax, "pair index i", "wavelength 2π/θᵢ (tokens)",
            f"RoPE wavelengths, head_dim {analysis.head_dim}, base {analysis.rope_parameters.get('rope_theta')}")
     return fig
 
@@ -64,7 +61,7 @@ def emulation_figure(plan, heads: list[int] | None = None) -> Figure:
     if heads is None:
         order = sorted(range(len(plan.heads)), key=lambda h: -plan.heads[h].slope)
         heads = sorted({order[0], order[len(order) // 2], order[-1]})
-    fig = _figure(11.0, 4.2)
+    fig = new_figure(11.0, 4.2)
     left, right = fig.subplots(1, 2)
     d = distance_grid(plan.window, 1025)
     for h in heads:
@@ -103,7 +100,7 @@ def ladder_figure(plan, heads: list[int] | None = None) -> Figure:
     if heads is None:
         order = sorted(range(len(plan.heads)), key=lambda h: -plan.heads[h].slope)
         heads = sorted({order[0], order[len(order) // 2], order[-1]})
-    fig = _figure(11.0, 4.2)
+    fig = new_figure(11.0, 4.2)
     left, right = fig.subplots(1, 2)
     d = np.unique(np.round(np.geomspace(1, plan.window, 2000)))
     for h in heads:
@@ -141,7 +138,7 @@ def heads_figure(plan: EmulationPlan):
     n = len(plan.heads)
     cols = min(3, n)
     rows = (n + cols - 1) // cols
-    fig = _figure(3.6 * cols, 2.8 * rows)
+    fig = new_figure(3.6 * cols, 2.8 * rows)
     d = distance_grid(plan.window, 513)
     for k, hp in enumerate(plan.heads):
         ax = fig.add_subplot(rows, cols, k + 1)
@@ -159,13 +156,13 @@ def heads_figure(plan: EmulationPlan):
 def perplexity_figure(by_context: dict, train_context: int):
     """Held-out perplexity of native and converted against the context; ``by_context``: lists under "context",
     "native" and "converted"."""
-    fig = _figure()
+    fig = new_figure()
     ax = fig.add_subplot()
     ax.plot(by_context["context"], by_context["native"], "o-", lw=3, alpha=0.5, label="native ALiBi")
     ax.plot(by_context["context"], by_context["converted"], "s--", label="converted RoPE (GPT-NeoX)")
     ax.axvline(train_context, color="k", ls=":", lw=1, label=f"training context {train_context}")
     ax.set_xscale("log", base=2)
-    _label(ax, "context (tokens)", "held-out perplexity", "perplexity against context")
+    label_axes(ax, "context (tokens)", "held-out perplexity", "perplexity against context")
     return fig
 
 
@@ -215,78 +212,3 @@ into a stock RoPE model (GPT-NeoX, float32) and evaluated on {r.heldout_tokens} 
 ![error](error_vs_distance.png)
 """
     (out / "report.md").write_text(text)
-
-
-# -- verify --report ------------------------------------------------------------------------------------------
-def _attention_figure(native_probs, converted_probs, reference_probs):
-    fig = _figure()
-    ax = fig.add_subplot()
-    layers = range(len(converted_probs))
-    if reference_probs:
-        ax.semilogy(layers, [float((c.double() - r).abs().max()) for c, r in zip(converted_probs, reference_probs)],
-                    "o-", label="converted vs exact float64 ALiBi")
-        if native_probs:
-            ax.semilogy(layers, [float((n.double() - r).abs().max()) for n, r in zip(native_probs, reference_probs)],
-                        "s-", label="native vs exact float64 ALiBi")
-    if native_probs:
-        ax.semilogy(layers, [float((c.double() - n.double()).abs().max()) for c, n in zip(converted_probs, native_probs)],
-                    "^-", label="converted vs native")
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    _label(ax, "layer", "max |Δ attention probability|", "attention probabilities per layer")
-    return fig
-
-
-def _position_figure(report):
-    fig = _figure()
-    ax = fig.add_subplot()
-    err = [max(e, 1e-12) for e in report.error_by_position]
-    ax.semilogy(range(len(err)), err, lw=1)
-    _label(ax, "position", "max over vocab |Δ logit|", f"converted vs exact float64 ALiBi, {report.dtype}",
-           legend=False)
-    return fig
-
-
-ATTENTION_TOKENS = 256  # the tokens whose attention maps the report compares (they grow with s^2)
-
-
-def write_report(report, out: Path, ids: torch.Tensor) -> None:
-    """Write ``report.md``, ``report.json``, ``error_by_position.png`` and ``attention_by_layer.png`` into ``out``:
-    the rows of ``verdict.rows`` as a table, and the attention probabilities of the first ``ATTENTION_TOKENS`` of
-    ``ids`` ``(1, s)``, every model run a layer at a time (transformers' eager attention, the exact reference)."""
-    from .checkpoint.model import SourceModel
-    from .checkpoint.reference import attention_probs
-    from .convert.layered import LayeredModel
-    from .numerics import DTYPES
-
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report.to_dict(), indent=1))
-    r = report
-    lines = [f"# ropebridge verify: {'PASSED' if r.passed else 'FAILED'}", "",
-             f"- source: `{r.source}` ({r.family}, attention: {r.source_attention})",
-             f"- converted: `{r.converted}` (transformers, SDPA)", f"- dtype {r.dtype}, context {r.context} tokens", "",
-             "| check | value | judged |", "|---|---|---|",
-             *(f"| {what} | {value} | {how} |".replace("||", "\\|\\|") for what, value, how in rows(r)),
-             "", *(f"- failure: {f}" for f in r.failures)]
-    if r.measured:
-        _position_figure(r).savefig(out / "error_by_position.png", dpi=110)
-        head = ids[:, :ATTENTION_TOKENS]
-        with torch.no_grad():
-            conv = LayeredModel(r.converted, DTYPES[r.dtype], attn_implementation="eager")
-            conv_probs = list(conv.model.get_decoder()(input_ids=head, output_attentions=True).attentions)
-            native_probs = None
-            if r.native_ran and FAMILIES[r.family].eager_attention_maps:  # eager Falcon adds the bias twice
-                native = LayeredModel(r.source, DTYPES[r.dtype])
-                native_probs = list(native.model.get_decoder()(input_ids=head, output_attentions=True).attentions)
-            ref_probs = attention_probs(SourceModel(r.source), head)
-        _attention_figure(native_probs, conv_probs, ref_probs).savefig(out / "attention_by_layer.png", dpi=110)
-        lines += ["", "![error by position](error_by_position.png)", "", "![attention by layer](attention_by_layer.png)",
-                  ""]
-        if r.transformers_native_deviation is not None:
-            lines.append(f"Native {r.family} runs as the family defines it (transformers' own: "
-                         f"{r.transformers_native_deviation}; its numbers are reported separately).")
-        if r.native_ran and not FAMILIES[r.family].eager_attention_maps:
-            lines.append(f"transformers' eager {r.family}, the only path that returns attention maps, does not compute "
-                         "the family's attention (Falcon adds the bias twice), so its maps are not shown.")
-    (out / "report.md").write_text("\n".join(lines) + "\n")

@@ -227,7 +227,7 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
 
         record_verification(dst / "README.md", report)
     if request.report_dir is not None:
-        from ..reports import write_report
+        from .report import write_report
 
         try:
             write_report(report, request.report_dir, ids)
