@@ -38,3 +38,19 @@ def test_the_served_head_dim():
     neox, nemotron = TARGETS["gpt-neox"], TARGETS["nemotron"]
     assert neox.served_head_dim(64, 4, "single") == 68 and nemotron.served_head_dim(64, 4, "single") == 66
     assert nemotron.served_head_dim(64, 32, "ladder") == 96 and nemotron.served_head_dim(64, None, "single") == 66
+
+
+def test_a_parallel_source_is_refused_in_one_place_by_every_sequential_target():
+    from types import SimpleNamespace
+
+    from ropebridge.targets import TARGETS
+
+    parallel = SimpleNamespace(family="falcon", block="layernorm", parallel=True)
+    for target in TARGETS.values():
+        if target.parallel_residual:
+            target.check_source(parallel)
+            continue
+        with pytest.raises(ValueError, match=f"--target {target.name} has a sequential residual only; this falcon "
+                                             "model runs attention and MLP in parallel: use --target gpt-neox$"):
+            target.check_source(parallel)
+    assert [t.name for t in TARGETS.values() if t.carries(parallel)] == ["gpt-neox"]

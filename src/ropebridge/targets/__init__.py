@@ -54,8 +54,13 @@ class Target:
                              f"{LAYER_NORMS}, {ROPE_FORMS} and {tuple(BLOCKS)}")
 
     def check_source(self, info) -> None:
-        """``ValueError`` in one line when this target cannot carry ``info``'s block (``SourceInfo.block``) exactly,
-        naming the targets that can; a source without a block (heads and slopes alone) plans on any target."""
+        """``ValueError`` in one line when this target cannot carry ``info``'s residual (a parallel one) or block
+        (``SourceInfo.block``) exactly, naming the targets that can; a source without a block (heads and slopes
+        alone) plans on any target. The one place these refusals are made (the writers rely on it)."""
+        if getattr(info, "parallel", False) and not self.parallel_residual:
+            fits = " or ".join(t.name for t in TARGETS.values() if t.carries(info))
+            raise ValueError(f"--target {self.name} has a sequential residual only; this {info.family} model runs "
+                             f"attention and MLP in parallel: use --target {fits}")
         block = getattr(info, "block", None)
         if block is not None and block not in self.blocks:
             fits = " or ".join(t.name for t in TARGETS.values() if block in t.blocks)

@@ -64,9 +64,6 @@ def layout(src: SourceModel, plan: EmulationPlan, target: Target) -> CompactLayo
     ladder's R/2 pairs on dims (k, k + R/2) of the first R, or (k, k + hd'/2) where the whole head turns
     (``whole-head``, the llama target), which also takes the single strategy's two opposed pairs so."""
     info = src.info
-    if info.parallel:
-        raise ValueError(f"--target {target.name} has a sequential residual only; this {info.family} model is "
-                         "parallel (use --target gpt-neox)")
     check_plan(src, plan)
     r = plan.rotary_dim if plan.strategy == "ladder" or target.pair_dims == "whole-head" else 2
     hd, hd_out = info.head_dim, info.head_dim + r

@@ -25,10 +25,7 @@ NAMES = {"embed": "model.embed_tokens.weight", "block": "model.layers.{i}.", "ln
 
 
 def layout(src: SourceModel, plan: EmulationPlan, target: Target) -> gpt_neox.NeoxLayout:
-    """The ``gpt-neox`` layout; ``ValueError`` for a parallel source (Persimmon's residual is sequential)."""
-    if src.info.parallel:
-        raise ValueError(f"--target {target.name} has a sequential residual only; this {src.info.family} model "
-                         "runs attention and MLP in parallel: use --target gpt-neox")
+    """The ``gpt-neox`` layout (a parallel source is refused before, by ``Target.check_source``)."""
     return gpt_neox.layout(src, plan, target)
 
 

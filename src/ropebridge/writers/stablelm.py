@@ -64,11 +64,9 @@ def _has_bias(src: SourceModel, which: str) -> bool:
 
 
 def layout(src: SourceModel, plan: EmulationPlan, target: Target) -> StableLmLayout:
-    """The padded layout, the MLP width; ``ValueError`` for a parallel source or an activation other than SiLU."""
+    """The padded layout, the MLP width; ``ValueError`` for an activation other than SiLU (a parallel source is
+    refused before, by ``Target.check_source``)."""
     info = src.info
-    if info.parallel:
-        raise ValueError(f"--target {target.name} runs a sequential residual in vLLM and SGLang; this {info.family} "
-                         "model runs attention and MLP in parallel: use --target gpt-neox")
     if info.activation != "silu":
         raise ValueError(f"--target {target.name}'s MLP is SiLU in vLLM and SGLang; this {info.family} model's is "
                          f"{info.activation}")
