@@ -103,10 +103,12 @@ def fidelity_row(name: str, target: str, context: int, device: str, work: Path) 
     return row
 
 
-def flex_bloom(model) -> torch.nn.Module:
+def flex_bloom(model):
     """Native BLOOM's weights run with FlexAttention and an ALiBi ``score_mod`` (bias -m (i - j), the slopes
-    transformers' BLOOM uses), causal: what a user would run instead of converting. Returns a callable
-    ``(ids (b, s)) -> logits``, and its decoding variant in ``.decode``."""
+    transformers' BLOOM uses), causal: what a user would run instead of converting. Returns
+    ``run(ids (b, s), caches=None, offset=0) -> (logits (b, s, V), caches)``: without caches a causal prompt, with
+    them ``ids`` at positions ``offset ...`` seeing every cached key. One ``score_mod`` per mode, defined once,
+    reads the offset from a tensor, so the compiled kernel is reused from step to step."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     from ropebridge.alibi import slopes as alibi_slopes
@@ -115,6 +117,7 @@ def flex_bloom(model) -> torch.nn.Module:
     h, hd = cfg.n_head, cfg.hidden_size // cfg.n_head
     device = next(model.parameters()).device
     m = torch.tensor(alibi_slopes(h), dtype=torch.float32, device=device)  # (h,)
+    offset_now = torch.zeros((), dtype=torch.int64, device=device)  # the first new query's position when decoding
     if device.type == "cuda":
         attend = torch.compile(flex_attention)
     else:  # the CPU test: the unfused path, its warning that it is unfused not printed
@@ -125,34 +128,36 @@ def flex_bloom(model) -> torch.nn.Module:
                 warnings.simplefilter("ignore", UserWarning)
                 return flex_attention(*args, **kwargs)
 
-    def score_mod(score, b, head, q, kv):
+    def prompt_mod(score, b, head, q, kv):
         return score - m[head] * (q - kv)
+
+    def decode_mod(score, b, head, q, kv):
+        return score - m[head] * (q + offset_now - kv)
 
     def causal(b, head, q, kv):
         return q >= kv
 
-    def block(layer, x, cache, offset):
+    def block(layer, x, cache, mask):
         a = layer.input_layernorm(x)
         qkv = layer.self_attention.query_key_value(a).view(*x.shape[:2], h, 3, hd)  # (b, s, h, 3, hd)
         q, k, v = (qkv[..., i, :].transpose(1, 2) for i in range(3))  # (b, h, s, hd)
-        if cache is not None:
-            k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
-        s, t = q.shape[2], k.shape[2]
-        if s == t:
-            mask = create_block_mask(causal, None, None, s, t, device=device)
-            ctx = attend(q, k, v, score_mod=score_mod, block_mask=mask)
-        else:  # the new queries sit at positions offset ... offset + s - 1 and see every cached key
-            ctx = attend(q, k, v, score_mod=lambda sc, b, hh, qq, kv: sc - m[hh] * (qq + offset - kv))
+        if cache is None:
+            ctx = attend(q, k, v, score_mod=prompt_mod, block_mask=mask)
+        else:
+            k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)  # (b, h, t, hd)
+            ctx = attend(q, k, v, score_mod=decode_mod)
         y = layer.self_attention.dense(ctx.transpose(1, 2).reshape(*x.shape[:2], h * hd)) + x  # (b, s, D)
         mlp = layer.mlp
         return y + mlp.dense_4h_to_h(mlp.gelu_impl(mlp.dense_h_to_4h(layer.post_attention_layernorm(y)))), (k, v)
 
     def run(ids, caches=None, offset=0):
         x = core.word_embeddings_layernorm(core.word_embeddings(ids))  # (b, s, D)
-        position = torch.tensor(offset, device=device)  # a tensor: one compiled kernel for every step
+        s = ids.shape[1]
+        mask = create_block_mask(causal, None, None, s, s, device=device) if caches is None else None  # every layer
+        offset_now.fill_(offset)
         new = []
         for i, layer in enumerate(core.h):
-            x, kv = block(layer, x, None if caches is None else caches[i], position)
+            x, kv = block(layer, x, None if caches is None else caches[i], mask)
             new.append(kv)
         return model.lm_head(core.ln_f(x)), new
 

@@ -334,16 +334,14 @@ def engines_per_family() -> str:
 
 def engine_choice() -> str:
     """The README's table: the target ``--engine E`` takes for each family (``engines.choose``)."""
-    from types import SimpleNamespace
-
-    from ropebridge.targets.engines import ENGINES, FAMILY_FORMS, choose
+    from ropebridge.targets.engines import ENGINES, choose, family_forms
 
     out = ["| family | " + " | ".join(f"`{e}`" for e in ENGINES) + " |", "|---|" + "---|" * len(ENGINES)]
-    for label, family, block, parallel in FAMILY_FORMS:
+    for label, info in family_forms():
         cells = []
         for engine in ENGINES:
             try:
-                c = choose(SimpleNamespace(family=family, block=block, parallel=parallel), engine)
+                c = choose(info, engine)
                 cells.append(c.target + ("" if c.kind == "native" else " (backend)"))
             except ValueError:
                 cells.append("none")

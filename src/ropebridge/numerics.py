@@ -75,6 +75,11 @@ def round_significand(x: float, bits: int) -> float:
     return math.ldexp(round(math.ldexp(m, bits)), e - bits)
 
 
+def largest(dtype: str) -> float:
+    """The dtype's largest finite number: a value stored beyond it is inf there."""
+    return float(torch.finfo(DTYPES[dtype]).max)
+
+
 def is_power_of_two(x: float) -> bool:
     """Whether ``x`` is 2^k for an integer k (its significand is exactly 1/2 in ``math.frexp``)."""
     return math.frexp(x)[0] == 0.5

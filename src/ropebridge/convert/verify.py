@@ -14,9 +14,12 @@ Four checks, in this order, each independent of what DST says of itself:
    defines it where transformers departs from it (``native.NATIVE_DEVIATIONS``, transformers' own numbers
    reported beside), and the exact float64 reference (``reference.reference_states``) for every source, whatever
    its size. The converted model is judged against the reference by ``verdict.judge``: its max |logit error|
-   within the limit (the dtype's default tolerance at the plan's window, or ``verdict.LOGIT_FACTOR`` times the
-   plan's predicted worst score error where larger; the plan derived again from SRC, so a ``--tolerance`` DST's
-   record names is never the limit). Native's own error is reported beside, never used as an allowance.
+   within the limit (``verdict.limit_of``: the largest of the dtype's default tolerance at the plan's window,
+   ``verdict.LOGIT_FACTOR`` times the plan's predicted worst score error in the dtype it runs in
+   (``cross_dtype.predicted_in``; none for a plan unfit for that dtype) and, in half precision,
+   ``verdict.FLOOR_FACTOR`` times the floor measured from SRC; the plan derived again from SRC, so a
+   ``--tolerance`` DST's record names is never the limit). Native's own error is reported beside, never used as
+   an allowance.
 4. **One reading of the source** (float32): the source run as defined on the first ``verdict.READING_TOKENS``
    tokens alone must agree with the exact reference within the same limit, so transformers and ropebridge read
    SRC as one model and the named deviations are the only difference.
@@ -48,7 +51,7 @@ from ..checkpoint.config import SourceInfo, load_config
 from ..checkpoint.model import SourceModel
 from ..checkpoint.tensor_io import CheckpointReader, rows_per_block
 from ..emulation.cross_dtype import predicted_in
-from ..numerics import DTYPES, plan_tolerance
+from ..numerics import DTYPES, largest, plan_tolerance
 from . import byte_check
 from .measure import check_memory, measure
 from .pipeline import derive, resolve_source, source_fingerprint
@@ -60,7 +63,6 @@ DEVICES = ("cpu", "cuda")
 
 def check_device(device: str) -> None:
     """``ValueError`` in one line where ``device`` is ``cuda`` and torch sees no CUDA device."""
-    import torch
 
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device (torch.cuda.is_available() is False); run on the CPU")
@@ -193,6 +195,7 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
     predicted = predicted_in(plan, dtype)  # in another dtype than DST's: its values as stored, D's arithmetic
     fit = dtype == plan.dtype or predicted <= max(plan_tolerance(d, source.info.slopes, plan.window)
                                                   for d in (dtype, plan.dtype))
+    allowance = predicted if fit else None  # a plan unfit for the dtype is no allowance there
     check_memory(source.info, request.context, request.max_memory)  # before any weight is read
     request = dataclasses.replace(request, dtype=dtype, max_logit_diff=threshold)
     checked = byte_check.compare(derived, dst, record, quick=request.quick, accept_older=request.accept_older,
@@ -200,7 +203,7 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
     if checked.failures:
         report = VerifyReport(source=str(src), converted=str(dst), family=source.info.family, dtype=dtype,
                               context=request.context, source_attention=source_attention(source.info.spec),
-                              byte_check=checked.to_dict(), predicted_error=predicted if fit else None,
+                              byte_check=checked.to_dict(), predicted_error=allowance,
                               functional_skipped="DST is not what convert writes from SRC",
                               failures=list(checked.failures))
         ids = None
@@ -211,7 +214,7 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
         finally:
             bar.close()
         report.source_attention = source_attention(source.info.spec)
-        report.byte_check, report.predicted_error = checked.to_dict(), predicted if fit else None
+        report.byte_check, report.predicted_error = checked.to_dict(), allowance
         if plan.strategy == "ladder":
             report.advantage_allowed = [h.ladder.floor - plan.cutoff for h in plan.heads]
         report.thresholds["limit"] = limit_of(report)
@@ -241,12 +244,12 @@ def beyond_range(dst: Path, dtype: str) -> str | None:
     """The first tensor of DST holding a value beyond ``dtype``'s largest finite number (which would be inf
     there), as ``tensor NAME holds |values| up to V, beyond DTYPE's largest M``; None when every value fits.
     Read ``tensor_io.BLOCK_BYTES`` at a time, in the stored dtype (its largest |value| is exact there)."""
-    largest = torch.finfo(DTYPES[dtype]).max
+    top = largest(dtype)
     reader = CheckpointReader(dst)
     for name in reader.names():
         n, block = math.prod(reader.shape(name)), rows_per_block(reader.dtype(name).itemsize)
         peak = max((float(reader.read_elements(name, a, min(n, a + block)).abs().max())
                     for a in range(0, n, block)), default=0.0)
-        if peak > largest:
-            return f"tensor {name} holds |values| up to {peak:.3g}, beyond {dtype}'s largest {largest:.5g}"
+        if peak > top:
+            return f"tensor {name} holds |values| up to {peak:.3g}, beyond {dtype}'s largest {top:.5g}"
     return None

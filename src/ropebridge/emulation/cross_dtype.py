@@ -18,22 +18,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 
-from ..numerics import DTYPES, Numerics, half_ulp, unit_roundoff
+from ..numerics import Numerics, half_ulp, largest, unit_roundoff
 from .error_model import PairSpec, matter_distance, predict
-from .ladder_fit import _stored, cast_rounding, fit_error, predicted_rounding
+from .ladder_fit import cast_rounding, fit_error, predicted_rounding, stored_amplitudes
 from .plan import EmulationPlan, HeadPlan
 
 
 def coarser(a: str, b: str) -> str:
     """Of two dtypes, the one with the larger unit roundoff (``a`` where equal)."""
     return b if unit_roundoff(b) > unit_roundoff(a) else a
-
-
-def largest(dtype: str) -> float:
-    """The dtype's largest finite number: a value stored beyond it is inf there."""
-    return float(torch.finfo(DTYPES[dtype]).max)
 
 
 def storage_rounding(slope: float, pairs: list[PairSpec], scale: float, cutoff: float, window: int, split: float,
@@ -59,7 +53,7 @@ def _ladder_head(plan: EmulationPlan, head: HeadPlan, dtype: str) -> float:
     if max(np.abs(a).max(), np.abs(b).max()) / stored_scale > largest(dtype):
         return math.inf
     if coarser(plan.dtype, dtype) != plan.dtype:  # D rounds the stored values again
-        a, b = (_stored(x, stored_scale, dtype, toward=False) for x in (a, b))
+        a, b = (stored_amplitudes(x, stored_scale, dtype, toward=False) for x in (a, b))
     ladder = head.ladder
     fit = fit_error(head.slope, a, b, thetas, plan.window, ladder.floor, ladder.shift)
     level = max(ladder.shift, min(ladder.floor, head.slope * plan.window) - ladder.shift)

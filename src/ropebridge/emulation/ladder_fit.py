@@ -164,7 +164,7 @@ def _solve(slope: float, near: np.ndarray, b_near: np.ndarray, b_far: np.ndarray
     return z[:n], float(z[n]), float(np.clip(z[n + 1], 0.0, max_shift)), status  # s on its bounds, not 1e-15 past
 
 
-def _stored(x: np.ndarray, stored_scale: float, dtype: str, toward: bool) -> np.ndarray:
+def stored_amplitudes(x: np.ndarray, stored_scale: float, dtype: str, toward: bool) -> np.ndarray:
     """The amplitudes ``x`` (logits) as the checkpoint stores them, q = x / stored_scale in ``dtype``, rounded
     to the nearest (``toward`` False) or to the neighbour on the other side of x (``toward`` True), in logits."""
     dt = DTYPES[dtype]
@@ -181,7 +181,7 @@ def _directed_rounding(x, basis, slope, floor, shift, w, stored_scale, dtype) ->
     above whichever leaves the smaller fit error given the choices made so far: the stored values move by at
     most one ulp each, as nearest rounding does, but their errors are steered to cancel on the fit instead of
     adding at random."""
-    options = np.stack([_stored(x, stored_scale, dtype, False), _stored(x, stored_scale, dtype, True)])  # (2, 2P)
+    options = np.stack([stored_amplitudes(x, stored_scale, dtype, toward) for toward in (False, True)])  # (2, 2P)
     chosen = options[0].copy()
     f = basis @ chosen - shift  # (L + 1,)
     error = _worst(f, slope, floor, w)

@@ -14,10 +14,9 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 
 from .. import _checks
-from ..numerics import DTYPES, Numerics, round_significand
+from ..numerics import Numerics, largest, round_significand
 from .error_model import PairSpec, predict
 from .plan import HeadPlan, PairTerm
 
@@ -52,7 +51,7 @@ def is_non_increasing(amplitudes: Sequence[float], thetas: Sequence[float], wind
 def split_for(n_max: float, dtype: str, split: float | str | None) -> float:
     """The k value s: None splits N only where the dtype cannot hold it (s = sqrt(N)), "sqrt" always, a number is s."""
     if split is None:
-        return math.sqrt(n_max) if n_max > torch.finfo(DTYPES[dtype]).max else 1.0
+        return math.sqrt(n_max) if n_max > largest(dtype) else 1.0
     if split == "sqrt":
         return math.sqrt(n_max)
     return _checks.positive("split", split)

@@ -15,10 +15,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import torch
 
 from .. import __version__, _checks
-from ..numerics import DEFAULT_CUTOFF, DTYPES
+from ..numerics import DEFAULT_CUTOFF, DTYPES, largest
 from .error_model import PairSpec
 
 STRATEGY_NAMES = ("ladder", "single", "fixed-base")  # the strategies of ``STRATEGIES``, the default first
@@ -145,7 +144,7 @@ class EmulationPlan:
         _checks.positive("tolerance", self.tolerance)
         if not self.heads:
             raise ValueError("a plan needs at least one head")
-        limit = torch.finfo(DTYPES[self.dtype]).max
+        limit = largest(self.dtype)
         for h in self.heads:
             if self.strategy != "ladder" and len(h.pairs) == 1 and not h.phase(self.window) < HALF_PI:
                 raise ValueError(f"head {h.head}: phase theta*L = {h.phase(self.window)!r} must be < pi/2 "

@@ -63,7 +63,7 @@ class Target:
                              f"attention and MLP in parallel: use --target {fits}")
         block = getattr(info, "block", None)
         if block is not None and block not in self.blocks:
-            fits = " or ".join(t.name for t in TARGETS.values() if block in t.blocks)
+            fits = " or ".join(t.name for t in TARGETS.values() if t.carries(info))
             use = f"use --target {fits}" if fits else "no target carries it yet"
             raise ValueError(f"--target {self.name} cannot carry this {info.family} model exactly (it has "
                              f"{BLOCKS.get(block, block)}): {use}")

@@ -184,8 +184,8 @@ def choose(info, engine: str) -> Choice:
     for kind in ("native", "backend"):
         found = [t for t in carriers if SUPPORT[t][engine].kind == kind]
         if found:
-            how = "natively" if kind == "native" else "through its Transformers backend (it runs none natively)"
-            return Choice(found[0], kind, f"{e.label} runs {found[0]} {how}")
+            return Choice(found[0], kind, describe(found[0], engine) + ("" if kind == "native" else
+                                                                      " (it runs none natively)"))
     carry = "carries" if len(carriers) == 1 else "carry"
     raise ValueError(f"--engine {engine}: {e.label} runs no target that carries this {info.family} model "
                      f"({', '.join(carriers)} {carry} it; {e.title} runs none of them)")
@@ -198,21 +198,26 @@ def describe(target: str, engine: str) -> str:
     return f"{e.label} runs {target} {how}"
 
 
+def family_forms() -> list[tuple[str, SimpleNamespace]]:
+    """``FAMILY_FORMS`` as (label, a source as ``choose`` takes it: ``family``, ``block``, ``parallel``)."""
+    return [(label, SimpleNamespace(family=family, block=block, parallel=parallel))
+            for label, family, block, parallel in FAMILY_FORMS]
+
+
 def per_family() -> list[tuple[str, dict[str, str]]]:
-    """Per family form (``FAMILY_FORMS``), the target each engine takes for it (``choose``) and the others it runs:
-    ``label (default target)`` -> ``{engine: words}``."""
+    """Per family form (``FAMILY_FORMS``), the targets each engine runs natively for it and those its Transformers
+    backend runs: ``label (default target)`` -> ``{engine: words}``."""
     from ..checkpoint.config import FAMILIES
 
     out = []
-    for label, family, block, parallel in FAMILY_FORMS:
-        info = SimpleNamespace(family=family, block=block, parallel=parallel)
-        cells = {}
+    for label, info in family_forms():
+        carriers, cells = _carriers(info), {}
         for engine in ENGINES:
             if engine == "transformers":
                 continue
-            natives = [t for t in _carriers(info) if SUPPORT[t][engine].kind == "native"]
-            backends = [t for t in _carriers(info) if SUPPORT[t][engine].kind == "backend"]
+            natives = [t for t in carriers if SUPPORT[t][engine].kind == "native"]
+            backends = [t for t in carriers if SUPPORT[t][engine].kind == "backend"]
             words = ", ".join(natives) if natives else "none natively"
             cells[engine] = words + (f"; backend: {', '.join(backends)}" if backends else "")
-        out.append((f"{label} ({FAMILIES[family].default_target})", cells))
+        out.append((f"{label} ({FAMILIES[info.family].default_target})", cells))
     return out

@@ -86,8 +86,8 @@ def engine_kernels(head_dim: int, dtype: str = "bfloat16") -> dict[str, str]:
     to 256), then FLASHINFER (64, 128, 256, 512), then TRITON_ATTN. In float32 only the Triton kernels and MMHA
     remain."""
     d = head_dim
+    trt = "MMHA" if KERNELS["trtllm"].runs(d) else "none: MMHA aborts (\"Head size %d is not supported\")"
     if dtype == "float32":
-        trt = "MMHA" if KERNELS["trtllm"].runs(d) else "none: MMHA aborts (\"Head size %d is not supported\")"
         return {"vLLM 0.34": "TRITON_ATTN (FLASH_ATTN and FLASHINFER take half precision only)",
                 "SGLang 0.5.23": "Triton", "TensorRT-LLM": trt, "llama.cpp": "no flash attention (-fa off path)"}
     if KERNELS["fa2"].runs(d):
@@ -99,6 +99,5 @@ def engine_kernels(head_dim: int, dtype: str = "bfloat16") -> dict[str, str]:
         vllm = "TRITON_ATTN (no FlashAttention or FlashInfer kernel for it)"
     sglang = (f"FA3 (the {_fa3_size(d)} kernel)" if KERNELS["fa2"].runs(d) else
               "FlashInfer" if KERNELS["flashinfer"].runs(d) else "Triton")
-    trt = "MMHA" if KERNELS["trtllm"].runs(d) else "none: MMHA aborts (\"Head size %d is not supported\")"
     cpp = "CUDA flash attention" if KERNELS["llama.cpp-cuda"].runs(d) else "no flash attention (-fa off path)"
     return {"vLLM 0.34": vllm, "SGLang 0.5.23": sglang, "TensorRT-LLM": trt, "llama.cpp": cpp}
