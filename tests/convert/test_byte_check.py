@@ -10,7 +10,7 @@ from pico import build
 
 from ropebridge.cli import main
 from ropebridge.convert import convert, verify
-from ropebridge.convert.byte_check import first_difference, request_of
+from ropebridge.convert.byte_check import first_difference
 from ropebridge.emulation import PlanRequest
 
 
@@ -280,19 +280,6 @@ def test_a_record_in_early_0_2_names_is_read_and_compared_exactly(pair, tmp_path
     edit_json(dst / "ropebridge.json", lambda r: r["plan"].update(mode="max-phase"))  # another rule: not SRC's
     report = verify(src, dst, context=64, greedy_tokens=4)
     assert not report.passed and "plan.theta_rule" in report.failures[0], report.failures
-
-
-def test_request_of_an_old_record_gives_the_same_plan(pair):
-    src, _, bf16 = pair
-    record = json.loads((bf16 / "ropebridge.json").read_text())
-    recorded = request_of(record)
-    old = dict(record)
-    old.pop("request")
-    from ropebridge.planning import plan_checkpoint
-
-    a, _ = plan_checkpoint(src, recorded)
-    b, _ = plan_checkpoint(src, request_of(old))
-    assert first_difference(b.to_dict(), a.to_dict()) is None
 
 
 def test_first_difference_names_the_path():

@@ -39,6 +39,22 @@ def test_the_engine_takes_the_target_it_runs_natively_else_its_backends(family, 
     assert ("Transformers backend" in choice.sentence) == (kind == "backend")
 
 
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_for_every_family_form_the_engine_gets_a_native_target_wherever_one_carries_it(engine):
+    from ropebridge.targets.engines import family_forms
+
+    for label, form in family_forms():
+        carriers = [t for t in TARGETS if TARGETS[t].carries(form)]
+        kinds = {SUPPORT[t][engine].kind for t in carriers}
+        if kinds == {"none"}:
+            with pytest.raises(ValueError, match=f"--engine {engine}: "):
+                choose(form, engine)
+            continue
+        choice = choose(form, engine)
+        assert choice.target in carriers, (label, engine)
+        assert choice.kind == ("native" if "native" in kinds else "backend"), (label, engine)
+
+
 def test_an_engine_that_runs_no_form_of_the_family_is_refused_naming_the_carriers():
     with pytest.raises(ValueError, match="--engine trtllm: .* runs no target that carries this bloom model "
                                          r"\(gpt-neox, starcoder2, nemotron, persimmon carry it"):

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..convert.record import floors_in
 from ..emulation.fixed_base import ROTARY_DIM as FIXED_BASE_ROTARY_DIM
 from ..emulation.ladder import DEFAULT_ADVANTAGE
 from ..emulation.plan import STRATEGY_NAMES
@@ -139,11 +140,9 @@ def floors(text: str | None) -> float | tuple[float, ...] | None:
         data = json.loads(Path(text).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"--floor {text}: neither a number nor a readable JSON file ({exc})") from None
-    heads = (data.get("plan", data) if isinstance(data, dict) else {}).get("heads") if isinstance(data, dict) else None
     try:
-        values = data if isinstance(data, list) else [(h.get("ladder") or h)["floor"] for h in heads]
-        return tuple(float(v) for v in values)
-    except (TypeError, KeyError, ValueError):
+        return tuple(float(v) for v in data) if isinstance(data, list) else floors_in(data)
+    except (TypeError, KeyError, ValueError, AttributeError):
         raise ValueError(f"--floor {text}: expected a list of numbers or a ladder plan with a floor per head") from None
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,11 +27,11 @@ import torch
 
 from .._progress import progress_bar
 from ..checkpoint.tensor_io import CheckpointReader
-from ..emulation import PlanRequest
-from ..emulation.plan import in_current_names
 from .pipeline import Derivation
+from .record import FILE as RECORD_FILE
+from .record import ConversionRecord
 
-FIXED_FILES = ("config.json", "ropebridge.json", "README.md", "model.safetensors.index.json")
+FIXED_FILES = ("config.json", RECORD_FILE, "README.md", "model.safetensors.index.json")
 # With accept_older, numbers of the plan and the config agree to this relative difference: both sides compute
 # them in float64 from the same inputs, but another version's fit may take other solver steps.
 OTHER_VERSION_RTOL = 1e-6
@@ -54,47 +53,6 @@ class ByteCheck:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def request_of(record: dict[str, Any]) -> PlanRequest:
-    """The ``PlanRequest`` DST was converted with, from its record: the recorded request (ropebridge 0.2 on), or,
-    for an older record, the options its plan shows (window, dtype, target, strategy, fixed base, rotary dim,
-    pairs, per-head floors, cutoff, tolerance). ``ValueError`` naming what is malformed."""
-    recorded = record.get("request")
-    if recorded is not None:
-        if not isinstance(recorded, dict):
-            raise ValueError("its record's request is not an object")
-        recorded = {("strategy" if k == "emulation" else k): v for k, v in recorded.items()}  # early 0.2's name
-        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()
-                  if k in PlanRequest.__dataclass_fields__ and k not in ("jobs", "progress", "calibration_text")}
-        try:
-            return PlanRequest(**fields, jobs=os.cpu_count() or 1)  # how the ladder is fitted, not what
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"its record's request is not one convert takes: {exc}") from None
-    try:
-        plan = in_current_names(record["plan"])
-        strategy, rule = plan["strategy"], plan.get("theta_rule")
-        options: dict[str, Any] = dict(window=plan["window"], dtype=plan["dtype"],
-                                       target=record.get("target", "gpt-neox"), strategy=strategy,
-                                       cutoff=plan.get("cutoff"), tolerance=plan.get("tolerance"))
-        if strategy == "fixed-base":
-            options.update(rope_base=plan["base"], rotary_dim=plan.get("rotary_dim"),
-                           pairs=plan.get("pairs_per_head", 1))
-        elif strategy == "ladder":
-            options.update(rotary_dim=plan.get("rotary_dim"),
-                           floor=tuple((h.get("ladder") or h)["floor"] for h in plan["heads"]))
-            if plan.get("base") is not None:
-                from ..emulation.ladder import free_base
-
-                if not math.isclose(plan["base"], free_base(plan["window"], options["rotary_dim"])):
-                    options["rope_base"] = plan["base"]
-        elif rule == "theta":
-            options["theta"] = plan["heads"][0]["theta"]
-        elif rule == "max-phase":
-            options["max_phase"] = max(p["theta"] for h in plan["heads"] for p in h["pairs"]) * plan["window"]
-        return PlanRequest(**options, jobs=os.cpu_count() or 1)
-    except (KeyError, TypeError, IndexError, ValueError) as exc:
-        raise ValueError(f"its record's plan does not say how it was made ({type(exc).__name__}: {exc})") from None
 
 
 def first_difference(recorded: Any, derived: Any, where: str = "", rtol: float = 0.0) -> str | None:
@@ -133,7 +91,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def compare(derived: Derivation, dst: Path, record: dict[str, Any], *, quick: bool = False,
+def compare(derived: Derivation, dst: Path, record: ConversionRecord, *, quick: bool = False,
             accept_older: bool = False, progress: bool = False) -> ByteCheck:
     """DST against ``derived`` (module doc): files, config, side files, the plan, then (unless ``quick``) every
     tensor. Stops reading tensors at the first that differs, unless ``accept_older`` (then each is reported)."""
@@ -141,18 +99,17 @@ def compare(derived: Derivation, dst: Path, record: dict[str, Any], *, quick: bo
     rtol = OTHER_VERSION_RTOL if accept_older else 0.0
     check = ByteCheck("skipped" if quick else ("unproven" if accept_older else "exact"))
     fail = check.failures.append
-    recorded_plan = record.get("plan")
-    if isinstance(recorded_plan, dict):
-        try:
-            recorded_plan = in_current_names(recorded_plan)  # the same values under today's names
-        except ValueError as exc:
-            fail(f"its recorded plan is malformed: {exc}")
+    try:
+        recorded_plan = record.current_plan()  # the same values under today's names
+    except ValueError as exc:
+        recorded_plan = record.plan
+        fail(f"its recorded plan is malformed: {exc}")
     found = first_difference(recorded_plan, _comparable_plan(derived, record), "plan", rtol)
     if found:
         fail(f"its recorded plan is not the one SRC gives with its options: {found}")
     for key, value in (("target", derived.target.name), ("dtype", derived.plan.dtype),
                        ("source_family", derived.model.info.family), ("layout", derived.geometry)):
-        found = first_difference(record.get(key), value, key, rtol)
+        found = first_difference(getattr(record, "geometry" if key == "layout" else key), value, key, rtol)
         if found:
             fail(f"its record differs from the conversion SRC gives: {found}")
     try:
@@ -182,11 +139,11 @@ def compare(derived: Derivation, dst: Path, record: dict[str, Any], *, quick: bo
     return check
 
 
-def _comparable_plan(derived: Derivation, record: dict[str, Any]) -> dict[str, Any]:
+def _comparable_plan(derived: Derivation, record: ConversionRecord) -> dict[str, Any]:
     """The derived plan as DST would record it: its ``source`` is whatever name SRC was given at convert, and
     its ``version`` the writing version."""
     plan = derived.plan.to_dict()
-    recorded = record.get("plan") if isinstance(record.get("plan"), dict) else {}
+    recorded = record.plan
     plan["source"] = recorded.get("source")
     plan["version"] = recorded.get("version", plan["version"])
     return plan

@@ -1,4 +1,6 @@
-"""``convert``: an ALiBi checkpoint (BLOOM, MPT, Falcon-RW) into a stock RoPE checkpoint.
+"""``convert``: an ALiBi checkpoint of any family in ``checkpoint.families.FAMILIES`` into a stock RoPE
+checkpoint of any target in ``targets.TARGETS`` (``derive`` describes it, ``convert`` writes it, with its
+conversion record, ``record.ConversionRecord``).
 
 Safety: SRC is only read; the result is written into a temporary directory next to DST and renamed
 into place at the end, so a failure leaves nothing half-written; an existing DST is refused unless
@@ -18,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from .. import __version__, _checks, _interrupt, emulation
 from .._progress import progress_bar
 from ..checkpoint.model import SourceModel
@@ -30,6 +30,8 @@ from ..planning import prepare, what_would_fit
 from ..targets import TARGETS, Target
 from ..writers import describe_checkpoint
 from .card import model_card
+from .record import FILE as RECORD_FILE
+from .record import ConversionRecord
 
 log = logging.getLogger(__name__)
 
@@ -202,31 +204,10 @@ class Derivation:
     config: dict[str, Any]
     side_files: dict[str, bytes]
 
-    def record(self, source_name: str, fingerprint: str) -> dict[str, Any]:
-        """``ropebridge.json``: versions, the source and its fingerprint, the request (every option the plan and
-        the tensors depend on; ``verify`` derives the checkpoint again from it), the layout and the plan."""
-        return {
-            "ropebridge_version": __version__,
-            "source": source_name,
-            "source_family": self.model.info.family,
-            "source_fingerprint": fingerprint,
-            "target": self.target.name,
-            "dtype": self.plan.dtype,
-            "torch_version": torch.__version__,
-            "request": recorded_request(self.request),
-            "layout": self.geometry,
-            "plan": self.plan.to_dict(),
-            "accepted_error": not self.plan.meets_tolerance,
-        }
-
-
-def recorded_request(request: PlanRequest) -> dict[str, Any]:
-    """The request as ``ropebridge.json`` records it: every field that decides the plan or the tensors (not how
-    the ladder is fitted: ``jobs``, ``progress``)."""
-    out = request.to_dict()
-    for key in ("jobs", "progress"):
-        out.pop(key)
-    return out
+    def record(self, source_name: str, fingerprint: str) -> ConversionRecord:
+        """``ropebridge.json`` for this derivation of ``source_name`` (its fingerprint): ``record.ConversionRecord``."""
+        return ConversionRecord.of(self.request, self.plan, self.target.name, self.model.info.family,
+                                   self.geometry, source_name, fingerprint)
 
 
 def derive(src_dir: Path, request: PlanRequest, source_name: str, max_shard_bytes: int = 2000 * 2**20,
@@ -290,8 +271,7 @@ def _write(d: Derivation, src: str | Path, src_dir: Path, dst: Path, tmp: Path, 
         writer.progress.close()  # clears its line: an error starts a line of its own
     (tmp / "config.json").write_text(json.dumps(d.config, indent=1))
     write_side_files(d.side_files, tmp)
-    record = d.record(str(src), source_fingerprint(src_dir))
-    (tmp / "ropebridge.json").write_text(json.dumps(record, indent=1))
+    (tmp / RECORD_FILE).write_text(d.record(str(src), source_fingerprint(src_dir)).to_json())
     (tmp / "README.md").write_text(model_card(str(src), dst.name, plan, d.target, request,
                                               hub_id=not Path(src).is_dir()))
     published = False

@@ -36,7 +36,6 @@ and the report says SRC's own code did not run (no reading check is possible).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 from dataclasses import dataclass
@@ -55,6 +54,7 @@ from ..numerics import DTYPES, largest, plan_tolerance
 from . import byte_check
 from .measure import check_memory, measure
 from .pipeline import derive, resolve_source, source_fingerprint
+from .record import ConversionRecord
 from .verdict import VerifyReport, judge, limit_of
 
 DEFAULT_MAX_MEMORY = 8 << 30  # bytes verify may hold: a third of a 24 GB machine
@@ -78,34 +78,14 @@ def source_attention(spec) -> str:
     return spec.attention
 
 
-def _conversion_record(dst: Path) -> dict[str, Any]:
-    """DST's ``ropebridge.json``, its shape checked (the options it records are re-derived, never trusted);
-    ``ValueError`` for a directory ropebridge did not write or a record that is malformed."""
-    path = dst / "ropebridge.json"
-    if not path.is_file():
-        raise ValueError(f"{dst} is not a ropebridge conversion (no ropebridge.json): verify compares a converted "
-                         "checkpoint with its source")
-    try:
-        record = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(record, dict) or not isinstance(record.get("plan"), dict):
-        raise ValueError(f"{path} has no conversion plan: not a ropebridge conversion")
-    heads = record["plan"].get("heads")
-    if not isinstance(heads, list) or not heads or not all(
-            isinstance(h, dict) and isinstance(h.get("slope"), (int, float)) for h in heads):
-        raise ValueError(f"{path}: its plan's heads are malformed (a list of objects, each with a numeric slope)")
-    return record
-
-
-def _check_pair(info: SourceInfo, src: Path, dst: Path, record: dict[str, Any]) -> None:
+def _check_pair(info: SourceInfo, src: Path, dst: Path, record: ConversionRecord) -> None:
     """Refuse a DST that was not converted from SRC, before anything is measured: its recorded plan must have
     SRC's heads, head dim and slopes, its config SRC's vocabulary and depth, and its record SRC's fingerprint
     (every byte of SRC's weights)."""
     dst_config = load_config(dst)
     if not isinstance(dst_config, dict):
         raise ValueError(f"{dst}/config.json is not a JSON object")
-    plan = record["plan"]
+    plan = record.plan
     slopes = [h["slope"] for h in plan["heads"]]
     problems = []
     if (plan.get("head_dim") != info.head_dim or len(slopes) != info.n_heads
@@ -117,7 +97,7 @@ def _check_pair(info: SourceInfo, src: Path, dst: Path, record: dict[str, Any]) 
     layers = dst_config.get("num_hidden_layers")
     if layers is not None and layers != info.n_layers:
         problems.append(f"{layers} layers vs the source's {info.n_layers}")
-    recorded = record.get("source_fingerprint")
+    recorded = record.source_fingerprint
     if not problems and recorded != source_fingerprint(src):
         problems.append("its recorded source fingerprint (config and every byte of the weight files) differs from "
                         "SRC's" if recorded is not None else "its record has no source fingerprint")
@@ -175,12 +155,13 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
             raise FileNotFoundError(f"no config.json in {p}")
     if src.resolve() == dst.resolve():
         raise ValueError(f"{dst} is the source itself: verify compares a converted checkpoint with its source")
-    record = _conversion_record(dst)
+    record = ConversionRecord.read(dst)
     if request.card and not (dst / "README.md").is_file():
         raise FileNotFoundError(f"--card: {dst} has no model card (README.md) to record the result in")
     source = SourceModel(src)  # its shapes checked against its config before anything else
     _check_pair(source.info, src, dst, record)
-    derived = derive(src, byte_check.request_of(record), str(record.get("source", src)), model=source)
+    derived = derive(src, record.plan_request(), str(src if record.source is None else record.source),
+                     model=source)
     plan = derived.plan
     dtype = plan.dtype if request.dtype is None else request.dtype
     if request.context > plan.window:

@@ -1,0 +1,148 @@
+"""``ropebridge.json``, the conversion record: the one module that writes, reads, shape-checks and migrates it.
+
+``convert`` writes one beside every checkpoint (``ConversionRecord.of`` then ``to_json``); ``verify`` reads it
+back (``ConversionRecord.read``) and takes from it only the options to derive the checkpoint again
+(``plan_request``). Everything else a record says (its version, target, dtype, layout, plan) is DST's claim
+about itself: ``read`` checks its shape and keeps the values as DST holds them, and the byte check compares
+each with what SRC gives. The record's ``"layout"`` key holds the target's geometry (``writers.Writer.geometry``).
+
+Older records are read in today's names: the plan's through ``emulation.plan.in_current_names`` (the plan owns
+its schema), the request's early-0.2 ``emulation`` as ``strategy``, and a record older than 0.2 (no request) by
+the options its plan shows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import __version__
+from ..emulation import EmulationPlan, PlanRequest
+from ..emulation.plan import in_current_names
+
+FILE = "ropebridge.json"
+UNRECORDED = ("jobs", "progress")  # how the ladder is fitted, not what: the plan is the same whatever they are
+_KEYS = ("ropebridge_version", "source", "source_family", "source_fingerprint", "target", "dtype",
+         "torch_version", "request", "layout", "plan", "accepted_error")  # in the order they are written
+
+
+@dataclass(frozen=True)
+class ConversionRecord:
+    """What ``ropebridge.json`` holds, field for key (``geometry`` is the key ``"layout"``): the writing
+    versions, the source's name, family and fingerprint (``pipeline.source_fingerprint``), the target and
+    dtype, the request (every ``PlanRequest`` field the plan and the tensors depend on; None in a record older
+    than 0.2), the layout, the plan (``EmulationPlan.to_dict``) and whether its error was accepted. Read from
+    DST, every field but ``plan`` is as DST holds it (any JSON value, None where the key is missing)."""
+
+    plan: dict[str, Any]
+    ropebridge_version: Any = None
+    source: Any = None
+    source_family: Any = None
+    source_fingerprint: Any = None
+    target: Any = None
+    dtype: Any = None
+    torch_version: Any = None
+    request: Any = None
+    geometry: Any = None
+    accepted_error: Any = None
+
+    @classmethod
+    def of(cls, request: PlanRequest, plan: EmulationPlan, target: str, family: str, geometry: dict[str, Any],
+           source: str, fingerprint: str) -> ConversionRecord:
+        """The record ``convert`` writes for a conversion of ``source`` (its fingerprint) with ``request`` (the
+        completed one) into ``plan`` on ``target`` with ``geometry``, by this ropebridge and torch."""
+        recorded = {k: v for k, v in request.to_dict().items() if k not in UNRECORDED}
+        return cls(plan=plan.to_dict(), ropebridge_version=__version__, source=source, source_family=family,
+                   source_fingerprint=fingerprint, target=target, dtype=plan.dtype,
+                   torch_version=torch.__version__, request=recorded, geometry=geometry,
+                   accepted_error=not plan.meets_tolerance)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as ``ropebridge.json`` holds it, its keys in the written order."""
+        values = {**{k: getattr(self, k) for k in _KEYS if k != "layout"}, "layout": self.geometry}
+        return {k: values[k] for k in _KEYS}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    @classmethod
+    def read(cls, dst: str | Path) -> ConversionRecord:
+        """DST's record, its shape checked (an object whose plan has a list of heads, each with a numeric slope);
+        ``ValueError`` for a directory ropebridge did not write or a record that is malformed."""
+        path = Path(dst) / FILE
+        if not path.is_file():
+            raise ValueError(f"{dst} is not a ropebridge conversion (no {FILE}): verify compares a converted "
+                             "checkpoint with its source")
+        try:
+            data = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("plan"), dict):
+            raise ValueError(f"{path} has no conversion plan: not a ropebridge conversion")
+        heads = data["plan"].get("heads")
+        if not isinstance(heads, list) or not heads or not all(
+                isinstance(h, dict) and isinstance(h.get("slope"), (int, float)) for h in heads):
+            raise ValueError(f"{path}: its plan's heads are malformed (a list of objects, each with a numeric "
+                             "slope)")
+        fields = {k: data.get(k) for k in _KEYS if k != "layout"}
+        return cls(**fields, geometry=data.get("layout"))
+
+    def current_plan(self) -> dict[str, Any]:
+        """The recorded plan in today's names (``in_current_names``); ``ValueError`` where it cannot be."""
+        return in_current_names(self.plan)
+
+    def plan_request(self) -> PlanRequest:
+        """The ``PlanRequest`` DST was converted with: the recorded request (0.2 on), or, for an older record, the
+        options its plan shows (window, dtype, target, strategy, fixed base, rotary dim, pairs, per-head floors,
+        cutoff, tolerance). ``jobs`` is this machine's core count. ``ValueError`` naming what is malformed."""
+        if self.request is not None:
+            if not isinstance(self.request, dict):
+                raise ValueError("its record's request is not an object")
+            recorded = {("strategy" if k == "emulation" else k): v for k, v in self.request.items()}
+            fields = {k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()
+                      if k in PlanRequest.__dataclass_fields__ and k not in (*UNRECORDED, "calibration_text")}
+            try:
+                return PlanRequest(**fields, jobs=os.cpu_count() or 1)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"its record's request is not one convert takes: {exc}") from None
+        try:
+            return PlanRequest(**_options_shown(self.current_plan(), self.target), jobs=os.cpu_count() or 1)
+        except (KeyError, TypeError, IndexError, ValueError) as exc:
+            raise ValueError(f"its record's plan does not say how it was made ({type(exc).__name__}: {exc})") \
+                from None
+
+
+def _options_shown(plan: dict[str, Any], target: Any) -> dict[str, Any]:
+    """The ``PlanRequest`` options a plan record older than 0.2 shows (its strategy's own fields)."""
+    strategy, rule = plan["strategy"], plan.get("theta_rule")
+    options: dict[str, Any] = dict(window=plan["window"], dtype=plan["dtype"],
+                                   target="gpt-neox" if target is None else target, strategy=strategy,
+                                   cutoff=plan.get("cutoff"), tolerance=plan.get("tolerance"))
+    if strategy == "fixed-base":
+        options.update(rope_base=plan["base"], rotary_dim=plan.get("rotary_dim"), pairs=plan.get("pairs_per_head", 1))
+    elif strategy == "ladder":
+        options.update(rotary_dim=plan.get("rotary_dim"), floor=floors_in(plan))
+        if plan.get("base") is not None:
+            from ..emulation.ladder import free_base
+
+            if not math.isclose(plan["base"], free_base(plan["window"], options["rotary_dim"])):
+                options["rope_base"] = plan["base"]
+    elif rule == "theta":
+        options["theta"] = plan["heads"][0]["theta"]
+    elif rule == "max-phase":
+        options["max_phase"] = max(p["theta"] for h in plan["heads"] for p in h["pairs"]) * plan["window"]
+    return options
+
+
+def floors_in(data: dict[str, Any]) -> tuple[float, ...]:
+    """The ladder's per-head floors C a plan, or a record holding one, carries (0.1 kept them on the head
+    itself); ``KeyError``, ``TypeError`` or ``AttributeError``
+    where it carries none."""
+    plan = data["plan"] if isinstance(data.get("plan"), dict) else data
+    return tuple(float((h.get("ladder") or h)["floor"]) for h in plan["heads"])
