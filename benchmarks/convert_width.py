@@ -49,7 +49,7 @@ def random_bloom(directory: Path, *, layers: int, hidden: int, heads: int, vocab
     def zeros(n):
         return lambda: iter([torch.zeros(n)])
 
-    writer = ShardWriter(tmp, torch.bfloat16, int(shard_gb * GIB))
+    writer = ShardWriter(torch.bfloat16, int(shard_gb * GIB))
     writer.add("transformer.word_embeddings.weight", (vocab, hidden), randn(vocab, hidden))
     writer.add("transformer.word_embeddings_layernorm.weight", (hidden,), ones(hidden))
     writer.add("transformer.word_embeddings_layernorm.bias", (hidden,), zeros(hidden))
@@ -66,7 +66,7 @@ def random_bloom(directory: Path, *, layers: int, hidden: int, heads: int, vocab
             writer.add(p + name + ".bias", (hidden,), zeros(hidden))
     writer.add("transformer.ln_f.weight", (hidden,), ones(hidden))
     writer.add("transformer.ln_f.bias", (hidden,), zeros(hidden))
-    writer.write()
+    writer.write(tmp)
     config = {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "n_layer": layers, "hidden_size": hidden,
               "n_head": heads, "vocab_size": vocab, "layer_norm_epsilon": 1e-5, "dtype": "bfloat16",
               "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 3}

@@ -60,7 +60,7 @@ def random_checkpoint(directory: Path, config, dtype: torch.dtype = torch.bfloat
     tmp.mkdir(parents=True)
     with torch.device("meta"):
         model = T.AutoModelForCausalLM.from_config(config)
-    writer = ShardWriter(tmp, dtype, 1 << 30)
+    writer = ShardWriter(dtype, 1 << 30)
     g = torch.Generator().manual_seed(seed)
     for name, p in model.state_dict().items():
         if name == "lm_head.weight" and getattr(config, "tie_word_embeddings", True):
@@ -73,7 +73,7 @@ def random_checkpoint(directory: Path, config, dtype: torch.dtype = torch.bfloat
             scale = embedding_std if "embed" in name else std
             writer.add(name, tuple(p.shape), lambda shape=tuple(p.shape), rows=rows, scale=scale: (
                 torch.randn(min(rows, shape[0] - a), shape[1], generator=g) * scale for a in range(0, shape[0], rows)))
-    writer.write()
+    writer.write(tmp)
     config.save_pretrained(tmp)
     tmp.rename(directory)
     return directory

@@ -129,7 +129,7 @@ def converted_checkpoint(src_dir: str | Path, request) -> tuple[int, dict]:
     plan, model = plan_checkpoint(src_dir, request)
     from .writers import describe_checkpoint
 
-    writer = ShardWriter(Path(src_dir), torch.bfloat16, 2**62)  # never written: only its descriptions count
+    writer = ShardWriter(torch.bfloat16, 2**62)  # never written: only its descriptions count
     _, config = describe_checkpoint(model, plan, TARGETS[request.for_family(model.info.family).target], writer)
     return sum(torch.Size(p.shape).numel() for p in writer.pending), config
 

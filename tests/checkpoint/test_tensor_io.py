@@ -28,10 +28,10 @@ def test_the_writer_streams_shards_safetensors_reads_back(tmp_path, dtype):
     rng = torch.Generator().manual_seed(0)
     big = torch.randn(300, 64, generator=rng, dtype=torch.float64)
     small = torch.randn(64, generator=rng, dtype=torch.float64)
-    writer = ShardWriter(tmp_path, dtype, 40_000)  # several shards
+    writer = ShardWriter(dtype, 40_000)  # several shards
     writer.add("big", tuple(big.shape), row_blocks(lambda a, b: big[a:b], 300, 8 * 64))
     writer.add("small", tuple(small.shape), single(lambda: small))
-    writer.write()
+    writer.write(tmp_path)
     index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
     loaded = {}
     for shard in set(index["weight_map"].values()):

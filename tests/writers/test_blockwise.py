@@ -50,9 +50,9 @@ def largest_block(src, target, block_bytes, monkeypatch, tmp_path):
     code = writer_for(TARGETS[target])
     layout = code.layout(model, plan, TARGETS[target])
     tmp_path.mkdir()
-    writer = tensor_io.ShardWriter(tmp_path, torch.float32, 1 << 30)
+    writer = tensor_io.ShardWriter(torch.float32, 1 << 30)
     code.add_tensors(model, layout, writer)
-    writer.write()
+    writer.write(tmp_path)
     return writer.largest_block, layout
 
 

@@ -249,11 +249,10 @@ class ShardWriter:
     shard's header can be written before its data, then streamed.
     """
 
-    def __init__(self, directory: Path, dtype: torch.dtype, max_shard_bytes: int, progress=None):
-        self.directory, self.dtype, self.max_shard_bytes = Path(directory), dtype, max_shard_bytes
+    def __init__(self, dtype: torch.dtype, max_shard_bytes: int):
+        self.dtype, self.max_shard_bytes = dtype, max_shard_bytes
         self.itemsize = torch.empty((), dtype=dtype).element_size()
         self.pending: list[_Pending] = []
-        self.progress = progress
         self.largest_block = 0  # bytes of the largest block produced, in the dtype it was produced in
 
     def add(self, name: str, shape: tuple[int, ...], producer: Producer) -> None:
@@ -290,19 +289,22 @@ class ShardWriter:
             size += self.nbytes(p)
         return [g for g in groups if g]
 
-    def write(self, metadata: dict[str, str] | None = None) -> list[Path]:
+    def write(self, directory: Path, metadata: dict[str, str] | None = None, progress=None) -> list[Path]:
+        """Every described tensor into shards in ``directory``, then the index; ``progress`` (a bar) is told each
+        block's bytes as they are written. The shards' paths."""
+        directory = Path(directory)
         groups = self._groups()
         weight_map, paths = {}, []
         for k, group in enumerate(groups, 1):
             name = f"model-{k:05d}-of-{len(groups):05d}.safetensors"
-            self._write_shard(self.directory / name, group, metadata or {})
-            paths.append(self.directory / name)
+            self._write_shard(directory / name, group, metadata or {}, progress)
+            paths.append(directory / name)
             weight_map.update({p.name: name for p in group})
         index = {"metadata": {"total_size": self.total_bytes()}, "weight_map": weight_map}
-        (self.directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=1))
+        (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=1))
         return paths
 
-    def _write_shard(self, path: Path, group: list[_Pending], metadata: dict[str, str]) -> None:
+    def _write_shard(self, path: Path, group: list[_Pending], metadata: dict[str, str], progress) -> None:
         header, offset = {"__metadata__": {"format": "pt", **metadata}}, 0
         for p in group:
             header[p.name] = {"dtype": ST_NAMES[self.dtype], "shape": list(p.shape),
@@ -347,8 +349,8 @@ class ShardWriter:
                         continue
                     f.write(data.data)  # the block's own buffer, no copy
                     written[p.name] = written.get(p.name, 0) + data.nbytes
-                    if self.progress is not None:
-                        self.progress.update(data.nbytes)
+                    if progress is not None:
+                        progress.update(data.nbytes)
         finally:
             stop.set()
             while worker.is_alive():  # unblock a producer waiting on a full queue

@@ -220,7 +220,7 @@ def derive(src_dir: Path, request: PlanRequest, source_name: str, max_shard_byte
         raise FileNotFoundError(f"no weights (*.safetensors or *.bin) in {src_dir}")
     plan = dataclasses.replace(emulation.plan(source, request), source=source_name)
     target = TARGETS[request.target]
-    writer = ShardWriter(Path("."), DTYPES[plan.dtype], max_shard_bytes)  # directory: set when written
+    writer = ShardWriter(DTYPES[plan.dtype], max_shard_bytes)
     geometry, config = describe_checkpoint(model, plan, target, writer)
     return Derivation(request, plan, model, target, geometry, writer, config, side_files(src_dir))
 
@@ -262,13 +262,11 @@ def _write(d: Derivation, src: str | Path, src_dir: Path, dst: Path, tmp: Path, 
     A signal that arrives while DST is published is kept until the rename is done, and then no longer stops
     anything: the conversion stands complete, and is reported as such."""
     plan, writer = d.plan, d.writer
-    writer.directory = tmp
-    writer.progress = progress_bar(writer.total_bytes(), "convert", enabled=request.progress, unit="B",
-                                   unit_scale=True)
+    bar = progress_bar(writer.total_bytes(), "convert", enabled=request.progress, unit="B", unit_scale=True)
     try:
-        writer.write({"ropebridge": __version__})
+        writer.write(tmp, {"ropebridge": __version__}, bar)
     finally:
-        writer.progress.close()  # clears its line: an error starts a line of its own
+        bar.close()  # clears its line: an error starts a line of its own
     (tmp / "config.json").write_text(json.dumps(d.config, indent=1))
     write_side_files(d.side_files, tmp)
     (tmp / RECORD_FILE).write_text(d.record(str(src), source_fingerprint(src_dir)).to_json())
