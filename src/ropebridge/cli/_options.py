@@ -14,7 +14,7 @@ from typing import Any
 from ..convert.record import floors_in
 from ..emulation.fixed_base import ROTARY_DIM as FIXED_BASE_ROTARY_DIM
 from ..emulation.ladder import DEFAULT_ADVANTAGE
-from ..emulation.plan import STRATEGY_NAMES
+from ..emulation.strategies import STRATEGIES
 from ..emulation.request import DEFAULT_WINDOW, PlanRequest
 from ..numerics import DEFAULT_CUTOFF, DTYPES, FLOAT32_BIAS_HALF_ULPS, TOLERANCE
 from ..targets import TARGETS
@@ -79,7 +79,7 @@ def add_planning_options(p: argparse.ArgumentParser) -> None:
                    help="dtype of the converted model (default: the source checkpoint's; float32 with --heads)")
     p.add_argument("--target", default=None, choices=tuple(TARGETS),
                    help=f"stock architecture (default: the family's: {family_defaults()})")
-    p.add_argument("--strategy", "--emulation", choices=STRATEGY_NAMES,
+    p.add_argument("--strategy", "--emulation", choices=tuple(STRATEGIES),
                    help="ladder (every pair of a rotary block; default for bfloat16/float16 on gpt-neox), single "
                         "(one slow pair per head; default for float32, the compact targets, and when --theta, "
                         "--max-phase, --pairs or --split is given) or fixed-base (single with --rope-base)")

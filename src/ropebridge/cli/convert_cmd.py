@@ -6,6 +6,7 @@ import argparse
 import json
 
 from ..convert.pipeline import convert
+from ..emulation.strategies import STRATEGIES
 from ..targets import TARGETS
 from ..targets.engines import describe
 from ._options import add_planning_options, families, add_verbose, plan_request
@@ -38,12 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
-        if res.plan.base is not None:
-            rope = f"RoPE base {res.plan.base:.6g}, rotary dim {res.plan.rotary_dim}"
-        elif len(worst.pairs) == 1:  # the compact targets scale one pair instead
-            rope = f"theta {worst.theta:.6g} on one pair"
-        else:  # the llama target's opposed pairs
-            rope = f"thetas {' and '.join(f'{p.theta:.6g}' for p in worst.pairs)} on two opposed pairs"
+        rope = STRATEGIES[res.plan.strategy].rope(res.plan)
         print(f"wrote {args.dst} ({res.target}, {res.dtype}, {res.bytes_written / 2**20:.1f} MiB) in "
               f"{res.seconds:.1f} s; window {res.plan.window}, {res.plan.strategy_label} strategy, {rope}; worst head "
               f"{worst.head}: predicted max |error| {worst.predicted_error:.3e} logits")

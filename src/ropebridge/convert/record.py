@@ -14,7 +14,6 @@ the options its plan shows.
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,8 @@ from typing import Any
 import torch
 
 from .. import __version__
-from ..emulation import EmulationPlan, PlanRequest
+from ..emulation import STRATEGIES, EmulationPlan, PlanRequest
+from ..emulation.ladder import recorded_floors
 from ..emulation.plan import in_current_names
 
 FILE = "ropebridge.json"
@@ -119,30 +119,15 @@ class ConversionRecord:
 
 
 def _options_shown(plan: dict[str, Any], target: Any) -> dict[str, Any]:
-    """The ``PlanRequest`` options a plan record older than 0.2 shows (its strategy's own fields)."""
-    strategy, rule = plan["strategy"], plan.get("theta_rule")
+    """The ``PlanRequest`` options a plan record older than 0.2 shows: those every plan holds, and its strategy's
+    own (``Strategy.options_of``)."""
     options: dict[str, Any] = dict(window=plan["window"], dtype=plan["dtype"],
-                                   target="gpt-neox" if target is None else target, strategy=strategy,
+                                   target="gpt-neox" if target is None else target, strategy=plan["strategy"],
                                    cutoff=plan.get("cutoff"), tolerance=plan.get("tolerance"))
-    if strategy == "fixed-base":
-        options.update(rope_base=plan["base"], rotary_dim=plan.get("rotary_dim"), pairs=plan.get("pairs_per_head", 1))
-    elif strategy == "ladder":
-        options.update(rotary_dim=plan.get("rotary_dim"), floor=floors_in(plan))
-        if plan.get("base") is not None:
-            from ..emulation.ladder import free_base
-
-            if not math.isclose(plan["base"], free_base(plan["window"], options["rotary_dim"])):
-                options["rope_base"] = plan["base"]
-    elif rule == "theta":
-        options["theta"] = plan["heads"][0]["theta"]
-    elif rule == "max-phase":
-        options["max_phase"] = max(p["theta"] for h in plan["heads"] for p in h["pairs"]) * plan["window"]
-    return options
+    return {**options, **STRATEGIES[plan["strategy"]].options_of(plan)}
 
 
 def floors_in(data: dict[str, Any]) -> tuple[float, ...]:
-    """The ladder's per-head floors C a plan, or a record holding one, carries (0.1 kept them on the head
-    itself); ``KeyError``, ``TypeError`` or ``AttributeError``
-    where it carries none."""
-    plan = data["plan"] if isinstance(data.get("plan"), dict) else data
-    return tuple(float((h.get("ladder") or h)["floor"]) for h in plan["heads"])
+    """The ladder's per-head floors C a plan, or a record holding one, carries (``ladder.recorded_floors``);
+    ``KeyError``, ``TypeError`` or ``AttributeError`` where it carries none."""
+    return recorded_floors(data["plan"] if isinstance(data.get("plan"), dict) else data)

@@ -1,7 +1,8 @@
 """ALiBi emulated with RoPE: plan types, the error model, and one module per strategy behind one registry.
 
-``STRATEGIES[name](source, request) -> EmulationPlan``, ``source`` anything with ``slopes`` ``(h,)``, ``head_dim``
-and ``family`` (``checkpoint.AlibiSource``), ``request`` a ``PlanRequest`` with its dtype known:
+``STRATEGIES[name]`` is a ``strategy.Strategy`` (``strategies``): ``.plan(source, request) -> EmulationPlan``,
+``source`` anything with ``slopes`` ``(h,)``, ``head_dim`` and ``family`` (``checkpoint.AlibiSource``), ``request``
+a ``PlanRequest`` with its dtype known:
 
 - ``single``: one slow pair per head at one theta (``single``);
 - ``fixed-base``: each head on its best consecutive pairs of a fixed ``base^(-2r/R)`` (``fixed_base``);
@@ -10,13 +11,9 @@ and ``family`` (``checkpoint.AlibiSource``), ``request`` a ``PlanRequest`` with 
 
 from __future__ import annotations
 
-from .fixed_base import plan_fixed_base
-from .ladder import plan_ladder
 from .plan import EmulationPlan, HeadPlan, LadderHead, PairTerm
 from .request import PlanRequest
-from .single import plan_single
-
-STRATEGIES = {"single": plan_single, "fixed-base": plan_fixed_base, "ladder": plan_ladder}
+from .strategies import STRATEGIES
 
 
 def plan(source, request: PlanRequest) -> EmulationPlan:
@@ -36,7 +33,7 @@ def plan(source, request: PlanRequest) -> EmulationPlan:
     request.target_spec.check_source(source)
     if request.tolerance is None:
         request = dataclasses.replace(request, tolerance=plan_tolerance(request.dtype, source.slopes, request.window))
-    result = STRATEGIES[request.chosen_strategy](source, request)
+    result = STRATEGIES[request.chosen_strategy].plan(source, request)
     forced = "" if request.rotary_dim is None else f" with --rotary-dim {request.rotary_dim}"
     served = request.target_spec.served_head_dim(result.head_dim, result.rotary_dim, result.strategy)
     try:

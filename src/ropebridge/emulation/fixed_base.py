@@ -29,6 +29,7 @@ from ..frequencies import geometric
 from ..numerics import Numerics
 from .pairs import evaluate
 from .plan import HALF_PI, EmulationPlan
+from .strategy import Strategy, base_words, refuse_ladder_options
 
 ROTARY_DIM = 16  # the rotary dim of a fixed base unless --rotary-dim says otherwise
 
@@ -152,3 +153,20 @@ def plan_fixed_base(source, request) -> EmulationPlan:
                          max_window=fixed_base_max_window(source.slopes, base, r, k, num, request.tolerance),
                          family=source.family)
     return check_engine_frequencies(plan, f"--rope-base {base:g}")
+
+
+def check_fixed_base(request) -> None:
+    """What the fixed base needs (``--rope-base``) and refuses (a free theta, the ladder's options)."""
+    refuse_ladder_options(request)
+    if request.rope_base is None:
+        raise ValueError("--strategy fixed-base needs --rope-base")
+    if request.theta is not None or request.max_phase is not None:
+        raise ValueError("give either --rope-base (with --rotary-dim) or --theta/--max-phase, not both")
+
+
+def fixed_base_options(plan: dict) -> dict:
+    """A recorded fixed-base plan's own options: its base, rotary dim and pairs per head."""
+    return {"rope_base": plan["base"], "rotary_dim": plan.get("rotary_dim"), "pairs": plan.get("pairs_per_head", 1)}
+
+
+STRATEGY = Strategy("fixed-base", plan_fixed_base, check_fixed_base, fixed_base_options, base_words)

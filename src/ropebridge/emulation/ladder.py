@@ -30,8 +30,10 @@ from ..targets.kernels import KERNELS, rotary_dims
 from .fixed_base import engine_frequencies
 from .ladder_fit import HeadFit, fit_head
 from .plan import EmulationPlan, HeadPlan, LadderHead, PairTerm
+from .strategy import Strategy, base_words
 
 DEFAULT_ADVANTAGE = 45.0  # content advantage (logits) assumed without calibration (docs/decisions.md)
+MAX_ROTARY_DIM = 128  # the largest ladder fitted: R = 128 takes ~10 s on a 6-head demo, 2 cores
 MIN_ROTARY_DIM = 32  # the smallest ladder (docs/decisions.md: R = 16 measured 1.2-3.6x the error of 32)
 
 
@@ -203,3 +205,35 @@ def plan_ladder(source, request) -> EmulationPlan:
         if plans[-1].meets_tolerance:
             break
     return min(plans, key=lambda p: (not p.meets_tolerance, p.worst_head.predicted_error if not p.meets_tolerance else 0))
+
+
+def check_ladder(request) -> None:
+    """What the ladder refuses: the single pair's options, and a rotary dim it cannot fit (below 4, above
+    ``MAX_ROTARY_DIM``)."""
+    if request.single_flags:
+        raise ValueError("--theta, --max-phase, --pairs and --split are for --strategy single; the ladder plans "
+                         "every pair")
+    if request.rotary_dim is not None and request.rotary_dim < 4:
+        raise ValueError(f"rotary_dim must be >= 4 for a ladder, got {request.rotary_dim}")
+    if request.rotary_dim is not None and request.rotary_dim > MAX_ROTARY_DIM:
+        raise ValueError(f"--rotary-dim {request.rotary_dim}: the ladder is fitted on at most {MAX_ROTARY_DIM} rotary "
+                         f"dims (its time grows about eightfold with each doubling: {MAX_ROTARY_DIM} takes seconds per "
+                         f"head, {request.rotary_dim} would take days)")
+
+
+def recorded_floors(plan: dict) -> tuple[float, ...]:
+    """The floors C a recorded ladder plan carries per head (0.1 kept them on the head itself); ``KeyError``,
+    ``TypeError`` or ``AttributeError`` where it carries none."""
+    return tuple(float((h.get("ladder") or h)["floor"]) for h in plan["heads"])
+
+
+def ladder_options(plan: dict) -> dict:
+    """A recorded ladder plan's own options: its rotary dim, its floors and, where it is not the free base of its
+    window and rotary dim, its base."""
+    options = {"rotary_dim": plan.get("rotary_dim"), "floor": recorded_floors(plan)}
+    if plan.get("base") is not None and not math.isclose(plan["base"], free_base(plan["window"], plan["rotary_dim"])):
+        options["rope_base"] = plan["base"]
+    return options
+
+
+STRATEGY = Strategy("ladder", plan_ladder, check_ladder, ladder_options, base_words)

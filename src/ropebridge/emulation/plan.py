@@ -19,8 +19,8 @@ from typing import Any
 from .. import __version__, _checks
 from ..numerics import DEFAULT_CUTOFF, DTYPES, largest
 from .error_model import PairSpec
+from .strategy import STRATEGY_NAMES
 
-STRATEGY_NAMES = ("ladder", "single", "fixed-base")  # the strategies of ``STRATEGIES``, the default first
 THETA_RULES = ("theta", "max-phase", "exact-rotation", "error-optimal")  # how the single pair's theta is chosen
 # ropebridge 0.1 and early 0.2 records named strategy and rule in one field, ``mode``
 _MODES = {**{r: ("single", r) for r in THETA_RULES}, "fixed-base": ("fixed-base", None), "ladder": ("ladder", None)}
@@ -108,7 +108,7 @@ def in_current_names(record: dict[str, Any]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class EmulationPlan:
     """Per-head emulation of an ALiBi model, frozen and JSON-serialisable (``to_dict`` / ``from_dict``).
-    ``strategy``: the strategy that made it (``STRATEGY_NAMES``); ``theta_rule``: how the single pair's theta was
+    ``strategy``: the strategy that made it (``strategy.STRATEGY_NAMES``); ``theta_rule``: how the single pair's theta was
     chosen (``THETA_RULES``; None for the other strategies); ``base`` and ``rotary_dim``: the target's rotary block,
     None for a free theta; ``max_window``: with a fixed base, the longest window within ``tolerance``;
     ``rope_parameters``: the rope the target's config states where the plan chose it (the ``llama`` target's

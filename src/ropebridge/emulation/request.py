@@ -18,9 +18,7 @@ from ..numerics import DTYPES
 from ..targets import DEFAULT_TARGET, TARGETS, Target, carrying
 from ..targets.engines import ENGINES, SUPPORT
 from ..targets.kernels import KERNELS
-from .plan import STRATEGY_NAMES
-
-MAX_LADDER_ROTARY_DIM = 128  # the largest ladder fitted: R = 128 takes ~10 s on a 6-head demo, 2 cores
+from .strategies import STRATEGIES
 
 MAX_WINDOW = 2**24  # float32 holds every integer position up to 2^24 exactly (engines compute angles from them)
 DEFAULT_WINDOW = 8192
@@ -98,7 +96,7 @@ class PlanRequest:
         if self.target is not None:
             _checks.choice("target", self.target, tuple(TARGETS))
         if self.strategy is not None:
-            _checks.choice("strategy", self.strategy, STRATEGY_NAMES)
+            _checks.choice("strategy", self.strategy, tuple(STRATEGIES))
         for key in ("cutoff", "tolerance", "theta"):
             if getattr(self, key) is not None:
                 fix(key, _checks.positive(key, getattr(self, key)))
@@ -171,29 +169,7 @@ class PlanRequest:
                                  f"{carriers} (or --strategy single)")
             raise ValueError(f"--target {self.target} takes the {takes} strategy (its single pair turns at a free "
                              f"theta): --rope-base and --pairs with the single pair are for {carriers}")
-        if strategy == "ladder":
-            if self.single_flags:
-                raise ValueError("--theta, --max-phase, --pairs and --split are for --strategy single; the ladder "
-                                 "plans every pair")
-            if self.rotary_dim is not None and self.rotary_dim < 4:
-                raise ValueError(f"rotary_dim must be >= 4 for a ladder, got {self.rotary_dim}")
-            if self.rotary_dim is not None and self.rotary_dim > MAX_LADDER_ROTARY_DIM:
-                raise ValueError(f"--rotary-dim {self.rotary_dim}: the ladder is fitted on at most "
-                                 f"{MAX_LADDER_ROTARY_DIM} rotary dims (its time grows about eightfold with each doubling: "
-                                 f"{MAX_LADDER_ROTARY_DIM} takes seconds per head, {self.rotary_dim} would take days)")
-            return
-        if self.floor is not None or self.advantage is not None or self.calibration_text is not None:
-            raise ValueError("--floor and --calibration-text are for --strategy ladder")
-        if strategy == "fixed-base":
-            if self.rope_base is None:
-                raise ValueError("--strategy fixed-base needs --rope-base")
-            if self.theta is not None or self.max_phase is not None:
-                raise ValueError("give either --rope-base (with --rotary-dim) or --theta/--max-phase, not both")
-            return
-        if self.rotary_dim is not None:
-            raise ValueError("--rotary-dim needs --rope-base with --strategy single (the free-theta pair uses 4 dims)")
-        if self.pairs != 1:
-            raise ValueError("--pairs > 1 needs a fixed base (--rope-base), whose frequency set provides the pairs")
+        STRATEGIES[strategy].check(self)
 
     def with_dtype(self, dtype: str) -> PlanRequest:
         """The request completed with the checkpoint's dtype where it named none (validated again)."""

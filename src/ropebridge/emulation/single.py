@@ -38,6 +38,7 @@ from .error_model import EXACT_TABLE_ANGLE
 from .fixed_base import check_engine_frequencies, fixed_base_heads
 from .pairs import evaluate, evaluate_opposed
 from .plan import HALF_PI, EmulationPlan
+from .strategy import Strategy, base_words, refuse_ladder_options
 
 ROTARY_DIM = 4  # in a rotary block: pair 0 turns at 1 rad/token, pair 1 at base^(-1/2) = the planned theta
 OPPOSED_DIMS = 4  # the opposed pairs' dims per head on a whole-head target
@@ -117,3 +118,36 @@ def plan_single(source, request) -> EmulationPlan:
     plan = EmulationPlan(source.head_dim, num.window, num.dtype, "single", tuple(heads), num.cutoff, request.tolerance,
                          theta_rule=rule, family=source.family, **extra)
     return check_engine_frequencies(plan, f"the base theta^-2 of theta {theta:.6g}")
+
+
+def check_single(request) -> None:
+    """What the single pair refuses: the ladder's options, and a rotary dim or several pairs without a fixed base
+    (a request with ``rope_base`` is the fixed base's)."""
+    refuse_ladder_options(request)
+    if request.rotary_dim is not None:
+        raise ValueError("--rotary-dim needs --rope-base with --strategy single (the free-theta pair uses 4 dims)")
+    if request.pairs != 1:
+        raise ValueError("--pairs > 1 needs a fixed base (--rope-base), whose frequency set provides the pairs")
+
+
+def single_options(plan: dict) -> dict:
+    """A recorded single-pair plan's own option: its theta (rule ``theta``) or its phase (rule ``max-phase``)."""
+    rule = plan.get("theta_rule")
+    if rule == "theta":
+        return {"theta": plan["heads"][0]["theta"]}
+    if rule == "max-phase":
+        return {"max_phase": max(p["theta"] for h in plan["heads"] for p in h["pairs"]) * plan["window"]}
+    return {}
+
+
+def single_rope(plan: EmulationPlan) -> str:
+    """The single pair in words: as a rotary block's base, one pair's theta, or the llama target's opposed pairs."""
+    if plan.base is not None:
+        return base_words(plan)
+    pairs = plan.worst_head.pairs
+    if len(pairs) == 1:  # the compact targets scale one pair
+        return f"theta {pairs[0].theta:.6g} on one pair"
+    return f"thetas {' and '.join(f'{p.theta:.6g}' for p in pairs)} on two opposed pairs"
+
+
+STRATEGY = Strategy("single", plan_single, check_single, single_options, single_rope)
