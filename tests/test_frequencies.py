@@ -6,9 +6,10 @@ import zlib
 
 import pytest
 import torch
+import transformers as T
 from hf_reference import hf_inv_freq
 
-from ropebridge.frequencies import ROPE_TYPES, inv_freq, ntk_base, rotary_dim, yarn_mscale
+from ropebridge.frequencies import ROPE_TYPES, engine_frequencies, inv_freq, ntk_base, rotary_dim, yarn_mscale
 
 HF_TYPES = ["default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional"]
 
@@ -242,3 +243,14 @@ def test_bad_input_names_the_key(head_dim, params, match):
 def test_negative_seq_len_refused():
     with pytest.raises(ValueError, match="seq_len"):
         inv_freq(64, {"rope_theta": 1e4}, seq_len=-1)
+
+
+def test_a_rotary_block_s_float32_frequencies_are_transformers_own_and_a_subnormal_one_refused():
+    cfg = T.GPTNeoXConfig(hidden_size=80, num_attention_heads=1, rotary_pct=0.2,
+                          rope_parameters={"rope_type": "default", "rope_theta": 29678.75, "partial_rotary_factor": 0.2})
+    rope = T.models.gpt_neox.modeling_gpt_neox.GPTNeoXRotaryEmbedding(cfg)
+    ours = engine_frequencies(29678.75, 16)
+    assert torch.equal(rope.inv_freq.double(), torch.tensor(ours))  # bit for bit: the fit uses these values
+    assert ours[0] == 1.0
+    with pytest.raises(ValueError, match="below float32's normal range"):
+        engine_frequencies(1e300, 64)

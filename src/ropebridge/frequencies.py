@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
 from . import _checks
@@ -90,6 +91,20 @@ def geometric(base: float, dim: int, exponent_dim: int | None = None, dtype: tor
     exponent_dim = dim if exponent_dim is None else exponent_dim
     i = torch.arange(0, dim, 2, dtype=torch.int64).to(dtype)
     return 1.0 / (base ** (i / exponent_dim))
+
+
+def engine_frequencies(base: float, rotary_dim: int) -> np.ndarray:
+    """``theta_r`` as transformers and the engines compute a rotary block's (``geometric`` in float32), returned as
+    float64 values of those float32 numbers, shape ``(R/2,)``; ``ValueError`` when one is below float32's normal
+    range."""
+    rotary_dim = _checks.positive_int("rotary_dim", rotary_dim, even=True)
+    thetas = geometric(base, rotary_dim, dtype=torch.float32).to(torch.float64).numpy()
+    bad = np.flatnonzero(~np.isfinite(thetas) | (thetas <= 0) | (thetas < np.finfo(np.float32).tiny))
+    if len(bad):
+        raise ValueError(f"transformers computes the frequencies 1/base^(2r/R) in float32, where base {base:g} "
+                         f"gives pair {bad[0]} of rotary dim {rotary_dim} the frequency {thetas[bad[0]]:g}, below "
+                         "float32's normal range: give a smaller base")
+    return thetas
 
 
 def _factor(params: Params, what: str, *, low: float = 1.0) -> float:

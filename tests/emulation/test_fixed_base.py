@@ -5,7 +5,6 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-import transformers as T
 
 from ropebridge.checkpoint.config import from_heads
 from ropebridge.emulation import PlanRequest, plan
@@ -66,12 +65,3 @@ def test_a_base_beyond_float32_is_refused_not_predicted(dtype):
 def test_a_window_beyond_the_base_is_refused():
     with pytest.raises(ValueError, match="monotonically"):
         fixed(from_heads(2, 64), 100000)
-
-
-def test_frequencies_are_transformers_own():
-    cfg = T.GPTNeoXConfig(hidden_size=80, num_attention_heads=1, rotary_pct=0.2,
-                          rope_parameters={"rope_type": "default", "rope_theta": 29678.75, "partial_rotary_factor": 0.2})
-    rope = T.models.gpt_neox.modeling_gpt_neox.GPTNeoXRotaryEmbedding(cfg)
-    ours = engine_frequencies(29678.75, 16)
-    assert torch.equal(rope.inv_freq.double(), torch.tensor(ours))  # bit for bit: the fit uses these values
-    assert ours[0] == 1.0

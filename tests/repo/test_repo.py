@@ -87,3 +87,23 @@ def test_no_function_takes_more_than_eight_parameters_and_no_module_is_long():
     assert wide == [] and long == []
     nine = ast.parse("def f(a, b, c, d, e, f, g, h, *, i): pass").body[0]
     assert parameters(nine) == 9  # the count can exceed the bar
+
+
+OWN_TARGET_FACTS = ("pair_dims", "rope_form", "rotary_block")  # how a target's rope turns: its row's to answer
+
+
+def target_fact_tests(text: str) -> list[str]:
+    """The attribute reads of ``OWN_TARGET_FACTS`` in a module's source."""
+    import ast
+
+    return [node.attr for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.Attribute) and node.attr in OWN_TARGET_FACTS]
+
+
+def test_only_the_targets_and_writers_read_how_a_target_s_rope_turns():
+    # elsewhere the row is asked (Target.single_pair, Target.ladder_frequencies, served_head_dim), never tested
+    found = [f"{p.relative_to(PACKAGE)}: {', '.join(target_fact_tests(p.read_text()))}"
+             for p in sorted(PACKAGE.rglob("*.py")) if p.relative_to(PACKAGE).parts[0] not in ("targets", "writers")
+             and target_fact_tests(p.read_text())]
+    assert found == []
+    assert target_fact_tests("if request.target_spec.rope_form == 'llama3': pass") == ["rope_form"]  # it can fail

@@ -54,3 +54,32 @@ def test_a_parallel_source_is_refused_in_one_place_by_every_sequential_target():
                                              "model runs attention and MLP in parallel: use --target gpt-neox$"):
             target.check_source(parallel)
     assert [t.name for t in TARGETS.values() if t.carries(parallel)] == ["gpt-neox"]
+
+
+@pytest.mark.parametrize("name, placement", [("gpt-neox", "block"), ("persimmon", "block"), ("starcoder2", "free"),
+                                             ("nemotron", "free"), ("stablelm", "block"), ("llama", "opposed")])
+def test_each_target_places_the_single_pair_as_its_rope_turns(name, placement):
+    from ropebridge.targets import llama_rope
+
+    pair = TARGETS[name].single_pair(2.0**-14, 64, 2048)
+    assert pair.placement == placement
+    if placement == "block":  # pair 1 of a 4-dim block at base theta^-2
+        assert pair.plan_fields() == {"base": 2.0**28, "rotary_dim": 4} and pair.thetas == (2.0**-14,)
+    elif placement == "opposed":  # the whole head hd + 4, both thetas from its llama3 band
+        rope, thetas = llama_rope.opposed_rope(2.0**-14, 68, 2048)
+        assert pair.plan_fields() == {"rotary_dim": 4, "rope_parameters": rope} and pair.thetas == tuple(thetas)
+    else:
+        assert pair.plan_fields() == {} and pair.thetas == (2.0**-14,)
+
+
+def test_the_ladder_s_frequencies_are_those_the_target_s_engines_compute():
+    from ropebridge.frequencies import engine_frequencies
+    from ropebridge.targets import llama_rope
+
+    rope, thetas = TARGETS["gpt-neox"].ladder_frequencies(500.0, 32, 96, 4096)
+    assert rope is None and (thetas == engine_frequencies(500.0, 32)).all()
+    rope, thetas = TARGETS["llama"].ladder_frequencies(500.0, 32, 96, 4096)
+    want_rope, want = llama_rope.ladder_rope(500.0, 32, 96, 4096)
+    assert rope == want_rope and (thetas == want).all()
+    with pytest.raises(ValueError, match="normal range"):
+        TARGETS["nemotron"].ladder_frequencies(1e300, 64, 128, 4096)

@@ -22,10 +22,9 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 
 from .. import _checks
-from ..frequencies import geometric
+from ..frequencies import engine_frequencies, geometric
 from ..numerics import Numerics
 from .pairs import evaluate
 from .plan import HALF_PI, EmulationPlan
@@ -38,19 +37,6 @@ def frequency_set(base: float, rotary_dim: int) -> np.ndarray:
     """``theta_r = base^(-2r/R)`` for r = 0 .. R/2 - 1 in float64 (``frequencies.geometric``), shape ``(R/2,)``,
     fastest first."""
     return geometric(base, _checks.positive_int("rotary_dim", rotary_dim, even=True)).numpy()
-
-
-def engine_frequencies(base: float, rotary_dim: int) -> np.ndarray:
-    """``theta_r`` as transformers computes them, in float32 (``frequencies.geometric``), returned as float64 values
-    of those float32 numbers, shape ``(R/2,)``; ``ValueError`` when one is below float32's normal range."""
-    rotary_dim = _checks.positive_int("rotary_dim", rotary_dim, even=True)
-    thetas = geometric(base, rotary_dim, dtype=torch.float32).to(torch.float64).numpy()
-    bad = np.flatnonzero(~np.isfinite(thetas) | (thetas <= 0) | (thetas < np.finfo(np.float32).tiny))
-    if len(bad):
-        raise ValueError(f"transformers computes the frequencies 1/base^(2r/R) in float32, where base {base:g} "
-                         f"gives pair {bad[0]} of rotary dim {rotary_dim} the frequency {thetas[bad[0]]:g}, below "
-                         "float32's normal range: give a smaller base")
-    return thetas
 
 
 def check_engine_frequencies(plan: EmulationPlan, base_from: str) -> EmulationPlan:

@@ -25,9 +25,7 @@ import numpy as np
 
 from .. import _checks
 from ..numerics import unit_roundoff
-from ..targets import llama_rope
 from ..targets.kernels import KERNELS, rotary_dims
-from .fixed_base import engine_frequencies
 from .ladder_fit import HeadFit, fit_head
 from .plan import EmulationPlan, HeadPlan, LadderHead, PairTerm
 from .strategy import Strategy, base_words
@@ -167,12 +165,8 @@ def ladder_on(source, request, rotary_dim: int, floors: Sequence[float], cutoff:
     at the request's base (``free_base`` when it gives none)."""
     window, dtype, base = request.window, request.dtype, request.rope_base
     b = free_base(window, rotary_dim) if base is None else base
-    rope = None
     try:
-        if request.target_spec.rope_form == "llama3":  # the whole head turns: the pairs as its llama3 rope gives
-            rope, thetas = llama_rope.ladder_rope(b, rotary_dim, source.head_dim + rotary_dim, window)
-        else:
-            thetas = engine_frequencies(b, rotary_dim)
+        rope, thetas = request.target_spec.ladder_frequencies(b, rotary_dim, source.head_dim + rotary_dim, window)
     except ValueError as exc:
         raise ValueError(f"--rope-base {b:g}: {exc}" if base is not None else str(exc)) from None
     scale, stored = 1 / math.sqrt(source.head_dim), 1 / math.sqrt(source.head_dim + rotary_dim)

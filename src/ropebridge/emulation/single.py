@@ -33,15 +33,18 @@ import numpy as np
 
 from .. import _checks
 from ..numerics import Numerics
-from ..targets import llama_rope
 from .error_model import EXACT_TABLE_ANGLE
 from .fixed_base import check_engine_frequencies, fixed_base_heads
 from .pairs import evaluate, evaluate_opposed
 from .plan import HALF_PI, EmulationPlan
 from .strategy import Strategy, base_words, refuse_ladder_options
 
-ROTARY_DIM = 4  # in a rotary block: pair 0 turns at 1 rad/token, pair 1 at base^(-1/2) = the planned theta
-OPPOSED_DIMS = 4  # the opposed pairs' dims per head on a whole-head target
+_PLACED = {  # per placement (``targets.SinglePair``), the heads (slopes (h,), head dim, the pair, Numerics)
+    "opposed": lambda slopes, hd, pair, num: [  # stated at the served head's scale 1/sqrt(hd + 4)
+        evaluate_opposed(h, m, pair.thetas, num, 1 / math.sqrt(hd + pair.rotary_dim)) for h, m in enumerate(slopes)],
+    "block": lambda slopes, hd, pair, num: fixed_base_heads(slopes, pair.base, pair.rotary_dim, 1, num),
+    "free": lambda slopes, hd, pair, num: [evaluate(h, m, [pair.thetas[0]], [None], num) for h, m in enumerate(slopes)],
+}
 
 
 def exact_rotation_theta(window: int) -> float:
@@ -100,23 +103,14 @@ def choose_theta(request, slopes: Sequence[float], num: Numerics) -> tuple[str, 
 
 def plan_single(source, request) -> EmulationPlan:
     """The single-pair plan of ``source`` (``slopes`` ``(h,)``, ``head_dim``, ``family``) for a ``PlanRequest``;
-    on a target with a rotary block the pair is pair 1 of ``ROTARY_DIM`` dims at base theta^-2."""
+    the target places it (``Target.single_pair``): pair 1 of a rotary block at base theta^-2, one free pair, or the
+    whole head's two opposed pairs."""
     num = Numerics.of(source, request)
     rule, theta = choose_theta(request, source.slopes, num)
-    extra = {}
-    if request.target_spec.rope_form == "llama3":  # pairs 0 and 1 in the llama3 blend band, opposed
-        rope, thetas = llama_rope.opposed_rope(theta, source.head_dim + OPPOSED_DIMS, num.window)
-        extra = {"rope_parameters": rope, "rotary_dim": OPPOSED_DIMS}
-        stored_scale = 1 / math.sqrt(source.head_dim + OPPOSED_DIMS)
-        heads = [evaluate_opposed(h, m, thetas, num, stored_scale) for h, m in enumerate(source.slopes)]
-    elif request.target_spec.rotary_block:
-        base = theta**-2.0
-        heads = fixed_base_heads(source.slopes, base, ROTARY_DIM, 1, num)
-        extra = {"base": float(base), "rotary_dim": ROTARY_DIM}
-    else:
-        heads = [evaluate(h, m, [theta], [None], num) for h, m in enumerate(source.slopes)]
+    pair = request.target_spec.single_pair(theta, source.head_dim, num.window)
+    heads = _PLACED[pair.placement](source.slopes, source.head_dim, pair, num)
     plan = EmulationPlan(source.head_dim, num.window, num.dtype, "single", tuple(heads), num.cutoff, request.tolerance,
-                         theta_rule=rule, family=source.family, **extra)
+                         theta_rule=rule, family=source.family, **pair.plan_fields())
     return check_engine_frequencies(plan, f"the base theta^-2 of theta {theta:.6g}")
 
 

@@ -12,10 +12,18 @@ compares the targets.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..frequencies import engine_frequencies
+from . import llama_rope
 
 LAYER_NORMS = ("layernorm", "layernorm1p", "rmsnorm")  # weight as is; weight - 1 stored (LayerNorm1P); RMSNorm
 PAIR_DIMS = ("block", "first-and-middle", "first-two", "whole-head")  # rotary block; (0, hd'/2); (0, 1); (k, k + hd'/2)
 ROPE_FORMS = ("block", "llama3")  # base^(-2r/R) on a block or a free theta on one pair; llama3 bands (llama_rope)
+SINGLE_BLOCK_DIMS = 4  # a rotary block's single pair: pair 0 turns at 1 rad/token, pair 1 at base^(-1/2) = theta
+OPPOSED_DIMS = 4  # the whole head's two opposed pairs, dims (0, hd'/2) and (1, hd'/2 + 1)
 BLOCKS = {  # the source blocks a target carries exactly (``SourceInfo.block``), as a refusal names them
     "layernorm": "LayerNorm and a plain MLP", "rmsnorm-gated": "RMSNorm and a gated MLP",
     "unbiased-layernorm-gated": "LayerNorm without bias and a gated MLP",
@@ -78,11 +86,51 @@ class Target:
         the exact single pair in float32 and on targets that rotate one pair."""
         return "ladder" if dtype != "float32" and "ladder" in self.strategies else "single"
 
+    def ladder_frequencies(self, base: float, rotary_dim: int, head_dim: int,
+                           window: int) -> tuple[dict[str, Any] | None, np.ndarray]:
+        """The ladder's pair frequencies ``(R/2,)`` as this target's engines compute them for ``base`` and the
+        served ``head_dim`` hd + R, and the ``rope_parameters`` its config records: a block rope's ``base^(-2r/R)``
+        in float32 (``frequencies.engine_frequencies``; none recorded), or the llama3 bands on the whole head
+        (``llama_rope.ladder_rope``). ``ValueError`` where the engines cannot compute them."""
+        if self.rope_form == "llama3":
+            return llama_rope.ladder_rope(base, rotary_dim, head_dim, window)
+        return None, engine_frequencies(base, rotary_dim)
+
+    def single_pair(self, theta: float, head_dim: int, window: int) -> SinglePair:
+        """Where this target puts the single strategy's pair at ``theta`` for a source of ``head_dim``
+        (``SinglePair``): opposed on a llama3 whole head, pair 1 of a rotary block, else one free pair."""
+        if self.rope_form == "llama3":
+            rope, thetas = llama_rope.opposed_rope(theta, head_dim + OPPOSED_DIMS, window)
+            return SinglePair("opposed", tuple(thetas), OPPOSED_DIMS, rope_parameters=rope)
+        if self.rotary_block:
+            return SinglePair("block", (theta,), SINGLE_BLOCK_DIMS, float(theta**-2.0))
+        return SinglePair("free", (theta,))
+
     def served_head_dim(self, head_dim: int, rotary_dim: int | None, strategy: str) -> int:
         """The head dim this target serves a plan at: hd + R (the rotary block of gpt-neox, the ladder, the whole
         head's opposed pairs), or hd + 2 (a compact target's single pair)."""
         block = rotary_dim is not None and (self.rotary_block or strategy == "ladder" or self.pair_dims == "whole-head")
         return head_dim + (rotary_dim if block else 2)
+
+
+@dataclass(frozen=True)
+class SinglePair:
+    """How a target carries the single strategy's pair at ``theta`` (``Target.single_pair``): ``placement``
+    ``opposed`` (the whole head turns: pairs 0 and 1 at the ``thetas`` its llama3 rope gives, opposed,
+    ``rope_parameters`` recorded; ``emulation.single``), ``block`` (pair 1 of a rotary block of ``rotary_dim``
+    at ``base`` theta^-2) or ``free`` (one pair at theta, scaled in place)."""
+
+    placement: str
+    thetas: tuple[float, ...]
+    rotary_dim: int | None = None
+    base: float | None = None
+    rope_parameters: dict[str, Any] | None = None
+
+    def plan_fields(self) -> dict[str, Any]:
+        """The plan's fields this placement sets (``EmulationPlan``'s ``base``, ``rotary_dim``,
+        ``rope_parameters``), those it leaves None left out."""
+        return {k: v for k, v in (("base", self.base), ("rotary_dim", self.rotary_dim),
+                                  ("rope_parameters", self.rope_parameters)) if v is not None}
 
 
 def of_model_type(model_type: str | None) -> Target | None:
