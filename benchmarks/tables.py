@@ -349,6 +349,39 @@ def engine_choice() -> str:
     return "\n".join(out) + "\n"
 
 
+def _defaults() -> dict[str, list[str]]:
+    """Per target, the labels of the families that take it by default (``Family.default_target``)."""
+    from ropebridge.checkpoint.families import FAMILIES
+    from ropebridge.targets import TARGETS
+
+    return {t: [f.label for f in FAMILIES.values() if f.default_target == t] for t in TARGETS}
+
+
+def default_targets() -> str:
+    """The README's sentence: the target a conversion takes without --engine or --target, per family."""
+    from ropebridge.targets import DEFAULT_TARGET
+
+    others = "; ".join(f"{t} for {', '.join(labels)}" for t, labels in _defaults().items()
+                       if labels and t != DEFAULT_TARGET)
+    return f"Without it: {DEFAULT_TARGET} ({others}).\n"
+
+
+def targets() -> str:
+    """``targets.TARGETS``: each target's class, strategies (its half-precision default first), the source blocks
+    it carries exactly, and the families that take it by default."""
+    from ropebridge.targets import BLOCKS, TARGETS
+
+    defaults = _defaults()
+    out = ["| `--target` | transformers class | strategies | carries | default for |", "|---|---|---|---|---|"]
+    for t in TARGETS.values():
+        first = t.default_strategy("bfloat16")
+        strategies = ", ".join(sorted(t.strategies, key=lambda s: s != first))
+        carries = "; ".join(BLOCKS[b] for b in t.blocks) + ("; a parallel residual too" if t.parallel_residual else "")
+        out.append(f"| `{t.name}` | `{t.architecture}` | {strategies} | {carries} | "
+                   f"{', '.join(defaults[t.name]) or '-'} |")
+    return "\n".join(out) + "\n"
+
+
 def kernels() -> str:
     """``targets.kernels.KERNELS``: what each runs, float32 or not, and the ladder's served head dim hd + R."""
     from ropebridge.emulation.ladder import rotary_dim_for
@@ -362,7 +395,8 @@ def kernels() -> str:
 
 
 TABLES = {"window-guide": window_guide, "engines-per-target": engines_per_target,
-          "engines-per-family": engines_per_family, "engine-choice": engine_choice, "kernels": kernels, "verdicts": verdicts, "verdicts-8k": verdicts_8k,
+          "engines-per-family": engines_per_family, "engine-choice": engine_choice, "kernels": kernels,
+          "default-targets": default_targets, "targets": targets, "verdicts": verdicts, "verdicts-8k": verdicts_8k,
           "default-shapes": default_shapes, "verify-scale": verify_scale,
           "convert-560m": convert_560m, "convert-width": convert_width, "speed-memory": speed_memory,
           "speed-ladder": speed_ladder, "fidelity": fidelity, "arch-floor": arch_floor,

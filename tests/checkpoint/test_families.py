@@ -67,3 +67,10 @@ def test_both_rows_are_one_reading():
     jais, btlm = FAMILIES["jais"], FAMILIES["btlm"]
     assert jais.details is btlm.details and jais.block(3) == btlm.block(3)
     assert jais.block(3)["gate"] == "transformer.h.3.mlp.c_fc2"  # c_proj(c_fc(x) * silu(c_fc2(x)))
+
+
+def test_every_family_has_a_label_of_its_own_for_the_docs():
+    from ropebridge.checkpoint.families import FAMILIES
+
+    labels = [f.label for f in FAMILIES.values()]
+    assert all(labels) and len(set(labels)) == len(labels), labels

@@ -42,6 +42,25 @@ def test_the_table_check_can_fail(tmp_path):
     assert tables.render(stale) != stale and "| an old table |" not in tables.render(stale)
 
 
+def test_the_lists_of_families_and_targets_come_from_their_tables(monkeypatch):
+    # the README's default targets and docs/targets.md's table are rendered from FAMILIES and TARGETS: a family
+    # added as a row shows up in both
+    import dataclasses
+    import importlib.util
+
+    from ropebridge.checkpoint import families
+
+    spec = importlib.util.spec_from_file_location("tables", ROOT / "benchmarks" / "tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    assert tables.default_targets() == ("Without it: gpt-neox (llama for Baichuan-13B, Refact; stablelm for Jais, "
+                                        "BTLM).\n")
+    added = dataclasses.replace(families.FAMILIES["baichuan"], name="newfam", label="NewFam")
+    monkeypatch.setitem(families.FAMILIES, "newfam", added)
+    assert "llama for Baichuan-13B, Refact, NewFam;" in tables.default_targets()
+    assert "| Baichuan-13B, Refact, NewFam |" in tables.targets()
+
+
 def test_the_readme_is_short_and_links_only_to_what_exists():
     text = (ROOT / "README.md").read_text()
     assert len(text) <= 12_000, len(text)

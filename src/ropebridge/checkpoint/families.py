@@ -69,7 +69,8 @@ class Family:
     they are read) and ``refused_tensors`` (a tensor whose presence means a variant without a stock RoPE form,
     with why), ``transposed`` (block weights stored input x output, GPT-2's Conv1D) and ``slopes_tensor`` (the
     tensor holding the slopes the family's code applies, checked against the formula and taken as stored) and
-    ``tied_by_default`` (GPT-2's configs tie the head unless ``tie_word_embeddings`` says otherwise).
+    ``tied_by_default`` (GPT-2's configs tie the head unless ``tie_word_embeddings`` says otherwise); ``label``:
+    its name in the generated lists of the docs.
     ``attention`` None: transformers has no class for the family (remote code)."""
 
     name: str
@@ -94,6 +95,7 @@ class Family:
     tied_by_default: bool = False  # the head tied to the embedding where the config has no tie_word_embeddings
     refused_tensors: Mapping[str, str] = field(default_factory=dict)  # a tensor whose presence is refused -> why
     alibi_key: str = "model_type"  # the config key that makes a model of this family its ALiBi variant
+    label: str = ""  # the family as the docs and the README name it (the generated lists)
 
 
 # The tensors of a family's other variants, by the end of their names: a source that stores one beside a config
@@ -301,36 +303,36 @@ def _falcon_per_logit(m: torch.Tensor, head_dim: int) -> torch.Tensor:
 _H_GLOBALS = {"emb": "transformer.word_embeddings.weight", "ln_f": "transformer.ln_f", "head": "lm_head.weight"}
 FAMILIES = {f.name: f for f in (
     Family("bloom", ("bloom",), ("n_head", "num_attention_heads"), ("hidden_size", "n_embed"), ("n_layer",),
-           _bloom, _h_names, _H_GLOBALS, "per-head", "eager", "transformer.word_embeddings_layernorm"),
+           _bloom, _h_names, _H_GLOBALS, "per-head", "eager", "transformer.word_embeddings_layernorm", label="BLOOM"),
     Family("mpt", ("mpt",), ("n_heads",), ("d_model",), ("n_layers",), _mpt, _mpt_names,
            {"emb": "transformer.wte.weight", "ln_f": "transformer.norm_f", "head": "lm_head.weight"}, "blocks", "eager",
            biases=lambda c: ("no_bias", not c.get("no_bias", True), True), max_positions_key="max_seq_len",
-           alibi_key="attn_config.alibi", refused_tensors={"transformer.wpe.weight": "a learned position embedding beside ALiBi (its "
+           alibi_key="attn_config.alibi", label="MPT", refused_tensors={"transformer.wpe.weight": "a learned position embedding beside ALiBi (its "
                             "learned_pos_emb), which transformers' MPT never adds and no RoPE target carries"}),
     Family("replit", ("replit_lm",), ("n_heads",), ("d_model",), ("n_layers",), _replit, _replit_names,
            {"emb": "transformer.wte.weight", "ln_f": "transformer.ln_f", "head": "lm_head.weight"}, "blocks", None,
            biases=lambda c: ("no_bias", not c.get("no_bias", False), True), max_positions_key="max_seq_len",
-           alibi_key="alibi"),
+           alibi_key="alibi", label="Replit"),
     Family("falcon", ("falcon", "RefinedWeb", "RefinedWebModel"), ("num_attention_heads", "n_head"), ("hidden_size",),
            ("num_hidden_layers", "n_layer"), _falcon, _h_names, _H_GLOBALS, "per-head-or-multi-query", "sdpa",
            biases=lambda c: ("bias", bool(c.get("bias", False)), False), per_logit=_falcon_per_logit,
-           eager_attention_maps=False, alibi_key="alibi"),  # transformers' eager Falcon adds the ALiBi bias twice
+           eager_attention_maps=False, alibi_key="alibi", label="Falcon-RW"),  # transformers' eager Falcon adds the ALiBi bias twice
     Family("baichuan", ("baichuan",), ("num_attention_heads",), ("hidden_size",), ("num_hidden_layers",), _baichuan,
            _baichuan_names, {"emb": "model.embed_tokens.weight", "ln_f": "model.norm", "head": "lm_head.weight"},
            "blocks", None, biases=lambda c: ("", False, True), per_logit=_float32_per_logit, default_target="llama",
-           alibi_key="hidden_size"),
+           alibi_key="hidden_size", label="Baichuan-13B"),
     Family("refact", ("gpt_refact",), ("n_head", "num_attention_heads"), ("n_embd", "hidden_size"),
            ("n_layer", "num_hidden_layers"), _refact, _refact_names,
            {"emb": "transformer.wte.weight", "ln_f": "ln_f", "head": "lm_head.weight"}, "multi-query", None,
            biases=lambda c: ("", False, True), per_logit=_refact_per_logit, default_target="llama",
-           views=_refact_views),
+           views=_refact_views, label="Refact"),
     *(Family(name, (name,), ("n_head", "num_attention_heads"), ("n_embd", "hidden_size"),
              ("n_layer", "num_hidden_layers"), _jais, _gpt2_names,
              {"emb": "transformer.wte.weight", "ln_f": "transformer.ln_f", "head": "lm_head.weight"}, "blocks", None,
              biases=lambda c: ("", True, True), per_logit=_float32_per_logit, default_target="stablelm",
              transposed=True, slopes_tensor="transformer.relative_pe.slopes", tied_by_default=True,
-             alibi_key="position_embedding_type")
-      for name in ("jais", "btlm")),
+             alibi_key="position_embedding_type", label=label)
+      for name, label in (("jais", "Jais"), ("btlm", "BTLM"))),
 )}
 
 
