@@ -32,6 +32,10 @@ def test_the_record_reads_back_to_the_bytes_convert_wrote(converted):
                                       "accepted_error"]
     assert record.geometry == json.loads(text)["layout"] and record.target == "gpt-neox"
     assert "jobs" not in record.request and "progress" not in record.request
+    # the request as asked and completed from the source (dtype, target); the plan's defaults (strategy,
+    # tolerance, cutoff: emulation.resolve) are not recorded, so verify derives them again, never from DST
+    assert record.request["dtype"] == "bfloat16" and record.request["target"] == "gpt-neox"
+    assert record.request["strategy"] is record.request["tolerance"] is record.request["cutoff"] is None
 
 
 def test_the_request_of_a_record_and_of_an_older_one_give_the_same_plan(converted):

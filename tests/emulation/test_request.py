@@ -71,3 +71,27 @@ def test_values_are_normalised_once():
     ladder = PlanRequest(floor=[30, 40], dtype="bfloat16", calibration_text=None)
     assert ladder.floor == (30.0, 40.0) and "calibration_text" not in ladder.to_dict()
     assert check_window(2**24) == 2**24
+
+
+def test_resolve_completes_a_request_once_for_its_source():
+    from ropebridge.checkpoint.config import from_heads
+    from ropebridge.emulation import resolve
+    from ropebridge.emulation.ladder import default_cutoff
+    from ropebridge.numerics import DEFAULT_CUTOFF, plan_tolerance
+
+    source = from_heads(4, 64, family="baichuan")
+    resolved = resolve(source, PlanRequest(window=1024, dtype="bfloat16"))
+    assert (resolved.target, resolved.strategy) == ("llama", "ladder")  # the family's target, its default strategy
+    assert resolved.tolerance == plan_tolerance("bfloat16", source.slopes, 1024)
+    assert resolved.cutoff == default_cutoff(1024, "bfloat16")
+    assert resolve(source, resolved) == resolved  # complete: nothing left to fill
+    single = resolve(source, PlanRequest(window=1024, dtype="float32", tolerance=0.5, cutoff=30.0))
+    assert (single.strategy, single.tolerance, single.cutoff) == ("single", 0.5, 30.0)  # given values kept
+    assert resolve(from_heads(4, 64), PlanRequest(dtype="float32", strategy="single")).cutoff == DEFAULT_CUTOFF
+    with pytest.raises(ValueError, match="names no dtype"):
+        resolve(source, PlanRequest())
+    from types import SimpleNamespace
+
+    gated = SimpleNamespace(family="baichuan", block="rmsnorm-gated", slopes=source.slopes)
+    with pytest.raises(ValueError, match="cannot carry this baichuan model"):
+        resolve(gated, PlanRequest(dtype="float32", target="gpt-neox"))

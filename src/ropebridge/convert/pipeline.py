@@ -190,7 +190,8 @@ def _publish(tmp: Path, dst: Path, force: bool) -> None:
 @dataclass
 class Derivation:
     """Everything ``convert`` writes for a source and a request, described before any tensor's byte is read:
-    the completed request (dtype, calibrated advantages), the plan, the source, the target, the layout numbers
+    the request as asked (the model card's command reproduces it) and completed for the source (dtype, target,
+    calibrated advantages: what ``ropebridge.json`` records), the plan, the source, the target, the layout numbers
     recorded in ``ropebridge.json``, the tensors (a ``ShardWriter`` holding each one's name, shape and producer,
     in the output dtype), config.json and the side files. ``convert`` writes it; ``verify`` derives it again from
     SRC and compares it with DST, byte for byte."""
@@ -203,6 +204,7 @@ class Derivation:
     writer: ShardWriter
     config: dict[str, Any]
     side_files: dict[str, bytes]
+    asked: PlanRequest
 
     def record(self, source_name: str, fingerprint: str) -> ConversionRecord:
         """``ropebridge.json`` for this derivation of ``source_name`` (its fingerprint): ``record.ConversionRecord``."""
@@ -215,6 +217,7 @@ def derive(src_dir: Path, request: PlanRequest, source_name: str, max_shard_byte
     """The ``Derivation`` of checkpoint directory ``src_dir`` (``model``: already read) for ``request``
     (``planning.prepare`` then ``emulation.plan``; the target's writer lays out and describes the tensors), whatever
     its plan predicts."""
+    asked = request
     request, model, source = prepare(src_dir, request, model)
     if model is None:
         raise FileNotFoundError(f"no weights (*.safetensors or *.bin) in {src_dir}")
@@ -222,7 +225,7 @@ def derive(src_dir: Path, request: PlanRequest, source_name: str, max_shard_byte
     target = TARGETS[request.target]
     writer = ShardWriter(DTYPES[plan.dtype], max_shard_bytes)
     geometry, config = describe_checkpoint(model, plan, target, writer)
-    return Derivation(request, plan, model, target, geometry, writer, config, side_files(src_dir))
+    return Derivation(request, plan, model, target, geometry, writer, config, side_files(src_dir), asked)
 
 
 def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None, *, accept_error: bool = False,
@@ -252,17 +255,16 @@ def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None
     check_free_space(dst.parent, writer.total_bytes() + sum(len(b) for b in d.side_files.values()))
     with _interrupt.new_directory(dst.parent, f".{dst.name}.tmp-") as tmp:  # removed on any failure
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700; DST gets what a plain mkdir would give
-        _write(d, src, src_dir, dst, tmp, request, force)
+        _write(d, src, src_dir, dst, tmp, force)
     return ConversionResult(dst, plan, d.target.name, plan.dtype, time.perf_counter() - start, writer.total_bytes())
 
 
-def _write(d: Derivation, src: str | Path, src_dir: Path, dst: Path, tmp: Path, request: PlanRequest,
-           force: bool) -> None:
+def _write(d: Derivation, src: str | Path, src_dir: Path, dst: Path, tmp: Path, force: bool) -> None:
     """Write the derivation into ``tmp`` and publish it as ``dst`` (its caller removes ``tmp`` on any failure).
     A signal that arrives while DST is published is kept until the rename is done, and then no longer stops
     anything: the conversion stands complete, and is reported as such."""
     plan, writer = d.plan, d.writer
-    bar = progress_bar(writer.total_bytes(), "convert", enabled=request.progress, unit="B", unit_scale=True)
+    bar = progress_bar(writer.total_bytes(), "convert", enabled=d.asked.progress, unit="B", unit_scale=True)
     try:
         writer.write(tmp, {"ropebridge": __version__}, bar)
     finally:
@@ -270,7 +272,7 @@ def _write(d: Derivation, src: str | Path, src_dir: Path, dst: Path, tmp: Path, 
     (tmp / "config.json").write_text(json.dumps(d.config, indent=1))
     write_side_files(d.side_files, tmp)
     (tmp / RECORD_FILE).write_text(d.record(str(src), source_fingerprint(src_dir)).to_json())
-    (tmp / "README.md").write_text(model_card(str(src), dst.name, plan, d.target, request,
+    (tmp / "README.md").write_text(model_card(str(src), dst.name, plan, d.target, d.asked,
                                               hub_id=not Path(src).is_dir()))
     published = False
     try:

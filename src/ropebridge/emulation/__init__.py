@@ -12,28 +12,19 @@ a ``PlanRequest`` with its dtype known:
 from __future__ import annotations
 
 from .plan import EmulationPlan, HeadPlan, LadderHead, PairTerm
-from .request import PlanRequest
+from .request import PlanRequest, resolve
 from .strategies import STRATEGIES
 
 
 def plan(source, request: PlanRequest) -> EmulationPlan:
-    """The plan of ``source`` for ``request`` (whose dtype must be known: ``PlanRequest.with_dtype``; its target,
-    if it names none, the family's: ``PlanRequest.for_family``), by the strategy it asks for, refused where the
-    target cannot carry the source's block; the tolerance defaults to ``numerics.plan_tolerance``. A plan whose served head dim the
-    request's kernel does not run is refused (``targets.kernels``)."""
-    import dataclasses
+    """The plan of ``source`` for ``request`` (whose dtype must be known: ``PlanRequest.with_dtype``), completed
+    once by ``request.resolve`` (target, strategy, tolerance, cutoff; refused where the target cannot carry the
+    source or the kernel does not run the dtype), by its strategy. A plan whose served head dim the request's
+    kernel does not run is refused (``targets.kernels``)."""
+    from ..targets.kernels import check_head_dim
 
-    from ..numerics import plan_tolerance
-    from ..targets.kernels import check_dtype, check_head_dim
-
-    if request.dtype is None:
-        raise ValueError("the request names no dtype: complete it with PlanRequest.with_dtype")
-    check_dtype(request.kernel, request.dtype)
-    request = request.for_family(getattr(source, "family", None))
-    request.target_spec.check_source(source)
-    if request.tolerance is None:
-        request = dataclasses.replace(request, tolerance=plan_tolerance(request.dtype, source.slopes, request.window))
-    result = STRATEGIES[request.chosen_strategy].plan(source, request)
+    request = resolve(source, request)
+    result = STRATEGIES[request.strategy].plan(source, request)
     forced = "" if request.rotary_dim is None else f" with --rotary-dim {request.rotary_dim}"
     served = request.target_spec.served_head_dim(result.head_dim, result.rotary_dim, result.strategy)
     try:
@@ -47,4 +38,4 @@ def plan(source, request: PlanRequest) -> EmulationPlan:
     return result
 
 
-__all__ = ["STRATEGIES", "EmulationPlan", "HeadPlan", "LadderHead", "PairTerm", "PlanRequest", "plan"]
+__all__ = ["STRATEGIES", "EmulationPlan", "HeadPlan", "LadderHead", "PairTerm", "PlanRequest", "plan", "resolve"]

@@ -187,7 +187,7 @@ def plan_ladder(source, request) -> EmulationPlan:
     """The ladder plan of ``source`` for a ``PlanRequest``: R = ``rotary_dim``, or ``rotary_dim_for(hd, kernel)``
     and, where that plan misses the tolerance, the next size the kernel runs if it does better; floors from
     ``floor`` or ``advantage`` (``head_floors``); the cutoff ``default_cutoff`` unless given."""
-    cutoff = default_cutoff(request.window, request.dtype) if request.cutoff is None else request.cutoff
+    cutoff = request.cutoff  # resolved: default_cutoff unless given
     floors = head_floors(len(source.slopes), cutoff, request.floor, request.advantage)
     if request.rotary_dim is not None:
         sizes = [request.rotary_dim]
@@ -230,4 +230,4 @@ def ladder_options(plan: dict) -> dict:
     return options
 
 
-STRATEGY = Strategy("ladder", plan_ladder, check_ladder, ladder_options, base_words)
+STRATEGY = Strategy("ladder", plan_ladder, check_ladder, ladder_options, base_words, default_cutoff)

@@ -181,3 +181,26 @@ class PlanRequest:
         if out["engine"] is None:  # records without one read as before
             out.pop("engine")
         return out
+
+
+def resolve(source, request: PlanRequest) -> PlanRequest:
+    """``request`` completed for ``source`` (``slopes`` ``(h,)``, ``family``), once, as every strategy plans from
+    it: the dtype must be known (``with_dtype``) and the kernel must run it; the target, where it names none, the
+    family's (``for_family``), refused where it cannot carry the source (``Target.check_source``); the strategy
+    chosen (``chosen_strategy``); the tolerance ``numerics.plan_tolerance`` and the cutoff the strategy's default
+    (``Strategy.cutoff``) where none is given."""
+    from ..numerics import plan_tolerance
+    from ..targets.kernels import check_dtype
+
+    if request.dtype is None:
+        raise ValueError("the request names no dtype: complete it with PlanRequest.with_dtype")
+    check_dtype(request.kernel, request.dtype)
+    request = request.for_family(getattr(source, "family", None))
+    request.target_spec.check_source(source)
+    strategy = STRATEGIES[request.chosen_strategy]
+    tolerance = request.tolerance
+    if tolerance is None:
+        tolerance = plan_tolerance(request.dtype, source.slopes, request.window)
+    cutoff = strategy.cutoff(request.window, request.dtype) if request.cutoff is None else request.cutoff
+    return dataclasses.replace(request, strategy=strategy.name, tolerance=tolerance, cutoff=cutoff)
+

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..numerics import DEFAULT_CUTOFF
+
 STRATEGY_NAMES = ("ladder", "single", "fixed-base")
 
 
@@ -23,13 +25,15 @@ class Strategy:
     the request's dtype known); ``check(request)``: ``ValueError`` naming the option where the request gives
     one this strategy does not take, or lacks one it needs; ``options_of(plan)``: the ``PlanRequest`` options
     of this strategy that a plan record (in today's names) shows; ``rope(plan)``: the rope it serves, in words
-    (``RoPE base 370, rotary dim 32``)."""
+    (``RoPE base 370, rotary dim 32``); ``cutoff(window, dtype)``: the cutoff (logits) it plans with where a
+    request gives none (``numerics.DEFAULT_CUTOFF`` unless the strategy has its own)."""
 
     name: str
     plan: Callable[[Any, Any], Any]
     check: Callable[[Any], None]
     options_of: Callable[[dict[str, Any]], dict[str, Any]]
     rope: Callable[[Any], str]
+    cutoff: Callable[[int, str], float] = lambda window, dtype: DEFAULT_CUTOFF
 
     def __post_init__(self) -> None:
         if self.name not in STRATEGY_NAMES:
