@@ -30,9 +30,9 @@ BLOCKS = {  # the source blocks a target carries exactly (``SourceInfo.block``),
     "layernorm-gated": "LayerNorm with bias and a gated MLP"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Target:
-    """One stock architecture. ``strategies``: those of ``emulation.STRATEGIES`` it can carry;
+    """One stock architecture, a row of keywords. ``strategies``: those of ``emulation.STRATEGIES`` it can carry;
     ``rotary_block``: it rotates a block of ``base^(-2r/R)`` pairs (else its single pair turns at a free theta);
     ``pair_dims``: where a head's single pair sits (``PAIR_DIMS``); ``layer_norm`` (``LAYER_NORMS``) and ``mlp``
     (the up and down projections' names) for its tensors; ``engines``: where it runs, in one line; ``serving``:
@@ -146,34 +146,42 @@ def carrying(strategy: str) -> tuple[str, ...]:
 _HF = "transformers{versions}: `AutoModelForCausalLM.from_pretrained(\"{{dst}}\")`{note}"
 _VLLM = "vLLM: `vllm serve {dst} --dtype {dtype} --max-model-len {window}`"
 TARGETS = {t.name: t for t in (
-    Target("gpt-neox", "GPTNeoXForCausalLM", "gpt_neox", ("ladder", "single", "fixed-base"), True, "block",
-           "layernorm", ("dense_h_to_4h", "dense_4h_to_h"),
-           "transformers 4.x/5.x, llama.cpp, CTranslate2; vLLM and SGLang through their Transformers backends",
-           (_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
+    Target(name="gpt-neox", architecture="GPTNeoXForCausalLM", model_type="gpt_neox",
+           strategies=("ladder", "single", "fixed-base"), rotary_block=True, pair_dims="block",
+           layer_norm="layernorm", mlp=("dense_h_to_4h", "dense_4h_to_h"),
+           engines="transformers 4.x/5.x, llama.cpp, CTranslate2; vLLM and SGLang through their Transformers backends",
+           serving=(_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
             "llama.cpp: `convert_hf_to_gguf.py {dst}` drops the RoPE base; set `gptneox.rope.freq_base` to {base} "
             "in the GGUF, or convert with `--rope-base 10000` (docs/targets.md in ropebridge)"),
            parallel_residual=True),
-    Target("starcoder2", "Starcoder2ForCausalLM", "starcoder2", ("single",), False, "first-and-middle", "layernorm",
-           ("c_fc", "c_proj"), "transformers 5.x; vLLM through its Transformers backend", (_HF.format(versions=" 5.x", note=""),)),
-    Target("nemotron", "NemotronForCausalLM", "nemotron", ("ladder", "single"), False, "first-two", "layernorm1p",
-           ("up_proj", "down_proj"), "transformers 5.x (4.x with the ladder), vLLM; SGLang through its Transformers backend",
-           (_HF.format(versions="", note=" (5.x; 4.x with the ladder)"), _VLLM)),
-    Target("llama", "LlamaForCausalLM", "llama", ("ladder", "single"), False, "whole-head", "rmsnorm",
-           ("up_proj", "down_proj"), "transformers 4.x/5.x, vLLM, SGLang, llama.cpp, TensorRT-LLM (PyTorch backend)",
-           (_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
+    Target(name="starcoder2", architecture="Starcoder2ForCausalLM", model_type="starcoder2", strategies=("single",),
+           rotary_block=False, pair_dims="first-and-middle", layer_norm="layernorm", mlp=("c_fc", "c_proj"),
+           engines="transformers 5.x; vLLM through its Transformers backend",
+           serving=(_HF.format(versions=" 5.x", note=""),)),
+    Target(name="nemotron", architecture="NemotronForCausalLM", model_type="nemotron",
+           strategies=("ladder", "single"), rotary_block=False, pair_dims="first-two", layer_norm="layernorm1p",
+           mlp=("up_proj", "down_proj"),
+           engines="transformers 5.x (4.x with the ladder), vLLM; SGLang through its Transformers backend",
+           serving=(_HF.format(versions="", note=" (5.x; 4.x with the ladder)"), _VLLM)),
+    Target(name="llama", architecture="LlamaForCausalLM", model_type="llama", strategies=("ladder", "single"),
+           rotary_block=False, pair_dims="whole-head", layer_norm="rmsnorm", mlp=("up_proj", "down_proj"),
+           engines="transformers 4.x/5.x, vLLM, SGLang, llama.cpp, TensorRT-LLM (PyTorch backend)",
+           serving=(_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
             "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}`"),
            blocks=("rmsnorm-gated", "unbiased-layernorm-gated"), rope_form="llama3"),
-    Target("persimmon", "PersimmonForCausalLM", "persimmon", ("ladder", "single", "fixed-base"), True, "block",
-           "layernorm", ("dense_h_to_4h", "dense_4h_to_h"),
-           "transformers 4.x/5.x, SGLang 0.5.23 (with the transformers 5.19 it pins; 5.20+ drops the attribute its "
+    Target(name="persimmon", architecture="PersimmonForCausalLM", model_type="persimmon",
+           strategies=("ladder", "single", "fixed-base"), rotary_block=True, pair_dims="block",
+           layer_norm="layernorm", mlp=("dense_h_to_4h", "dense_4h_to_h"),
+           engines="transformers 4.x/5.x, SGLang 0.5.23 (with the transformers 5.19 it pins; 5.20+ drops the attribute its "
            "Persimmon reads)",
-           (_HF.format(versions="", note=" (4.x and 5.x)"),
+           serving=(_HF.format(versions="", note=" (4.x and 5.x)"),
             "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}` (transformers 5.19, as SGLang "
             "0.5.23 pins it)")),
-    Target("stablelm", "StableLmForCausalLM", "stablelm", ("ladder", "single", "fixed-base"), True, "block",
-           "layernorm", ("up_proj", "down_proj"),
-           "transformers 4.x/5.x, SGLang 0.5.23; vLLM 0.34 through its Transformers backend",
-           (_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
+    Target(name="stablelm", architecture="StableLmForCausalLM", model_type="stablelm",
+           strategies=("ladder", "single", "fixed-base"), rotary_block=True, pair_dims="block",
+           layer_norm="layernorm", mlp=("up_proj", "down_proj"),
+           engines="transformers 4.x/5.x, SGLang 0.5.23; vLLM 0.34 through its Transformers backend",
+           serving=(_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
             "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}`"),
            blocks=("layernorm-gated", "unbiased-layernorm-gated")),
 )}

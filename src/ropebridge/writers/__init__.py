@@ -20,9 +20,8 @@ from ..targets import Target
 from . import gpt_neox, llama, nemotron, persimmon, stablelm, starcoder2
 from .protocol import Writer
 
-WRITERS: dict[str, Writer] = {"gpt-neox": gpt_neox.WRITER, "nemotron": nemotron.WRITER, "starcoder2": starcoder2.WRITER,
-                               "llama": llama.WRITER, "persimmon": persimmon.WRITER,
-                               "stablelm": stablelm.WRITER}
+WRITERS: dict[str, Writer] = {w.target: w for w in (gpt_neox.WRITER, starcoder2.WRITER, nemotron.WRITER, llama.WRITER,
+                                                     persimmon.WRITER, stablelm.WRITER)}  # keyed by the row each names
 
 
 def writer_for(target: Target) -> Writer:

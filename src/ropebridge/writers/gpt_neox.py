@@ -270,4 +270,4 @@ def geometry(src: SourceModel, lay: NeoxLayout) -> dict:
             "content_q_scale": lay.content_scale}
 
 
-WRITER = Writer(layout, add_tensors, config, geometry, shapes)
+WRITER = Writer("gpt-neox", layout, add_tensors, config, geometry, shapes)

@@ -139,4 +139,4 @@ def geometry(src: SourceModel, lay: compact.CompactLayout) -> dict:
             "content_q_scale": lay.content_scale}
 
 
-WRITER = Writer(layout, add_tensors, config, geometry, compact.shapes)
+WRITER = Writer("llama", layout, add_tensors, config, geometry, compact.shapes)

@@ -23,4 +23,5 @@ def config(src: SourceModel, lay: compact.CompactLayout, plan: EmulationPlan) ->
                                             "partial_rotary_factor": prf}}
 
 
-WRITER = Writer(compact.layout, compact.add_tensors, config, compact.geometry, compact.shapes)
+WRITER = Writer("nemotron", compact.layout, compact.add_tensors, config, compact.geometry,
+                compact.shapes)

@@ -47,4 +47,4 @@ def config(src: SourceModel, lay: gpt_neox.NeoxLayout, plan: EmulationPlan) -> d
             "partial_rotary_factor": lay.rotary_pct, "rope_theta": lay.base, **{k: neox[k] for k in keep}}
 
 
-WRITER = Writer(layout, add_tensors, config, gpt_neox.geometry, gpt_neox.shapes)
+WRITER = Writer("persimmon", layout, add_tensors, config, gpt_neox.geometry, gpt_neox.shapes)

@@ -14,10 +14,12 @@ from ..targets import Target
 
 @dataclass(frozen=True)
 class Writer:
-    """One target's code: ``layout(src, plan, target)`` -> a layout (the writer's own dataclass), then
-    ``add_tensors(src, layout, writer)``, ``config(src, layout, plan)`` (config.json, in ``plan.dtype``),
-    ``geometry(src, layout)`` and ``shapes(config)``."""
+    """One target's code: ``target``, the name of the ``targets.TARGETS`` row it writes; ``layout(src, plan,
+    target)`` -> a layout (the writer's own dataclass), then ``add_tensors(src, layout, writer)``,
+    ``config(src, layout, plan)`` (config.json, in ``plan.dtype``), ``geometry(src, layout)`` and
+    ``shapes(config)``."""
 
+    target: str
     layout: Callable[[SourceModel, EmulationPlan, Target], Any]
     add_tensors: Callable[[SourceModel, Any, ShardWriter], None]
     config: Callable[[SourceModel, Any, EmulationPlan], dict[str, Any]]

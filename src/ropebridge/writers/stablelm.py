@@ -196,4 +196,4 @@ def geometry(src: SourceModel, lay: StableLmLayout) -> dict:
             "constant_dim": lay.constant, "bias_unit": lay.bias_unit, "value_one": lay.value_one}
 
 
-WRITER = Writer(layout, add_tensors, config, geometry, gpt_neox.shapes)
+WRITER = Writer("stablelm", layout, add_tensors, config, geometry, gpt_neox.shapes)

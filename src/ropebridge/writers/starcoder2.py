@@ -19,4 +19,5 @@ def config(src: SourceModel, lay: compact.CompactLayout, plan: EmulationPlan) ->
                                 "partial_rotary_factor": compact.partial_rotary_factor(lay)}}
 
 
-WRITER = Writer(compact.layout, compact.add_tensors, config, compact.geometry, compact.shapes)
+WRITER = Writer("starcoder2", compact.layout, compact.add_tensors, config, compact.geometry,
+                compact.shapes)
