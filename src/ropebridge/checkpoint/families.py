@@ -55,9 +55,9 @@ from .. import _checks
 from .views import Segment
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Family:
-    """One ALiBi family: its model types, the config keys of its sizes (first present wins), ``details`` (the
+    """One ALiBi family, a row of keywords: its model types, the config keys of its sizes (first present wins), ``details`` (the
     family's own keys: refusals, max_bias, eps, activation, parallel, MLP width, q.k scale), its tensor names
     (``block``: block i's, ``globals``), its fused-QKV row layout (``per-head`` (h, 3, hd), ``blocks`` [Q | K | V],
     ``per-head-or-multi-query``: also h query heads then one k and one v, or ``multi-query``: only that), the attention verify runs it with,
@@ -302,36 +302,45 @@ def _falcon_per_logit(m: torch.Tensor, head_dim: int) -> torch.Tensor:
 
 _H_GLOBALS = {"emb": "transformer.word_embeddings.weight", "ln_f": "transformer.ln_f", "head": "lm_head.weight"}
 FAMILIES = {f.name: f for f in (
-    Family("bloom", ("bloom",), ("n_head", "num_attention_heads"), ("hidden_size", "n_embed"), ("n_layer",),
-           _bloom, _h_names, _H_GLOBALS, "per-head", "eager", "transformer.word_embeddings_layernorm", label="BLOOM"),
-    Family("mpt", ("mpt",), ("n_heads",), ("d_model",), ("n_layers",), _mpt, _mpt_names,
-           {"emb": "transformer.wte.weight", "ln_f": "transformer.norm_f", "head": "lm_head.weight"}, "blocks", "eager",
-           biases=lambda c: ("no_bias", not c.get("no_bias", True), True), max_positions_key="max_seq_len",
-           alibi_key="attn_config.alibi", label="MPT", refused_tensors={"transformer.wpe.weight": "a learned position embedding beside ALiBi (its "
+    Family(name="bloom", model_types=("bloom",), heads=("n_head", "num_attention_heads"),
+           hidden=("hidden_size", "n_embed"), layers=("n_layer",), details=_bloom, block=_h_names, globals=_H_GLOBALS,
+           qkv_layout="per-head", attention="eager", embedding_norm="transformer.word_embeddings_layernorm",
+           label="BLOOM"),
+    Family(name="mpt", model_types=("mpt",), heads=("n_heads",), hidden=("d_model",), layers=("n_layers",),
+           details=_mpt, block=_mpt_names,
+           globals={"emb": "transformer.wte.weight", "ln_f": "transformer.norm_f", "head": "lm_head.weight"},
+           qkv_layout="blocks", attention="eager", biases=lambda c: ("no_bias", not c.get("no_bias", True), True),
+           max_positions_key="max_seq_len", alibi_key="attn_config.alibi", label="MPT",
+           refused_tensors={"transformer.wpe.weight": "a learned position embedding beside ALiBi (its "
                             "learned_pos_emb), which transformers' MPT never adds and no RoPE target carries"}),
-    Family("replit", ("replit_lm",), ("n_heads",), ("d_model",), ("n_layers",), _replit, _replit_names,
-           {"emb": "transformer.wte.weight", "ln_f": "transformer.ln_f", "head": "lm_head.weight"}, "blocks", None,
-           biases=lambda c: ("no_bias", not c.get("no_bias", False), True), max_positions_key="max_seq_len",
-           alibi_key="alibi", label="Replit"),
-    Family("falcon", ("falcon", "RefinedWeb", "RefinedWebModel"), ("num_attention_heads", "n_head"), ("hidden_size",),
-           ("num_hidden_layers", "n_layer"), _falcon, _h_names, _H_GLOBALS, "per-head-or-multi-query", "sdpa",
-           biases=lambda c: ("bias", bool(c.get("bias", False)), False), per_logit=_falcon_per_logit,
-           eager_attention_maps=False, alibi_key="alibi", label="Falcon-RW"),  # transformers' eager Falcon adds the ALiBi bias twice
-    Family("baichuan", ("baichuan",), ("num_attention_heads",), ("hidden_size",), ("num_hidden_layers",), _baichuan,
-           _baichuan_names, {"emb": "model.embed_tokens.weight", "ln_f": "model.norm", "head": "lm_head.weight"},
-           "blocks", None, biases=lambda c: ("", False, True), per_logit=_float32_per_logit, default_target="llama",
-           alibi_key="hidden_size", label="Baichuan-13B"),
-    Family("refact", ("gpt_refact",), ("n_head", "num_attention_heads"), ("n_embd", "hidden_size"),
-           ("n_layer", "num_hidden_layers"), _refact, _refact_names,
-           {"emb": "transformer.wte.weight", "ln_f": "ln_f", "head": "lm_head.weight"}, "multi-query", None,
-           biases=lambda c: ("", False, True), per_logit=_refact_per_logit, default_target="llama",
-           views=_refact_views, label="Refact"),
-    *(Family(name, (name,), ("n_head", "num_attention_heads"), ("n_embd", "hidden_size"),
-             ("n_layer", "num_hidden_layers"), _jais, _gpt2_names,
-             {"emb": "transformer.wte.weight", "ln_f": "transformer.ln_f", "head": "lm_head.weight"}, "blocks", None,
-             biases=lambda c: ("", True, True), per_logit=_float32_per_logit, default_target="stablelm",
-             transposed=True, slopes_tensor="transformer.relative_pe.slopes", tied_by_default=True,
-             alibi_key="position_embedding_type", label=label)
+    Family(name="replit", model_types=("replit_lm",), heads=("n_heads",), hidden=("d_model",), layers=("n_layers",),
+           details=_replit, block=_replit_names,
+           globals={"emb": "transformer.wte.weight", "ln_f": "transformer.ln_f", "head": "lm_head.weight"},
+           qkv_layout="blocks", attention=None, biases=lambda c: ("no_bias", not c.get("no_bias", False), True),
+           max_positions_key="max_seq_len", alibi_key="alibi", label="Replit"),
+    Family(name="falcon", model_types=("falcon", "RefinedWeb", "RefinedWebModel"),
+           heads=("num_attention_heads", "n_head"), hidden=("hidden_size",), layers=("num_hidden_layers", "n_layer"),
+           details=_falcon, block=_h_names, globals=_H_GLOBALS, qkv_layout="per-head-or-multi-query",
+           attention="sdpa", biases=lambda c: ("bias", bool(c.get("bias", False)), False),
+           per_logit=_falcon_per_logit, eager_attention_maps=False,  # transformers' eager Falcon adds ALiBi twice
+           alibi_key="alibi", label="Falcon-RW"),
+    Family(name="baichuan", model_types=("baichuan",), heads=("num_attention_heads",), hidden=("hidden_size",),
+           layers=("num_hidden_layers",), details=_baichuan, block=_baichuan_names,
+           globals={"emb": "model.embed_tokens.weight", "ln_f": "model.norm", "head": "lm_head.weight"},
+           qkv_layout="blocks", attention=None, biases=lambda c: ("", False, True), per_logit=_float32_per_logit,
+           default_target="llama", alibi_key="hidden_size", label="Baichuan-13B"),
+    Family(name="refact", model_types=("gpt_refact",), heads=("n_head", "num_attention_heads"),
+           hidden=("n_embd", "hidden_size"), layers=("n_layer", "num_hidden_layers"), details=_refact,
+           block=_refact_names, globals={"emb": "transformer.wte.weight", "ln_f": "ln_f", "head": "lm_head.weight"},
+           qkv_layout="multi-query", attention=None, biases=lambda c: ("", False, True), per_logit=_refact_per_logit,
+           default_target="llama", views=_refact_views, label="Refact"),
+    *(Family(name=name, model_types=(name,), heads=("n_head", "num_attention_heads"),
+             hidden=("n_embd", "hidden_size"), layers=("n_layer", "num_hidden_layers"), details=_jais,
+             block=_gpt2_names,
+             globals={"emb": "transformer.wte.weight", "ln_f": "transformer.ln_f", "head": "lm_head.weight"},
+             qkv_layout="blocks", attention=None, biases=lambda c: ("", True, True), per_logit=_float32_per_logit,
+             default_target="stablelm", transposed=True, slopes_tensor="transformer.relative_pe.slopes",
+             tied_by_default=True, alibi_key="position_embedding_type", label=label)
       for name, label in (("jais", "Jais"), ("btlm", "BTLM"))),
 )}
 
