@@ -128,10 +128,8 @@ def from_config(config: Mapping[str, Any] | str | Path) -> SourceInfo:
     layers, vocab = _first(config, spec.layers), config.get("vocab_size")
     layers = None if layers is None else _checks.positive_int("number of layers", layers)
     vocab = None if vocab is None else _checks.positive_int("vocab_size", vocab)
-    factor = details.get("alibi_factor", 1.0)
-    slopes = tuple(m / factor for m in family_slopes(spec.name, heads, head_dim, details["max_bias"]))
-    return SourceInfo(spec.name, heads, head_dim, details.pop("max_bias"), slopes, path,
-                      vocab_size=int(vocab or 0), kv_heads=int(details.pop("kv_heads", heads)),
-                      hidden_size=hidden, n_layers=int(layers or 0),
-                      eps=float(details.pop("eps")), intermediate_size=int(details.pop("intermediate_size")),
-                      qk_scale=float(details.pop("qk_scale")), config=config, **details)
+    slopes = tuple(m / details.alibi_factor for m in family_slopes(spec.name, heads, head_dim, details.max_bias))
+    kv_heads = heads if details.kv_heads is None else details.kv_heads
+    return SourceInfo(spec.name, heads, head_dim, details.max_bias, slopes, path, vocab_size=int(vocab or 0),
+                      kv_heads=kv_heads, hidden_size=hidden, n_layers=int(layers or 0), config=config,
+                      **details.source_fields())

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -56,9 +56,41 @@ from .views import Segment
 
 
 @dataclass(frozen=True, kw_only=True)
+class FamilyDetails:
+    """What a family's config says beyond its sizes (``Family.details``, which refuses the variants without a stock
+    RoPE form): ``max_bias`` (slopes 2^(-max_bias k/h)), ``kv_heads`` (None: one per head), and the fields
+    ``SourceInfo`` holds under the same names (its docs say what each means)."""
+
+    max_bias: float
+    eps: float
+    intermediate_size: int
+    qk_scale: float
+    activation: str = "gelu"
+    parallel: bool = False
+    kv_heads: int | None = None
+    norm: str = "layernorm"
+    norm_bias: bool = True
+    gated: bool = False
+    head_norm: bool = False
+    alibi_factor: float = 1.0
+    embedding_scale: float = 1.0
+    logit_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        for key, kind in (("eps", float), ("intermediate_size", int), ("qk_scale", float), ("kv_heads", int)):
+            if getattr(self, key) is not None:
+                object.__setattr__(self, key, kind(getattr(self, key)))
+
+    def source_fields(self) -> dict[str, Any]:
+        """The ``SourceInfo`` fields these details give, but ``max_bias`` and ``kv_heads`` (set by ``from_config``)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("max_bias", "kv_heads")}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Family:
-    """One ALiBi family, a row of keywords: its model types, the config keys of its sizes (first present wins), ``details`` (the
-    family's own keys: refusals, max_bias, eps, activation, parallel, MLP width, q.k scale), its tensor names
+    """One ALiBi family, a row of keywords: its model types, the config keys of its sizes (first present wins),
+    ``details`` ((config, hidden, head_dim) -> ``FamilyDetails``: the family's own keys read, its variants without a
+    stock RoPE form refused), its tensor names
     (``block``: block i's, ``globals``), its fused-QKV row layout (``per-head`` (h, 3, hd), ``blocks`` [Q | K | V],
     ``per-head-or-multi-query``: also h query heads then one k and one v, or ``multi-query``: only that), the attention verify runs it with,
     ``biases`` (config -> the key that declares the biases, whether it does, whether it covers the LayerNorms:
@@ -78,7 +110,7 @@ class Family:
     heads: tuple[str, ...]
     hidden: tuple[str, ...]
     layers: tuple[str, ...]
-    details: Callable[[Mapping[str, Any], int, int], dict[str, Any]]  # (config, hidden, head_dim) -> fields
+    details: Callable[[Mapping[str, Any], int, int], FamilyDetails]  # (config, hidden, head_dim)
     block: Callable[[int], dict[str, str]]
     globals: Mapping[str, str]
     qkv_layout: str
@@ -116,14 +148,14 @@ def _key(c: Mapping[str, Any], key: str, default: Any, *, null_is_default: bool 
     return _checks.positive(key, value)
 
 
-def _bloom(c, d, hd) -> dict[str, Any]:
+def _bloom(c, d, hd) -> FamilyDetails:
     if c.get("apply_residual_connection_post_layernorm"):
         raise ValueError("BLOOM with apply_residual_connection_post_layernorm=true has no stock RoPE equivalent")
-    return dict(max_bias=8.0, eps=_key(c, "layer_norm_epsilon", 1e-5), activation="gelu_pytorch_tanh", parallel=False,
-                intermediate_size=4 * d, qk_scale=1 / math.sqrt(hd))
+    return FamilyDetails(max_bias=8.0, eps=_key(c, "layer_norm_epsilon", 1e-5), activation="gelu_pytorch_tanh",
+                         parallel=False, intermediate_size=4 * d, qk_scale=1 / math.sqrt(hd))
 
 
-def _mpt(c, d, hd) -> dict[str, Any]:
+def _mpt(c, d, hd) -> FamilyDetails:
     attn = c.get("attn_config") or {}
     if not isinstance(attn, Mapping):
         raise ValueError(f"config key attn_config is {attn!r}; expected an object")
@@ -135,12 +167,12 @@ def _mpt(c, d, hd) -> dict[str, Any]:
     ratio = _key(c, "expansion_ratio", 4)
     if ratio * d != int(ratio * d):
         raise ValueError(f"config key expansion_ratio {ratio!r} times d_model {d} is not a whole MLP width")
-    return dict(max_bias=float(_key(attn, "alibi_bias_max", 8)), eps=_key(c, "layer_norm_epsilon", 1e-5),
-                activation="gelu", parallel=False, intermediate_size=int(ratio * d),
-                qk_scale=_key(attn, "softmax_scale", 1 / math.sqrt(hd), null_is_default=True))
+    return FamilyDetails(max_bias=float(_key(attn, "alibi_bias_max", 8)), eps=_key(c, "layer_norm_epsilon", 1e-5),
+                         activation="gelu", parallel=False, intermediate_size=int(ratio * d),
+                         qk_scale=_key(attn, "softmax_scale", 1 / math.sqrt(hd), null_is_default=True))
 
 
-def _replit(c, d, hd) -> dict[str, Any]:
+def _replit(c, d, hd) -> FamilyDetails:
     if not c.get("alibi", False):
         raise ValueError("this replit_lm config has alibi = false: not an ALiBi model")
     for key in ("attn_clip_qkv", "attn_qk_ln", "prefix_lm", "logit_scale"):
@@ -149,12 +181,12 @@ def _replit(c, d, hd) -> dict[str, Any]:
     ratio = _key(c, "mlp_ratio", 4)
     if ratio * d != int(ratio * d):
         raise ValueError(f"config key mlp_ratio {ratio!r} times d_model {d} is not a whole MLP width")
-    return dict(max_bias=float(_key(c, "alibi_bias_max", 8)), eps=1e-5, activation="gelu", parallel=False,
-                intermediate_size=int(ratio * d),
-                qk_scale=_key(c, "softmax_scale", 1 / math.sqrt(hd), null_is_default=True))
+    return FamilyDetails(max_bias=float(_key(c, "alibi_bias_max", 8)), eps=1e-5, activation="gelu", parallel=False,
+                         intermediate_size=int(ratio * d),
+                         qk_scale=_key(c, "softmax_scale", 1 / math.sqrt(hd), null_is_default=True))
 
 
-def _falcon(c, d, hd) -> dict[str, Any]:
+def _falcon(c, d, hd) -> FamilyDetails:
     if not c.get("alibi", False):
         raise ValueError(f"this Falcon config (model_type {c.get('model_type')!r}) has alibi = false: it uses RoPE "
                          "already")
@@ -164,36 +196,36 @@ def _falcon(c, d, hd) -> dict[str, Any]:
     if act != "gelu":
         raise ValueError(f"Falcon activation {act!r} is not supported (only gelu)")
     kv_heads = 1 if c.get("multi_query", True) else d // hd  # FalconConfig's default is multi_query=True
-    return dict(max_bias=8.0, eps=_key(c, "layer_norm_epsilon", 1e-5), activation=act,
-                parallel=bool(c.get("parallel_attn", True)),
-                intermediate_size=int(_key(c, "ffn_hidden_size", 4 * d, null_is_default=True)),
-                qk_scale=1 / math.sqrt(hd), kv_heads=kv_heads)
+    return FamilyDetails(max_bias=8.0, eps=_key(c, "layer_norm_epsilon", 1e-5), activation=act,
+                         parallel=bool(c.get("parallel_attn", True)),
+                         intermediate_size=int(_key(c, "ffn_hidden_size", 4 * d, null_is_default=True)),
+                         qk_scale=1 / math.sqrt(hd), kv_heads=kv_heads)
 
 
-def _baichuan(c, d, hd) -> dict[str, Any]:
+def _baichuan(c, d, hd) -> FamilyDetails:
     if d == 4096:
         raise ValueError("this Baichuan config has hidden_size 4096, a 7B model (Baichuan-7B, Baichuan2-7B): it uses "
                          "RoPE already; the ALiBi models are the 13B ones")
     act = c.get("hidden_act", "silu")
     if act != "silu":
         raise ValueError(f"Baichuan hidden_act {act!r} is not supported (only silu)")
-    return dict(max_bias=8.0, eps=_key(c, "rms_norm_eps", 1e-6), activation="silu", parallel=False,
-                intermediate_size=int(_key(c, "intermediate_size", 13696)), qk_scale=1 / math.sqrt(hd),
-                norm="rmsnorm", gated=True, head_norm=c.get("vocab_size") == BAICHUAN2_VOCAB)
+    return FamilyDetails(max_bias=8.0, eps=_key(c, "rms_norm_eps", 1e-6), activation="silu", parallel=False,
+                         intermediate_size=int(_key(c, "intermediate_size", 13696)), qk_scale=1 / math.sqrt(hd),
+                         norm="rmsnorm", gated=True, head_norm=c.get("vocab_size") == BAICHUAN2_VOCAB)
 
 
 BAICHUAN2_VOCAB = 125696  # Baichuan2's vocabulary: its output head is a NormHead (vLLM's and SGLang's rule)
 
 
-def _refact(c, d, hd) -> dict[str, Any]:
+def _refact(c, d, hd) -> FamilyDetails:
     inner = int(_key(c, "n_inner", 4 * d, null_is_default=True))
     width = int(2 * inner / 3)  # its MLP: 2/3 of n_inner (default 4D), rounded up to a multiple of 256
-    return dict(max_bias=8.0, eps=_key(c, "layer_norm_epsilon", 1e-5), activation="silu", parallel=False,
-                intermediate_size=256 * ((width + 255) // 256), qk_scale=1 / math.sqrt(hd), gated=True,
-                norm_bias=False, kv_heads=1)  # multi-query whatever ``multi_query`` says: its code builds one kv head
+    return FamilyDetails(max_bias=8.0, eps=_key(c, "layer_norm_epsilon", 1e-5), activation="silu", parallel=False,
+                         intermediate_size=256 * ((width + 255) // 256), qk_scale=1 / math.sqrt(hd), gated=True,
+                         norm_bias=False, kv_heads=1)  # multi-query whatever ``multi_query`` says: its code builds one kv head
 
 
-def _jais(c, d, hd) -> dict[str, Any]:
+def _jais(c, d, hd) -> FamilyDetails:
     """Jais and BTLM (module doc): the muP scales under either spelling, the attention's power of hd, the fixed
     ALiBi scaling; the variants without a stock RoPE form refused."""
     kind = c.get("position_embedding_type", "learned")  # JAISConfig's and BTLMConfig's default: learned
@@ -224,11 +256,11 @@ def _jais(c, d, hd) -> dict[str, Any]:
         raise ValueError(f"config keys width_scale = {width!r} and mup_output_alpha * mup_width_scale = {mup!r} "
                          "disagree: the source can be read two ways")
     embed = _first(c, ("embeddings_scale", "mup_embeddings_scale"))
-    return dict(max_bias=8.0, eps=_key(c, "layer_norm_epsilon", 1e-5), activation="silu", parallel=False,
-                intermediate_size=int(_key(c, "n_inner", 4 * d, null_is_default=True)),
-                qk_scale=hd ** -power if c.get("scale_attn_weights", True) else 1.0, gated=True, alibi_factor=factor,
-                embedding_scale=1.0 if embed is None else _checks.positive("embeddings_scale", embed),
-                logit_scale=float(_key(c, "width_scale", 1.0)) if width is not None else mup)
+    return FamilyDetails(max_bias=8.0, eps=_key(c, "layer_norm_epsilon", 1e-5), activation="silu", parallel=False,
+                         intermediate_size=int(_key(c, "n_inner", 4 * d, null_is_default=True)),
+                         qk_scale=hd ** -power if c.get("scale_attn_weights", True) else 1.0, gated=True, alibi_factor=factor,
+                         embedding_scale=1.0 if embed is None else _checks.positive("embeddings_scale", embed),
+                         logit_scale=float(_key(c, "width_scale", 1.0)) if width is not None else mup)
 
 
 def _h_names(i: int) -> dict[str, str]:
