@@ -1,4 +1,4 @@
-"""The gpt-neox writer: its rotary fraction survives the readers' truncation; a remote-code family it carries
+"""The gpt-neox writer: a remote-code family it carries
 (Replit's ``replit_lm``) converted and run by transformers' GPT-NeoX against an independent reading."""
 
 import json
@@ -11,14 +11,6 @@ from remote_models import greedy_continuation, replit_logits
 from ropebridge.convert import convert
 from ropebridge.emulation import PlanRequest
 from ropebridge.numerics import TOLERANCE
-from ropebridge.writers.gpt_neox import robust_fraction
-
-
-def test_rotary_fraction_survives_truncation():
-    for hd in range(8, 400):
-        for r in (2, 4, 6, 16):
-            f = robust_fraction(r, hd + r)
-            assert int((hd + r) * f) == r and round((hd + r) * f) == r
 
 
 def test_replit_lm_converts_by_default_to_gpt_neox_exact_in_float32(tmp_path):

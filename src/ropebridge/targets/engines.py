@@ -5,7 +5,8 @@ class runs the target's architecture), ``backend`` (its Transformers backend run
 engine's attention kernels) or ``none``, and how that was established (tested, measured, run, read). From these
 two tables alone: ``choose`` picks, for a source and an engine, the target that engine runs natively (the family's
 default first), else one its Transformers backend runs; ``per_family`` gives the docs' table of that choice for
-every family (``scripts/engine_tables.py`` writes both tables into docs/targets.md and the README).
+every family (``benchmarks/tables.py`` writes both tables into docs/targets.md and the README, and its
+``--check`` in the suite fails where they differ).
 """
 
 from __future__ import annotations

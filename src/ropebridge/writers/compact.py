@@ -14,7 +14,7 @@ single pair (r = 2, one theta for all heads) on either:
 
 The frequency ladder (r = R) on Nemotron: its first R dims rotate with ``rope_type: default`` at the plan's
 base, half layout within them (pair k is dims (k, k + R/2), theta_k = base^(-2k/R), as GPT-NeoX), each pair
-carrying q = (-N'/s, M'/s), k = (0, s) (``gpt_neox`` module doc); content dims R .. hd' - 1. The base is also
+carrying q = (-N'/s, M'/s), k = (0, s) (``blocks`` module doc); content dims R .. hd' - 1. The base is also
 written as the top-level ``rope_theta`` that transformers 4.x's Nemotron reads (with ``partial_rotary_factor``).
 
 Neither reaches llama.cpp or CTranslate2 (docs/targets.md). transformers 4.x ignores ``rope_parameters``, so it
@@ -35,7 +35,7 @@ from ..checkpoint.model import SourceModel
 from ..checkpoint.tensor_io import ShardWriter, row_blocks, single
 from ..emulation import EmulationPlan
 from ..targets import Target
-from .gpt_neox import WORK, block_constants, check_plan, robust_fraction
+from .blocks import WORK, block_constants, check_plan, robust_fraction
 
 @dataclass(frozen=True)
 class CompactLayout:
@@ -152,7 +152,8 @@ def o_rows(src: SourceModel, i: int, lay: CompactLayout, a: int, b: int, dtype: 
 
 
 def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> None:
-    """Describe every target tensor to ``writer``, large ones in row (or head) blocks as in ``gpt_neox``."""
+    """Describe every target tensor to ``writer``, large ones in row (or head) blocks (at most
+    ``checkpoint.tensor_io.BLOCK_BYTES`` of float64 each)."""
     info = src.info
     d, v, f, h = info.hidden_size, info.vocab_size, info.intermediate_size, info.n_heads
     one_p = lay.target.layer_norm == "layernorm1p"  # LayerNorm1P stores weight - 1

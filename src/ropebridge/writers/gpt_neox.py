@@ -1,137 +1,24 @@
-"""Writer of the ``gpt-neox`` target: stock GPT-NeoX (``GPTNeoXForCausalLM``) with a padded residual stream.
-
-GPT-NeoX ties the head dim to ``hidden_size / heads`` and rotates the *first* ``r`` dims of each head
-(half layout within them: pair k is dims (k, k + r/2), theta_k = base^(-2k/r)). Each head becomes
-``hd' = r + hd`` dims: ``r`` rotary dims carrying the emulation pairs (zero weights, constant biases:
-q = (-N'/s, M'/s), k = (0, s) on each planned pair, zero elsewhere; M = 0 but in the frequency ladder,
-which plans every pair), then the ``hd`` content dims, unrotated.
-So the residual stream grows by ``P = h*r`` pad dims, D' = D + P. Every residual writer (embedding,
-attention output, MLP output) writes the mean of its real rows into each pad dim, so each pad dim
-carries the mean mu of the real dims. LayerNorm over D' then keeps the mean mu and sees the variance
-``var * D/D'``; ``eps' = eps * D/D'`` and ``gamma' = gamma * sqrt(D/D')`` undo that exactly, and gamma,
-beta are zero on the pad dims, so every LayerNorm output equals the source's on the real dims and is
-zero on the pads; readers (QKV, MLP input, output head) have zero columns there.
-
-Scales: GPT-NeoX applies 1/sqrt(hd'); the source applies ``qk_scale`` to q.k (1/sqrt(hd) for BLOOM and
-Falcon, ``softmax_scale`` for MPT), so the content q is multiplied by ``qk_scale * sqrt(hd')``, and the
-plan's N and M (stated for 1/sqrt(hd)) become ``N' = N sqrt(hd'/hd)``, ``M' = M sqrt(hd'/hd)``.
+"""Writer of the ``gpt-neox`` target: stock GPT-NeoX (``GPTNeoXForCausalLM``) on the padded residual stream
+(``blocks`` module doc): heads of hd' = R + hd, the rotary block first (GPT-NeoX rotates the first ``rotary_pct``
+of each head, half layout), the residual padded to D' = D + h R. Its tensor names are ``NAMES``; a target with the
+same block and other names (``persimmon``) passes its own to ``add_tensors``.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
 
 import torch
 
 from ..checkpoint.model import SourceModel
-from ..checkpoint.tensor_io import Producer, ShardWriter, row_blocks, rows_per_block, single
+from ..checkpoint.tensor_io import Producer, ShardWriter, row_blocks, single
 from ..emulation import EmulationPlan
-from ..targets import Target
+from .blocks import (WORK, PaddedLayout, embedding_rows, head_rows, mean_padded_rows, pad_rows_with_mean,
+                     padded_geometry, padded_layout, padded_norm, padded_shapes)
 from .protocol import Writer
 
-# Tensors that are only copied or zero-padded are cast once from the source into the output dtype; those
-# whose rows are also averaged (the residual writers' pad rows) are read in float32, which holds any
-# float32/bfloat16/float16 source exactly, and their means summed in float64; q (scaled) and LayerNorms
-# (folded) are computed in float64. Either way every output value is rounded once.
-WORK = torch.float32
 
-
-def robust_fraction(numerator: int, denominator: int) -> float:
-    """A float f with ``int(denominator * f) == numerator`` and ``round(...) == numerator`` (readers truncate)."""
-    f = numerator / denominator
-    while int(denominator * f) != numerator:
-        f = math.nextafter(f, math.inf)
-    assert round(denominator * f) == numerator
-    return f
-
-
-@dataclass(frozen=True)
-class NeoxLayout:
-    """Geometry of the padded target and the emulation biases. ``q_rot``, ``k_rot``: ``(h, r)``."""
-
-    rotary_dim: int
-    head_dim: int  # hd' = r + hd
-    hidden_size: int  # D' = D + h*r
-    base: float
-    q_rot: torch.Tensor
-    k_rot: torch.Tensor
-    content_scale: float
-
-    @property
-    def rotary_pct(self) -> float:
-        return robust_fraction(self.rotary_dim, self.head_dim)
-
-
-def check_plan(src: SourceModel, plan: EmulationPlan) -> None:
-    """``ValueError`` when the plan is for another head count or head dim than the source has."""
-    info = src.info
-    if plan.head_dim != info.head_dim or len(plan.heads) != info.n_heads:
-        raise ValueError(f"the plan is for {len(plan.heads)} heads of dim {plan.head_dim}, "
-                         f"the model has {info.n_heads} of dim {info.head_dim}")
-
-
-def block_constants(plan: EmulationPlan, n_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """q's and k's constants on a rotary block of R dims, ``(h, R)`` each, half layout: pair k of a head is dims
-    (k, k + R/2) with q = (-N' / s, M' / s), k = (0, s), N' = N n_scale (likewise M)."""
-    r = plan.rotary_dim
-    q_rot = torch.zeros(len(plan.heads), r, dtype=torch.float64)
-    k_rot = torch.zeros(len(plan.heads), r, dtype=torch.float64)
-    for hp in plan.heads:
-        for pair in hp.pairs:
-            q_rot[hp.head, pair.index] = -pair.N * n_scale / hp.split  # x of the pair
-            q_rot[hp.head, pair.index + r // 2] = pair.M * n_scale / hp.split  # y (nonzero in the ladder)
-            k_rot[hp.head, pair.index + r // 2] = hp.split  # y of the pair
-    return q_rot, k_rot
-
-
-def layout(src: SourceModel, plan: EmulationPlan, target: Target) -> NeoxLayout:
-    """Place each head's planned pairs on the target's rotary dims."""
-    info = src.info
-    if plan.base is None or plan.rotary_dim is None:
-        raise ValueError("the GPT-NeoX target needs a plan on a fixed frequency set (base and rotary_dim)")
-    check_plan(src, plan)
-    r, h = plan.rotary_dim, info.n_heads
-    hd_out = r + info.head_dim
-    q_rot, k_rot = block_constants(plan, math.sqrt(hd_out / info.head_dim))
-    return NeoxLayout(r, hd_out, info.hidden_size + h * r, plan.base, q_rot, k_rot, info.qk_scale * math.sqrt(hd_out))
-
-
-def _pad_rows_with_mean(w: torch.Tensor, pads: int) -> torch.Tensor:
-    """Small residual writer ``(D, …)`` -> ``(D + P, …)`` float64: each pad row is the mean of the real rows."""
-    w = w.to(torch.float64)
-    return torch.cat([w, w.mean(0, keepdim=True).expand(pads, *w.shape[1:])], 0)
-
-
-def mean_padded_rows(read: Callable[[int, int], torch.Tensor], n_real: int, pads: int, width: int) -> Producer:
-    """Residual writer ``(D + P, width)`` in row blocks: the real rows ``read(a, b)``, then ``P`` rows each the
-    mean of the real rows. The sum runs row by row in float64, so its bytes do not depend on the block size."""
-
-    def gen() -> Iterator[torch.Tensor]:
-        total = torch.zeros(width, dtype=torch.float64)
-        block = rows_per_block(8 * width)
-        for a in range(0, n_real, block):
-            rows = read(a, min(n_real, a + block))  # (rows, width)
-            for row in rows:
-                total.add_(row)
-            yield rows
-        mean = total / n_real  # float64: rounded once, by the writer
-        for a in range(0, pads, block):
-            yield mean.expand(min(pads, a + block) - a, width)
-
-    return gen
-
-
-def padded_norm(w: torch.Tensor, b: torch.Tensor, d: int, pads: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A LayerNorm's weight and bias ``(D,)`` on the padded stream ``(D + P,)``: gamma * sqrt(D / D') on the real
-    dims (module doc), zero on the pads."""
-    g = math.sqrt(d / (d + pads))
-    return torch.cat([w * g, w.new_zeros(pads)]), torch.cat([b, b.new_zeros(pads)])
-
-
-def _qkv_heads(src: SourceModel, i: int, lay: NeoxLayout, a: int, b: int, dtype: torch.dtype) -> torch.Tensor:
+def _qkv_heads(src: SourceModel, i: int, lay: PaddedLayout, a: int, b: int, dtype: torch.dtype) -> torch.Tensor:
     """Rows of the fused QKV ``(3 h hd', D')`` for heads ``[a, b)`` in the output ``dtype``: ``((b - a) 3 hd', D')``,
     laid out per head as (h, 3, hd'); the content q scaled in float64 and rounded once, k and v cast once, zero
     on the rotary dims and the pad columns."""
@@ -143,7 +30,7 @@ def _qkv_heads(src: SourceModel, i: int, lay: NeoxLayout, a: int, b: int, dtype:
     return weight.view((b - a) * 3 * lay.head_dim, lay.hidden_size)  # (n 3 hd', D')
 
 
-def _qkv_bias(src: SourceModel, i: int, lay: NeoxLayout) -> torch.Tensor:
+def _qkv_bias(src: SourceModel, i: int, lay: PaddedLayout) -> torch.Tensor:
     """Fused QKV bias ``(3 h hd',)``: content biases, and the emulation's constant q and k on the rotary dims."""
     h, r = src.info.n_heads, lay.rotary_dim
     bias = torch.zeros(h, 3, lay.head_dim, dtype=torch.float64)
@@ -162,24 +49,13 @@ NAMES = {"embed": "gpt_neox.embed_in.weight", "block": "gpt_neox.layers.{i}.", "
          "head": "embed_out.weight"}
 
 
-def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter, names: Mapping[str, str] = NAMES) -> None:
+def add_tensors(src: SourceModel, lay: PaddedLayout, writer: ShardWriter, names: Mapping[str, str] = NAMES) -> None:
     """Describe every target tensor to ``writer`` under ``names`` (``NAMES``); each is computed from the source when
     written, in row (or head) blocks of at most ``checkpoint.tensor_io.BLOCK_BYTES`` of float64, so memory is
     bounded by a block, not a tensor."""
     info = src.info
     d, pads, dp, v, h = info.hidden_size, lay.hidden_size - info.hidden_size, lay.hidden_size, info.vocab_size, info.n_heads
     r, hd, f = lay.rotary_dim, info.head_dim, info.intermediate_size
-
-    def embed_rows(a: int, b: int) -> torch.Tensor:  # (rows, D'): each pad column holds the row's mean
-        x = src.embedding_rows(a, b)  # (rows, D), float64
-        out = torch.empty(b - a, dp, dtype=torch.float64)
-        out[:, :d], out[:, d:] = x, x.mean(1, keepdim=True)
-        return out
-
-    def head_rows(a: int, b: int) -> torch.Tensor:  # (rows, D'): zero columns on the pads
-        out = torch.zeros(b - a, dp, dtype=writer.dtype)
-        out[:, :d] = src.head_rows(a, b, writer.dtype)  # moved, not computed: one cast from the source
-        return out
 
     def attn_out_rows(i: int, a: int, b: int) -> torch.Tensor:  # (rows, h hd'): zero columns on the rotary dims
         out = torch.zeros(b - a, h, lay.head_dim, dtype=WORK)
@@ -192,10 +68,10 @@ def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter, names: M
         return out
 
     def bias(i: int, which: str, padded: bool) -> Producer:
-        return single(lambda: _pad_rows_with_mean(src.bias(i, which, WORK), pads) if padded else src.bias(i, which, WORK))
+        return single(lambda: pad_rows_with_mean(src.bias(i, which, WORK), pads) if padded else src.bias(i, which, WORK))
 
     n = names
-    writer.add(n["embed"], (v, dp), row_blocks(embed_rows, v, 8 * dp))
+    writer.add(n["embed"], (v, dp), row_blocks(lambda a, b: embedding_rows(src, a, b, pads), v, 8 * dp))
     for i in range(info.n_layers):
         p = n["block"].format(i=i)
         ln2 = "ln1" if info.parallel else "ln2"  # parallel: both read the same LayerNorm
@@ -217,18 +93,18 @@ def add_tensors(src: SourceModel, lay: NeoxLayout, writer: ShardWriter, names: M
         writer.add(p + n["down"] + ".bias", (dp,), bias(i, "down", True))
     writer.add(n["final"] + ".weight", (dp,), single(lambda: padded_norm(*src.final_norm(), d, pads)[0]))
     writer.add(n["final"] + ".bias", (dp,), single(lambda: padded_norm(*src.final_norm(), d, pads)[1]))
-    writer.add(n["head"], (v, dp), row_blocks(head_rows, v, 8 * dp))
+    writer.add(n["head"], (v, dp), row_blocks(lambda a, b: head_rows(src, a, b, pads, writer.dtype), v, 8 * dp))
 
 
-def config(src: SourceModel, lay: NeoxLayout, plan: EmulationPlan) -> dict:
+def config(src: SourceModel, lay: PaddedLayout, plan: EmulationPlan) -> dict:
     """config.json of the target, in ``plan.dtype``. Carries the legacy ``rotary_pct``/``rotary_emb_base`` keys
     too, so transformers 4.x (which ignores ``rope_parameters``) reads the same rotary setting."""
     info, c, dtype = src.info, src.config, plan.dtype
     d, pads = info.hidden_size, lay.hidden_size - info.hidden_size
     pct = lay.rotary_pct
     return {
-        "architectures": ["GPTNeoXForCausalLM"],
-        "model_type": "gpt_neox",
+        "architectures": [lay.target.architecture],
+        "model_type": lay.target.model_type,
         "vocab_size": info.vocab_size,
         "hidden_size": lay.hidden_size,
         "num_attention_heads": info.n_heads,
@@ -255,19 +131,4 @@ def config(src: SourceModel, lay: NeoxLayout, plan: EmulationPlan) -> dict:
     }
 
 
-def shapes(config: Mapping[str, Any]) -> dict:
-    """What a GPT-NeoX ``config.json`` serves: head dim hidden / heads (the residual padded to h hd'), one key/value
-    head per head."""
-    d, h = config["hidden_size"], config["num_attention_heads"]
-    return {"layers": config["num_hidden_layers"], "heads": h, "kv_heads": h, "head_dim": d // h, "hidden": d,
-            "intermediate": config["intermediate_size"]}
-
-
-def geometry(src: SourceModel, lay: NeoxLayout) -> dict:
-    """The layout's numbers, as ``ropebridge.json`` records them."""
-    return {"rotary_dim": lay.rotary_dim, "head_dim": lay.head_dim, "hidden_size": lay.hidden_size,
-            "pad_dims": lay.hidden_size - src.info.hidden_size, "rope_base": lay.base,
-            "content_q_scale": lay.content_scale}
-
-
-WRITER = Writer("gpt-neox", layout, add_tensors, config, geometry, shapes)
+WRITER = Writer("gpt-neox", padded_layout, add_tensors, config, padded_geometry, padded_shapes)

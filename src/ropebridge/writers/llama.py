@@ -28,7 +28,7 @@ from ..checkpoint.tensor_io import ShardWriter, row_blocks, single
 from ..emulation import EmulationPlan
 from ..targets import Target
 from . import compact
-from .gpt_neox import WORK
+from .blocks import WORK
 from .protocol import Writer
 
 
@@ -58,7 +58,8 @@ def centred(t: torch.Tensor) -> torch.Tensor:
 
 
 def add_tensors(src: SourceModel, lay: compact.CompactLayout, writer: ShardWriter) -> None:
-    """Describe every target tensor to ``writer``, large ones in row (or head) blocks as in ``gpt_neox``."""
+    """Describe every target tensor to ``writer``, large ones in row (or head) blocks (at most
+    ``checkpoint.tensor_io.BLOCK_BYTES`` of float64 each)."""
     info = src.info
     d, v, f, h, hd = info.hidden_size, info.vocab_size, info.intermediate_size, info.n_heads, lay.head_dim
     kv, group = info.kv_heads, info.n_heads // info.kv_heads

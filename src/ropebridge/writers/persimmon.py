@@ -1,10 +1,10 @@
 """Writer of the ``persimmon`` target: stock Persimmon (``PersimmonForCausalLM``, ``qk_layernorm`` off) with the
-``gpt-neox`` target's padded residual stream, under Persimmon's tensor names.
+padded residual stream (``blocks`` module doc), under Persimmon's tensor names.
 
 Persimmon's block is GPT-NeoX's sequential one: LayerNorm with bias, a fused per-head QKV with bias (h, 3, hd'),
 ``dense`` with bias, ``dense_h_to_4h`` -> ``hidden_act`` -> ``dense_4h_to_h`` with biases, and a rotary block on the
 first ``int(hd' * partial_rotary_factor)`` dims of each head at ``base^(-2k/R)`` (half layout), scaled by
-1/sqrt(hd'); so every tensor is the ``gpt-neox`` writer's (``gpt_neox`` module doc), with ``model.*`` names and an
+1/sqrt(hd'); so every tensor is the ``gpt-neox`` writer's, with ``model.*`` names (``NAMES``) and an
 untied ``lm_head``. It has no parallel residual: a parallel source is refused (``gpt-neox`` carries it). SGLang
 runs it natively (``models/persimmon.py``: ``config.partial_rotary_factor``, ``rope_parameters["rope_theta"]``).
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 from ..checkpoint.model import SourceModel
 from ..checkpoint.tensor_io import ShardWriter
 from ..emulation import EmulationPlan
-from ..targets import Target
 from . import gpt_neox
+from .blocks import PaddedLayout, padded_geometry, padded_layout, padded_shapes
 from .protocol import Writer
 
 NAMES = {"embed": "model.embed_tokens.weight", "block": "model.layers.{i}.", "ln1": "input_layernorm",
@@ -24,17 +24,12 @@ NAMES = {"embed": "model.embed_tokens.weight", "block": "model.layers.{i}.", "ln
          "head": "lm_head.weight"}
 
 
-def layout(src: SourceModel, plan: EmulationPlan, target: Target) -> gpt_neox.NeoxLayout:
-    """The ``gpt-neox`` layout (a parallel source is refused before, by ``Target.check_source``)."""
-    return gpt_neox.layout(src, plan, target)
-
-
-def add_tensors(src: SourceModel, lay: gpt_neox.NeoxLayout, writer: ShardWriter) -> None:
+def add_tensors(src: SourceModel, lay: PaddedLayout, writer: ShardWriter) -> None:
     """The ``gpt-neox`` writer's tensors under Persimmon's names (``NAMES``)."""
     gpt_neox.add_tensors(src, lay, writer, NAMES)
 
 
-def config(src: SourceModel, lay: gpt_neox.NeoxLayout, plan: EmulationPlan) -> dict:
+def config(src: SourceModel, lay: PaddedLayout, plan: EmulationPlan) -> dict:
     """config.json: GPT-NeoX's geometry under Persimmon's keys, ``qk_layernorm`` false, the rotary block both as
     transformers 5.x's ``rope_parameters`` and as the top-level ``partial_rotary_factor``/``rope_theta`` that
     transformers 4.x and SGLang 0.5.23 (with its transformers 5.19) read."""
@@ -43,8 +38,8 @@ def config(src: SourceModel, lay: gpt_neox.NeoxLayout, plan: EmulationPlan) -> d
             "rope_parameters", "max_position_embeddings", "layer_norm_eps", "tie_word_embeddings", "attention_dropout",
             "hidden_dropout", "initializer_range", "use_cache", "bos_token_id", "eos_token_id", "pad_token_id",
             "torch_dtype", "dtype")
-    return {"architectures": ["PersimmonForCausalLM"], "model_type": "persimmon", "qk_layernorm": False,
+    return {"architectures": [lay.target.architecture], "model_type": lay.target.model_type, "qk_layernorm": False,
             "partial_rotary_factor": lay.rotary_pct, "rope_theta": lay.base, **{k: neox[k] for k in keep}}
 
 
-WRITER = Writer("persimmon", layout, add_tensors, config, gpt_neox.geometry, gpt_neox.shapes)
+WRITER = Writer("persimmon", padded_layout, add_tensors, config, padded_geometry, padded_shapes)

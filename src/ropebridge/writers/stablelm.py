@@ -1,10 +1,10 @@
 """Writer of the ``stablelm`` target: stock StableLM (``StableLmForCausalLM``, ``qk_layernorm`` off, sequential
-residual) carrying a gated-MLP LayerNorm source with biases everywhere (Jais, BTLM) exactly, on the ``gpt-neox``
-target's padded residual.
+residual) carrying a gated-MLP LayerNorm source with biases everywhere (Jais, BTLM) exactly, on the padded
+residual stream (``blocks`` module doc).
 
 StableLM ties the head dim to ``hidden_size / heads`` and rotates the first ``int(hd' * partial_rotary_factor)``
-dims of each head (half layout, as GPT-NeoX), so the layout is the ``gpt_neox`` module's: heads of hd' = r + hd,
-the residual padded to D' = D + h r with each pad dim carrying the mean of the real ones (``gpt_neox`` module doc).
+dims of each head (half layout, as GPT-NeoX), so the layout is ``blocks.padded_layout``: heads of hd' = r + hd,
+the residual padded to D' = D + h r with each pad dim carrying the mean of the real ones.
 Its LayerNorms have a bias, its q, k, v have biases (``use_qkv_bias``); its output projection and its MLP
 ``down(silu(gate x) * up x)`` have none. The missing biases ride on constants the padded block already has room for:
 
@@ -36,7 +36,8 @@ from ..checkpoint.tensor_io import ShardWriter, row_blocks, single
 from ..emulation import EmulationPlan
 from ..targets import Target
 from . import gpt_neox
-from .gpt_neox import WORK, NeoxLayout
+from .blocks import (WORK, PaddedLayout, embedding_rows, head_rows, mean_padded_rows, padded_geometry, padded_layout,
+                     padded_norm, padded_shapes)
 from .protocol import Writer
 
 UNIT_GATE = 64.0  # the bias unit's gate; silu(64) = 64 in float32/16 and bfloat16, and its up is 1/64
@@ -45,10 +46,10 @@ UNIT_ALIGN = 128  # with the bias unit, the MLP width is the next multiple of th
 
 @dataclass(frozen=True)
 class StableLmLayout:
-    """The ``gpt-neox`` layout, the MLP width F' and whether the bias unit (``bias_unit``) and the value that is 1
+    """The padded layout, the MLP width F' and whether the bias unit (``bias_unit``) and the value that is 1
     (``value_one``) are written (module doc)."""
 
-    neox: NeoxLayout
+    neox: PaddedLayout
     intermediate_size: int
     bias_unit: bool
     value_one: bool
@@ -72,14 +73,14 @@ def layout(src: SourceModel, plan: EmulationPlan, target: Target) -> StableLmLay
                          f"{info.activation}")
     unit = _has_bias(src, "down")
     f = info.intermediate_size
-    return StableLmLayout(gpt_neox.layout(src, plan, target), f + (UNIT_ALIGN - f % UNIT_ALIGN if unit else 0), unit,
+    return StableLmLayout(padded_layout(src, plan, target), f + (UNIT_ALIGN - f % UNIT_ALIGN if unit else 0), unit,
                           _has_bias(src, "o"))
 
 
 def _norm(src: SourceModel, i: int, which: str, lay: StableLmLayout) -> tuple[torch.Tensor, torch.Tensor]:
-    """Block i's LayerNorm ``which`` on D' (``gpt_neox``'s fold), beta 1 on the constant channel."""
+    """Block i's LayerNorm ``which`` on D' (``blocks.padded_norm``), beta 1 on the constant channel."""
     d = src.info.hidden_size
-    w, b = gpt_neox.padded_norm(*src.norm(i, which), d, lay.neox.hidden_size - d)
+    w, b = padded_norm(*src.norm(i, which), d, lay.neox.hidden_size - d)
     b[lay.constant] = 1.0
     return w, b
 
@@ -111,20 +112,12 @@ def _proj_bias(src: SourceModel, i: int, lay: StableLmLayout, part: int) -> torc
 
 
 def add_tensors(src: SourceModel, lay: StableLmLayout, writer: ShardWriter) -> None:
-    """Describe every target tensor to ``writer``, large ones in row (or head) blocks as in ``gpt_neox``."""
+    """Describe every target tensor to ``writer``, large ones in row (or head) blocks (at most
+    ``checkpoint.tensor_io.BLOCK_BYTES`` of float64 each)."""
     info, n = src.info, lay.neox
     d, dp, v, h, hd, f, fp = (info.hidden_size, n.hidden_size, info.vocab_size, info.n_heads, n.head_dim,
                               info.intermediate_size, lay.intermediate_size)
     pads, c = dp - d, lay.constant
-
-    def embed_rows(a: int, b: int) -> torch.Tensor:  # (rows, D'): each pad column holds the row's mean
-        x = src.embedding_rows(a, b)  # (rows, D), float64
-        return torch.cat([x, x.mean(1, keepdim=True).expand(b - a, pads)], 1)
-
-    def head_rows(a: int, b: int) -> torch.Tensor:  # (rows, D'): zero columns on the pads
-        out = torch.zeros(b - a, dp, dtype=writer.dtype)
-        out[:, :d] = src.head_rows(a, b, writer.dtype)
-        return out
 
     def o_rows(i: int, a: int, b: int) -> torch.Tensor:  # (rows, h hd'): the content columns, the bias on v's 1
         out = torch.zeros(b - a, h, hd, dtype=WORK)
@@ -150,7 +143,8 @@ def add_tensors(src: SourceModel, lay: StableLmLayout, writer: ShardWriter) -> N
             out[:, f] = src.bias(i, "down", WORK)[a:b]
         return out
 
-    writer.add("model.embed_tokens.weight", (v, dp), row_blocks(embed_rows, v, 8 * dp))
+    writer.add("model.embed_tokens.weight", (v, dp),
+               row_blocks(lambda a, b: embedding_rows(src, a, b, pads), v, 8 * dp))
     for i in range(info.n_layers):
         p = f"model.layers.{i}."
         for name, which in (("input_layernorm", "ln1"), ("post_attention_layernorm", "ln2")):
@@ -161,16 +155,16 @@ def add_tensors(src: SourceModel, lay: StableLmLayout, writer: ShardWriter) -> N
                        row_blocks(lambda a, b, i=i, part=part: _proj(src, i, lay, part, a, b, writer.dtype), h, 8 * hd * dp))
             writer.add(p + f"self_attn.{x}_proj.bias", (h * hd,), single(lambda i=i, part=part: _proj_bias(src, i, lay, part)))
         writer.add(p + "self_attn.o_proj.weight", (dp, h * hd),
-                   gpt_neox.mean_padded_rows(lambda a, b, i=i: o_rows(i, a, b), d, pads, h * hd))
+                   mean_padded_rows(lambda a, b, i=i: o_rows(i, a, b), d, pads, h * hd))
         for which, unit in (("gate", UNIT_GATE), ("up", 1 / UNIT_GATE)):
             writer.add(p + f"mlp.{which}_proj.weight", (fp, dp),
                        row_blocks(lambda a, b, i=i, w=which, u=unit: mlp_in_rows(i, w, u, a, b), fp, 8 * dp))
         writer.add(p + "mlp.down_proj.weight", (dp, fp),
-                   gpt_neox.mean_padded_rows(lambda a, b, i=i: down_rows(i, a, b), d, pads, fp))
+                   mean_padded_rows(lambda a, b, i=i: down_rows(i, a, b), d, pads, fp))
     for k in (0, 1):
         writer.add(f"model.norm.{('weight', 'bias')[k]}", (dp,),
-                   single(lambda k=k: gpt_neox.padded_norm(*src.final_norm(), d, pads)[k]))
-    writer.add("lm_head.weight", (v, dp), row_blocks(head_rows, v, 8 * dp))
+                   single(lambda k=k: padded_norm(*src.final_norm(), d, pads)[k]))
+    writer.add("lm_head.weight", (v, dp), row_blocks(lambda a, b: head_rows(src, a, b, pads, writer.dtype), v, 8 * dp))
 
 
 def config(src: SourceModel, lay: StableLmLayout, plan: EmulationPlan) -> dict:
@@ -183,7 +177,8 @@ def config(src: SourceModel, lay: StableLmLayout, plan: EmulationPlan) -> dict:
     keep = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "rope_parameters",
             "max_position_embeddings", "layer_norm_eps", "tie_word_embeddings", "attention_dropout", "hidden_dropout",
             "initializer_range", "use_cache", "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype")
-    return {"architectures": ["StableLmForCausalLM"], "model_type": "stablelm", **{k: neox[k] for k in keep},
+    return {"architectures": [lay.neox.target.architecture], "model_type": lay.neox.target.model_type,
+            **{k: neox[k] for k in keep},
             "num_key_value_heads": src.info.n_heads, "intermediate_size": lay.intermediate_size, "hidden_act": "silu",
             "partial_rotary_factor": lay.neox.rotary_pct, "rope_pct": lay.neox.rotary_pct, "rope_theta": lay.neox.base,
             "use_qkv_bias": True,
@@ -191,9 +186,9 @@ def config(src: SourceModel, lay: StableLmLayout, plan: EmulationPlan) -> dict:
 
 
 def geometry(src: SourceModel, lay: StableLmLayout) -> dict:
-    """The ``gpt-neox`` layout's numbers, the MLP width and where the biases ride."""
-    return {**gpt_neox.geometry(src, lay.neox), "intermediate_size": lay.intermediate_size,
+    """The padded layout's numbers (``blocks.padded_geometry``), the MLP width and where the biases ride."""
+    return {**padded_geometry(src, lay.neox), "intermediate_size": lay.intermediate_size,
             "constant_dim": lay.constant, "bias_unit": lay.bias_unit, "value_one": lay.value_one}
 
 
-WRITER = Writer("stablelm", layout, add_tensors, config, geometry, gpt_neox.shapes)
+WRITER = Writer("stablelm", layout, add_tensors, config, geometry, padded_shapes)
