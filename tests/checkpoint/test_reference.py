@@ -1,5 +1,6 @@
-"""The exact float64 ALiBi reference: blockwise equals whole, and the half-precision floor (the source model in a
-dtype with attention and the ALiBi bias exact)."""
+"""The exact float64 ALiBi reference: its query blocks and left padding change nothing, each remote-code family's
+modelling code agrees with it (transformers' families: ``checkpoint/test_model.py``), and the half-precision floor
+(the source model in a dtype with attention and the ALiBi bias exact)."""
 
 import pytest
 import torch
@@ -31,32 +32,47 @@ def test_floor_rounds_every_op_but_keeps_attention_exact(tmp_path):
     assert floor_err < native_err, (floor_err, native_err)
 
 
-def test_blockwise_reference_equals_full_reference(tmp_path):
-    from ropebridge.checkpoint.reference import reference_hidden
-
+def test_the_query_block_changes_nothing_but_the_summation_order(tmp_path):
     src = build(tmp_path / "src", "falcon-rw")
     model = SourceModel(src)
-    ids = torch.randint(0, 320, (1, 150), generator=torch.Generator().manual_seed(2))
-    full = reference_logits(model, ids)[0]
-    blocked = reference_hidden(model, ids[0], query_block=64) @ model.head_rows(0, model.info.vocab_size).T
-    torch.testing.assert_close(blocked, full, rtol=1e-12, atol=1e-12)  # same float64 math, other summation order
+    ids = torch.randint(0, 320, (150,), generator=torch.Generator().manual_seed(2))
+    whole, blocked = (reference_hidden(model, ids, query_block=q) for q in (512, 64))
+    eps = torch.finfo(torch.float64).eps
+    assert float((blocked - whole).abs().max()) <= 256 * eps * float(whole.abs().max())
 
 
 @pytest.mark.parametrize("family", ["bloom-4heads", "mpt", "falcon-parallel-mq"])
-def test_the_streamed_reference_of_a_padded_batch_equals_the_whole_model_one(tmp_path, family):
-    # one layer's weights at a time, the embedding rows of the ids only, attention a block of queries at a time:
-    # the whole-model forward's logits to float64 rounding on every real position of a left-padded batch
+def test_left_padding_leaves_the_real_positions_of_a_batch_as_each_sequence_alone(tmp_path, family):
+    # positions from the cumulative mask: a left-padded row's real positions give the logits of that sequence run
+    # alone (to float64 rounding), a layer at a time, the embedding rows of the ids only, a block of queries at a time
     from ropebridge.checkpoint.reference import reference_states
 
     model = SourceModel(build(tmp_path / "src", family))
     ids = torch.randint(0, 320, (2, 90), generator=torch.Generator().manual_seed(4))
     mask = torch.ones_like(ids)
     mask[1, :31] = 0
-    full = reference_logits(model, ids, mask)  # (2, s, V)
-    streamed = reference_states(model, ids, mask, query_block=16) @ model.head_rows(0, model.info.vocab_size).T
+    head = model.head_rows(0, model.info.vocab_size)
+    batch = reference_states(model, ids, mask, query_block=16) @ head.T  # (2, s, V)
+    alone = reference_logits(model, ids[1:, 31:])[0]  # (s - 31, V)
     eps = torch.finfo(torch.float64).eps
-    assert float((streamed - full).abs()[mask.bool()].max()) <= 256 * eps * float(full.abs().max())
+    assert float((batch[1, 31:] - alone).abs().max()) <= 256 * eps * float(alone.abs().max())
+    first = reference_logits(model, ids[:1])[0]
+    assert float((batch[0] - first).abs().max()) <= 256 * eps * float(first.abs().max())
     assert torch.equal(model.embedding_of(ids), model.embedding_rows(0, model.info.vocab_size)[ids])
+
+
+def test_the_attention_probabilities_a_caller_collects_are_those_of_each_layer(tmp_path):
+    from ropebridge.checkpoint.reference import attention_probs
+
+    model = SourceModel(build(tmp_path / "src", "bloom-4heads"))
+    ids = torch.randint(0, 320, (1, 40), generator=torch.Generator().manual_seed(5))
+    kept: list = []
+    reference_logits(model, ids, probs_out=kept)
+    probs = attention_probs(model, ids)
+    assert len(kept) == len(probs) == model.info.n_layers and all(torch.equal(a, b) for a, b in zip(kept, probs))
+    for p in probs:  # (1, h, s, s): causal rows summing to 1
+        assert torch.equal(p.triu(1), torch.zeros_like(p))
+        assert float((p.sum(-1) - 1).abs().max()) <= p.shape[-1] * torch.finfo(torch.float64).eps
 
 
 def test_baichuan_reference_is_its_modelling_code(tmp_path):

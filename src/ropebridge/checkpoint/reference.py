@@ -3,9 +3,9 @@
 The canonical block of ``checkpoint.model`` with ALiBi applied exactly: logit = qk_scale * q.k - m (i - j),
 positions from the cumulative attention mask (so left padding does not shift distances), slopes as
 the family applies them (Falcon's bfloat16-rounded slopes included, but not its bfloat16 rounding of
-m*j). ``reference_logits`` holds every weight and all logits (small models, and the tests' whole-model forward);
-``reference_states`` holds one layer at a time and gives the final hidden states, whose logits a caller forms a
-block of vocabulary rows at a time (``SourceModel.head_rows``).
+m*j). One forward, ``reference_states``: one layer at a time, giving the final hidden states, whose logits a
+caller forms a block of vocabulary rows at a time (``SourceModel.head_rows``); ``reference_logits`` multiplies
+them by the whole head at once (small models, the tests' whole-model forward).
 """
 
 from __future__ import annotations
@@ -150,7 +150,8 @@ def _map(r, value):
 def reference_logits(
     src: SourceModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *, probs_out: list | None = None
 ) -> torch.Tensor:
-    """Exact ALiBi logits, float64; with ``probs_out`` (a list), each layer's attention probabilities
+    """Exact ALiBi logits, float64: ``reference_states`` times every row of the head at once (small models, the
+    tests' whole-model forward); with ``probs_out`` (a list), each layer's attention probabilities
     ``(b, h, s, t)`` are appended to it.
 
     Args:
@@ -160,42 +161,32 @@ def reference_logits(
     Returns:
         logits ``(b, s, V)``; rows at padding positions are meaningless.
     """
-    info = src.info
-    b, s = input_ids.shape
-    mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-    pos = (mask.cumsum(-1) - 1).clamp(min=0).to(torch.float64)  # (b, s)
-    dist = pos[:, :, None] - pos[:, None, :]  # (b, s, t)
-    blocked = torch.ones(s, s, dtype=torch.bool).triu(1)[None] | (mask[:, None, :] == 0)  # (b, s, t)
-    blocked &= ~torch.eye(s, dtype=torch.bool)[None]  # a padding query sees itself: no all -inf rows (NaN)
-    slopes = torch.tensor(info.slopes, dtype=torch.float64)
-    bias = -slopes[None, :, None, None] * dist[:, None]  # (b, h, s, t)
-    bias = bias.masked_fill(blocked[:, None], float("-inf"))
+    probs = None if probs_out is None else _probs_of(src, input_ids.shape)
+    hidden = reference_states(src, input_ids, attention_mask, observe=None if probs is None else _keeper(probs))
+    if probs_out is not None:
+        probs_out.extend(probs)
+    return hidden @ src.head_rows(0, src.info.vocab_size).T  # (b, s, V)
 
-    x = src.embedding_rows(0, info.vocab_size)[input_ids]  # (b, s, D)
-    for i in range(info.n_layers):
-        layer = src.layer(i)
-        h1 = _ln(x, layer.ln1, info)
-        q = torch.einsum("bsd,hed->bhse", h1, layer.q_w) + layer.q_b[None, :, None, :]  # (b, h, s, hd)
-        k = torch.einsum("bsd,hed->bhse", h1, layer.k_w) + layer.k_b[None, :, None, :]
-        v = torch.einsum("bsd,hed->bhse", h1, layer.v_w) + layer.v_b[None, :, None, :]
-        probs = torch.softmax(info.qk_scale * q @ k.transpose(-1, -2) + bias, dim=-1)  # (b, h, s, t)
-        if probs_out is not None:
-            probs_out.append(probs)
-        ctx = (probs @ v).transpose(1, 2).reshape(b, s, -1)  # (b, s, h*hd)
-        attn = ctx @ layer.o_w.T + layer.o_b
-        x = _residual(x, h1, attn, layer, info)
-    return _ln(x, src.final_norm(), info) @ src.head_rows(0, info.vocab_size).T  # (b, s, V)
+
+def _probs_of(src: SourceModel, shape: torch.Size) -> list[torch.Tensor]:
+    """One zero ``(b, h, s, s)`` float64 tensor per layer, for ``_keeper`` to fill."""
+    b, s = shape
+    return [torch.zeros(b, src.info.n_heads, s, s, dtype=torch.float64) for _ in range(src.info.n_layers)]
+
+
+def _keeper(probs: list[torch.Tensor]) -> Callable[[int, int, torch.Tensor, torch.Tensor, torch.Tensor], None]:
+    """A ``reference_states`` observer that writes each block of queries' probabilities into ``probs[layer]``."""
+
+    def keep(layer: int, start: int, content, dist, weights: torch.Tensor) -> None:
+        probs[layer][:, :, start:start + weights.shape[2], :weights.shape[3]] = weights
+
+    return keep
 
 
 @torch.no_grad()
 def attention_probs(src: SourceModel, input_ids: torch.Tensor) -> list[torch.Tensor]:
     """Each layer's exact attention probabilities ``(b, h, s, s)``, float64, of ``input_ids`` ``(b, s)``
     (``reference_states``, unpadded): O(L b h s^2) memory, for the short inputs of a report's figure."""
-    b, s = input_ids.shape
-    probs = [torch.zeros(b, src.info.n_heads, s, s, dtype=torch.float64) for _ in range(src.info.n_layers)]
-
-    def keep(layer: int, start: int, content, dist, weights: torch.Tensor) -> None:
-        probs[layer][:, :, start:start + weights.shape[2], :weights.shape[3]] = weights
-
-    reference_states(src, input_ids, observe=keep)
+    probs = _probs_of(src, input_ids.shape)
+    reference_states(src, input_ids, observe=_keeper(probs))
     return probs
