@@ -1,8 +1,11 @@
-"""The compact targets' shared writing: ``Starcoder2ForCausalLM`` and ``NemotronForCausalLM``, no padding.
+"""The compact targets' shared writing: ``Starcoder2ForCausalLM``, ``NemotronForCausalLM`` and (with its own
+tensors, ``writers.llama``) ``LlamaForCausalLM``, no padding.
 
-Both take a ``head_dim`` free of ``hidden_size / heads``, so each head simply grows by its emulation dims
-(hd' = hd + r) and the residual stream keeps its width: only q, k, v and the attention output widen. The
-single pair (r = 2, one theta for all heads) on either:
+Each takes a ``head_dim`` free of ``hidden_size / heads``, so each head simply grows by its emulation dims
+(hd' = hd + r) and the residual stream keeps its width: only q, k, v and the attention output widen. Llama turns
+the whole head: its pairs sit on dims (k, k + hd'/2) (``Target.pair_dims`` ``whole-head``; the ladder's R/2 pairs,
+or the single strategy's two opposed pairs, hd' = hd + 4; ``targets.llama_rope``). The single pair (r = 2, one
+theta for all heads) on the other two:
 
 - Starcoder2 (LayerNorm, GELU MLP with biases, sequential residual): ``rope_type: proportional`` with
   ``partial_rotary_factor`` 2/hd' rotates only pair 0, which ``rotate_half`` forms from dims (0, hd'/2),
@@ -17,7 +20,7 @@ base, half layout within them (pair k is dims (k, k + R/2), theta_k = base^(-2k/
 carrying q = (-N'/s, M'/s), k = (0, s) (``blocks`` module doc); content dims R .. hd' - 1. The base is also
 written as the top-level ``rope_theta`` that transformers 4.x's Nemotron reads (with ``partial_rotary_factor``).
 
-Neither reaches llama.cpp or CTranslate2 (docs/targets.md). transformers 4.x ignores ``rope_parameters``, so it
+Starcoder2 and Nemotron reach neither llama.cpp nor CTranslate2 (docs/targets.md). transformers 4.x ignores ``rope_parameters``, so it
 loads the single-pair forms silently wrong (its linear or proportional scaling is lost).
 """
 
