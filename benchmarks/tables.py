@@ -312,18 +312,20 @@ def _engine_script_table(script: str, results: str) -> str:
 
 
 def engines_per_target() -> str:
-    """How each engine runs each target, from ``targets.engines.SUPPORT`` (the engines' sources, versions named)."""
-    from ropebridge.targets.engines import COLUMNS, SUPPORT, TITLES
+    """How each engine runs each target, from each row's ``Target.support`` (the engines' sources, versions named)."""
+    from ropebridge.targets import TARGETS
+    from ropebridge.targets.support import COLUMNS, TITLES
 
     out = ["| `--target` | " + " | ".join(TITLES[c] for c in COLUMNS) + " |", "|---|" + "---|" * len(COLUMNS)]
-    for target, row in SUPPORT.items():
-        out.append(f"| `{target}` | " + " | ".join(row[c].cell() for c in COLUMNS) + " |")
+    for target in TARGETS.values():
+        out.append(f"| `{target.name}` | " + " | ".join(target.support[c].cell() for c in COLUMNS) + " |")
     return "\n".join(out) + "\n"
 
 
 def engines_per_family() -> str:
     """Per family, the targets each engine runs natively and through its Transformers backend (``per_family``)."""
-    from ropebridge.targets.engines import ENGINES, per_family
+    from ropebridge.targets.engines import per_family
+    from ropebridge.targets.support import ENGINES
 
     engines = [e for e in ENGINES if e != "transformers"]
     out = ["| family (default target) | " + " | ".join(ENGINES[e].label for e in engines) + " |",
@@ -334,7 +336,8 @@ def engines_per_family() -> str:
 
 def engine_choice() -> str:
     """The README's table: the target ``--engine E`` takes for each family (``engines.choose``)."""
-    from ropebridge.targets.engines import ENGINES, choose, family_forms
+    from ropebridge.targets.engines import choose, family_forms
+    from ropebridge.targets.support import ENGINES
 
     out = ["| family | " + " | ".join(f"`{e}`" for e in ENGINES) + " |", "|---|" + "---|" * len(ENGINES)]
     for label, info in family_forms():

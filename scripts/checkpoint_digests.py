@@ -57,7 +57,7 @@ NEWER_REMOTE = ("jais", "btlm")  # remote-code families added after LATER_VARIAN
 
 def _plan_record(plan: dict) -> dict:
     """The plan record in the current schema: 0.1's ``rope_dim``, the ``mode`` of 0.1 and early 0.2 (now
-    ``strategy`` and ``theta_rule``), 0.1's ``sine_error``, per-head ``phase`` (now derived) and per-head
+    ``strategy`` and ``theta_rule``), 0.1's ``approximation_error``, per-head ``phase`` (now derived) and per-head
     floor/exact_distance/shift (now the head's ``ladder`` part) read as today's fields."""
     plan = {("rotary_dim" if k == "rope_dim" else k): v for k, v in plan.items()}
     if "mode" in plan:  # written here, not imported, so that this script reads records of any version the same way

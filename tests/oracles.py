@@ -77,7 +77,7 @@ def measure_ladder(fit: HeadFit, thetas: Sequence[float], num: Numerics, *, quer
                    seed: int = 0) -> tuple[float, float]:
     """A ladder head's logits computed as a model does at ``num``'s scale, window and dtype: (worst |logit - s +
     m d| on d <= W, worst rise above s - C beyond W; s the fit's shift). The fit error is included (it is exact
-    arithmetic): subtract ``fit.fit_error`` to bound the rounding alone."""
+    arithmetic): subtract ``fit.approximation_error`` to bound the rounding alone."""
     P = len(thetas)
     qpos, kpos = sample_positions(num.window, queries, seed)
     q_pairs = torch.tensor([*fit.a, *fit.b], dtype=torch.float64) / num.scale  # x: sin amplitudes, y: cos ones

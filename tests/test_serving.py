@@ -54,7 +54,7 @@ def test_counts_from_shapes_are_what_convert_stores(family, target, tmp_path):
     assert params == stored_params(dst)
     assert predicted_config == json.loads((dst / "config.json").read_text())
     geo = Geometry.from_config(predicted_config)
-    assert (geo.family, geo.layers) == (target, config_layers(config))
+    assert (geo.architecture, geo.layers) == (target, config_layers(config))
     reader = CheckpointReader(dst)  # the key rows convert stored: kv_heads * head_dim (GPT-NeoX: fused, 3 h hd)
     key = next(n for n in reader.names() if n.endswith(("k_proj.weight", "query_key_value.weight")))
     assert reader.shape(key)[0] == (3 * geo.heads if "query_key_value" in key else geo.kv_heads) * geo.head_dim
@@ -70,8 +70,8 @@ def test_geometry_reads_every_family(converted_112):
     native = Geometry.from_config(json.loads((src / "config.json").read_text()))
     layout = json.loads((dst / "ropebridge.json").read_text())["layout"]
     target = Geometry.from_config(json.loads((dst / "config.json").read_text()))
-    assert (native.family, native.heads, native.kv_heads, native.head_dim) == ("bloom", 112, 112, 8)
-    assert (target.family, target.head_dim, target.hidden) == ("gpt-neox", layout["head_dim"], layout["hidden_size"])
+    assert (native.architecture, native.heads, native.kv_heads, native.head_dim) == ("bloom", 112, 112, 8)
+    assert (target.architecture, target.head_dim, target.hidden) == ("gpt-neox", layout["head_dim"], layout["hidden_size"])
     assert target.kv_bytes_per_token(2) == 2 * 1 * 112 * layout["head_dim"] * 2
     mq = {"model_type": "falcon", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 8,
           "vocab_size": 10, "alibi": True, "multi_query": True, "parallel_attn": False}

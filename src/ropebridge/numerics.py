@@ -1,4 +1,4 @@
-"""The number formats ropebridge plans for, on the package's bottom floor: the dtypes, their unit roundoff and
+"""The number formats ropebridge plans for, on the package's bottom layer: the dtypes, their unit roundoff and
 half-ulps, the one tolerance of a conversion per dtype, the default cutoff, and ``Numerics``, what an emulated
 head's error depends on besides its pairs.
 

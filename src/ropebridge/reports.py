@@ -56,7 +56,7 @@ def emulation_figure(plan, heads: list[int] | None = None) -> Figure:
     against distance on a log scale (right: sine approximation, rounding bound at the last position, total)."""
     import numpy as np
 
-    from .emulation.error_model import matter_distance, rounding_bound, sine_error
+    from .emulation.error_model import matter_distance, rounding_bound, approximation_error
 
     if heads is None:
         order = sorted(range(len(plan.heads)), key=lambda h: -plan.heads[h].slope)
@@ -70,7 +70,7 @@ def emulation_figure(plan, heads: list[int] | None = None) -> Figure:
         left.plot(d, emulated_bias(hp.specs(), plan.scale, d), "--", color=line.get_color(), lw=1.5,
                   label=f"head {h} emulated")
         dm = distance_grid(matter_distance(hp.slope, plan.window, plan.cutoff), 513)
-        sine = sine_error(hp.slope, hp.specs(), plan.scale, dm)
+        sine = approximation_error(hp.slope, hp.specs(), plan.scale, dm)
         rnd = rounding_bound(hp.specs(), plan.scale, np.full_like(dm, plan.window), plan.window - dm, plan.dtype, hp.split)
         right.semilogy(dm[1:], sine[1:] + rnd[1:], color=line.get_color(), label=f"head {h} total")
         right.semilogy(dm[1:], np.maximum(sine[1:], 1e-300), ":", color=line.get_color(), label=f"head {h} sine")
@@ -92,7 +92,7 @@ def emulation_figure(plan, heads: list[int] | None = None) -> Figure:
 def ladder_figure(plan, heads: list[int] | None = None) -> Figure:
     """For a few heads of a ladder plan: the fitted bias against -m d on a log-distance axis, with the floor
     -C and the exact distance W (left), and the fit error |f(d) - s + m d| up to W against the predicted
-    rounding (right); s the fit's softmax-invariant shift, taken off the bias on the left."""
+    rounding (right); δ the fit's softmax-invariant shift, taken off the bias on the left."""
     import numpy as np
 
     from .emulation.ladder_fit import ladder_bias

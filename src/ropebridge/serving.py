@@ -29,11 +29,11 @@ from .targets import TARGETS, of_model_type
 
 @dataclass(frozen=True)
 class Geometry:
-    """Shapes that decide the KV cache and the splits. ``family``: an ALiBi source's ('bloom', 'mpt',
-    'falcon') or a target's (a name of ``targets.TARGETS``); ``hidden`` is the residual width (D' = h hd' for
+    """Shapes that decide the KV cache and the splits. ``architecture``: what the config describes, an ALiBi
+    source's family ('bloom', 'mpt', 'falcon', …) or a target (a name of ``targets.TARGETS``); ``hidden`` is the residual width (D' = h hd' for
     GPT-NeoX's padded stream); ``kv_heads`` the key/value heads the cache holds."""
 
-    family: str
+    architecture: str
     layers: int
     heads: int
     kv_heads: int
@@ -129,9 +129,9 @@ def converted_checkpoint(src_dir: str | Path, request) -> tuple[int, dict]:
     plan, model = plan_checkpoint(src_dir, request)
     from .writers import describe_checkpoint
 
-    writer = ShardWriter(torch.bfloat16, 2**62)  # never written: only its descriptions count
-    _, config = describe_checkpoint(model, plan, TARGETS[request.for_family(model.info.family).target], writer)
-    return sum(torch.Size(p.shape).numel() for p in writer.pending), config
+    shards = ShardWriter(torch.bfloat16, 2**62)  # never written: only its descriptions count
+    _, config = describe_checkpoint(model, plan, TARGETS[request.for_family(model.info.family).target], shards)
+    return sum(torch.Size(p.shape).numel() for p in shards.pending), config
 
 
 def checkpoint_tp_problems(directory: str | Path, tp: int) -> list[str]:

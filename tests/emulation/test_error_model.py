@@ -9,7 +9,7 @@ import torch
 from oracles import measure
 
 from ropebridge.emulation import error_model
-from ropebridge.emulation.error_model import PairSpec, predict, sine_error
+from ropebridge.emulation.error_model import PairSpec, predict, approximation_error
 from ropebridge.emulation.fixed_base import frequency_set
 from ropebridge.emulation.pairs import multi_pair_amplitudes
 from ropebridge.numerics import DTYPES, Numerics, half_ulp, significant_bits
@@ -31,7 +31,7 @@ def test_torch_sincos_within_the_modelled_accuracy():
 def test_sine_error_is_cubic_for_small_angles():
     m, theta = 0.5, 1e-4
     d = np.array([10.0, 100.0, 1000.0])
-    e = sine_error(m, [PairSpec(theta, m / theta / SCALE)], SCALE, d)
+    e = approximation_error(m, [PairSpec(theta, m / theta / SCALE)], SCALE, d)
     np.testing.assert_allclose(e, m * theta**2 * d**3 / 6, rtol=1e-3)  # next term is O((theta d)^2) relative
 
 

@@ -44,8 +44,8 @@ def test_fit_is_exact_where_it_matters_and_below_the_floor_beyond(slope):
     w = fit.exact_distance
     assert w == min(window, math.floor(floor / slope))
     near, far = np.abs(f[: w + 1] + slope * d[: w + 1]).max(), (f[w + 1:] + floor).max(initial=-np.inf)
-    assert max(near, far, 0) == pytest.approx(fit.fit_error, rel=1e-12)
-    assert fit.fit_error < 0.05  # float16 weighting: the fit is far below a logit
+    assert max(near, far, 0) == pytest.approx(fit.approximation_error, rel=1e-12)
+    assert fit.approximation_error < 0.05  # float16 weighting: the fit is far below a logit
     # amplitudes of order C, independent of the window: nothing near float16's range (65504) once scaled
     assert max(np.abs(fit.a).max(), np.abs(fit.b).max()) < 10 * floor
 
@@ -63,7 +63,7 @@ def test_fit_minimises_its_objective_not_the_fit_alone(dtype):
     w = ladder_fit.rounding_weight(window, dtype) / ladder_fit.extreme_factor(window)
 
     def objective(a, b, shift):
-        return (ladder_fit.fit_error(slope, a, b, thetas, window, floor, shift)
+        return (ladder_fit.approximation_error(slope, a, b, thetas, window, floor, shift)
                 + w * ladder_fit.predicted_rounding(a, b, thetas, window, dtype))
 
     fit = ladder_fit.fit_head(slope, thetas, window, floor, dtype, stored_scale=scale)
@@ -88,7 +88,7 @@ def test_bfloat16_weighs_rounding_by_its_standard_deviation(monkeypatch):
     std = ladder_fit.fit_head(slope, thetas, window, floor, dtype, stored_scale=1 / 8)
     monkeypatch.setattr(ladder_fit, "rounding_weight", lambda n, dt: ladder_fit.extreme_factor(n))
     extreme = ladder_fit.fit_head(slope, thetas, window, floor, dtype, stored_scale=1 / 8)
-    assert std.fit_error < 0.8 * extreme.fit_error, (std.fit_error, extreme.fit_error)
+    assert std.approximation_error < 0.8 * extreme.approximation_error, (std.approximation_error, extreme.approximation_error)
     assert std.rounding_error > extreme.rounding_error
 
 
@@ -105,7 +105,7 @@ def test_the_shift_spares_the_ladder_a_level(slope):
     assert rss[0] < 0.8 * rss[1], rss
     assert free.predicted_error < pinned.predicted_error
     # what the model computes in float64 is s - m d near, and at most s - C beyond W
-    assert max(measure_ladder(free, thetas, Numerics(1 / 8, window, "float32"))) <= free.fit_error + 1e-3
+    assert max(measure_ladder(free, thetas, Numerics(1 / 8, window, "float32"))) <= free.approximation_error + 1e-3
 
 
 SWEEP = [(L, R) for L in (256, 4096, 131072) for R in (16, 32, 64)]
@@ -129,9 +129,9 @@ def test_the_fit_succeeds_everywhere_with_a_small_residual(window, rotary_dim):
                 w = fit.exact_distance
                 residual = max(np.abs(f[: w + 1] + slope * d[: w + 1]).max(), (f[w + 1:] + floor).max(initial=0), 0)
                 eps = 64 * 2.0**-52 * (np.abs(fit.a).sum() + np.abs(fit.b).sum())  # float64 sums of O(amplitude)
-                assert fit.fit_error == pytest.approx(residual, rel=1e-12, abs=eps)
+                assert fit.approximation_error == pytest.approx(residual, rel=1e-12, abs=eps)
                 if (window, rotary_dim, dtype) != (131072, 16, "float32"):  # 8 pairs over 131072 tokens: 1.4e-3
-                    assert fit.fit_error < TOLERANCE[dtype], (dtype, slope, floor, fit.fit_error)
+                    assert fit.approximation_error < TOLERANCE[dtype], (dtype, slope, floor, fit.approximation_error)
 
 
 def test_the_highs_stall_case_fits():
@@ -139,7 +139,7 @@ def test_the_highs_stall_case_fits():
     thetas = engine_frequencies(ladder.free_base(window, 32), 32)
     for slope in (0.25, 0.125):
         fit = ladder_fit.fit_head(slope, thetas, window, 42.87385695847819, "float32", stored_scale=1 / math.sqrt(96))
-        assert fit.fit_error < fit.rounding_error and fit.predicted_error < TOLERANCE["float32"]
+        assert fit.approximation_error < fit.rounding_error and fit.predicted_error < TOLERANCE["float32"]
 
 
 def test_a_failed_solve_is_tried_again_with_the_next_settings(monkeypatch):
@@ -172,7 +172,7 @@ def test_directed_rounding_stores_neighbours_and_cancels_their_errors(dtype):
         assert abs(value - exact) <= (up - down) * (1 + 1e-9)  # within one spacing: one of the two neighbours
     nearest = (torch.tensor(x / scale).to(DTYPES[dtype]).double() * scale).numpy()
     half = len(thetas)
-    errors = [ladder_fit.fit_error(slope, v[:half], v[half:], thetas, window, floor, shift) for v in (got, nearest)]
+    errors = [ladder_fit.approximation_error(slope, v[:half], v[half:], thetas, window, floor, shift) for v in (got, nearest)]
     assert errors[0] <= errors[1], errors
 
 

@@ -8,7 +8,8 @@ from pico import build
 from ropebridge.cli import main
 from ropebridge.emulation import PlanRequest
 from ropebridge.targets import TARGETS
-from ropebridge.targets.engines import ENGINES, FAMILY_FORMS, KINDS, SUPPORT, choose, describe, per_family
+from ropebridge.targets.engines import FAMILY_FORMS, choose, describe, per_family, support
+from ropebridge.targets.support import COLUMNS, ENGINES, KINDS
 
 
 def _form(family, block="layernorm", parallel=False):
@@ -16,10 +17,23 @@ def _form(family, block="layernorm", parallel=False):
 
 
 def test_every_target_has_a_row_for_every_engine():
-    assert set(SUPPORT) == set(TARGETS)
-    for target, row in SUPPORT.items():
-        assert set(ENGINES) <= set(row), target
-        assert all(s.kind in KINDS for s in row.values())
+    for target in TARGETS.values():
+        assert set(ENGINES) <= set(target.support) == set(COLUMNS), target.name
+        assert all(s.kind in KINDS for s in target.support.values())
+
+
+def test_a_target_row_without_every_engine_is_refused():
+    import dataclasses
+
+    row = TARGETS["gpt-neox"]
+    with pytest.raises(ValueError, match="target gpt-neox: support must name every engine column"):
+        dataclasses.replace(row, support={k: v for k, v in row.support.items() if k != "vllm"})
+
+
+def test_where_a_target_runs_is_said_from_its_support():
+    assert TARGETS["llama"].engines.startswith("transformers 5.x, transformers 4.57, vLLM 0.34.0, SGLang 0.5.23")
+    assert TARGETS["gpt-neox"].engines.endswith("; through their Transformers backends: vLLM 0.34.0, SGLang 0.5.23")
+    assert TARGETS["stablelm"].engines.endswith("; through its Transformers backend: vLLM 0.34.0")
 
 
 @pytest.mark.parametrize("family, block, parallel, engine, target, kind", [
@@ -45,7 +59,7 @@ def test_for_every_family_form_the_engine_gets_a_native_target_wherever_one_carr
 
     for label, form in family_forms():
         carriers = [t for t in TARGETS if TARGETS[t].carries(form)]
-        kinds = {SUPPORT[t][engine].kind for t in carriers}
+        kinds = {support(t, engine).kind for t in carriers}
         if kinds == {"none"}:
             with pytest.raises(ValueError, match=f"--engine {engine}: "):
                 choose(form, engine)

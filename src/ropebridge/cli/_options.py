@@ -18,7 +18,7 @@ from ..emulation.strategies import STRATEGIES
 from ..emulation.request import DEFAULT_WINDOW, PlanRequest
 from ..numerics import DEFAULT_CUTOFF, DTYPES, FLOAT32_BIAS_HALF_ULPS, TOLERANCE
 from ..targets import TARGETS
-from ..targets.engines import ENGINES
+from ..targets.support import ENGINES
 from ..targets.kernels import KERNELS
 
 

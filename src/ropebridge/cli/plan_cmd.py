@@ -83,7 +83,7 @@ def _show_ladder(plan, args: argparse.Namespace, target) -> int:
         return 0
     print(f"{plan.family}: {len(plan.heads)} heads, head_dim {plan.head_dim} -> {plan.head_dim + plan.rotary_dim}, "
           f"window {plan.window}, {plan.dtype}, ladder of {plan.pairs_per_head} pairs, base {plan.base:.6g}")
-    print(f"{'head':>4} {'slope':>10} {'floor C':>8} {'W':>7} {'shift s':>8} {'sum|amp|':>9} {'fit_err':>10} {'round_err':>10} "
+    print(f"{'head':>4} {'slope':>10} {'floor C':>8} {'W':>7} {'shift':>8} {'sum|amp|':>9} {'approx_err':>10} {'round_err':>10} "
           f"{'predicted':>10}")
     for h in plan.heads:
         amp = sum(abs(p.N) + abs(p.M) for p in h.pairs) * plan.scale  # logits

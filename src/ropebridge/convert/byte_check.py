@@ -152,25 +152,25 @@ def _comparable_plan(derived: Derivation, record: ConversionRecord) -> dict[str,
 def _compare_tensors(derived: Derivation, reader: CheckpointReader, check: ByteCheck, quick: bool,
                      progress: bool) -> None:
     """Names, shapes and dtypes of every tensor, then (unless ``quick``) every value, block by block."""
-    writer, fail = derived.writer, check.failures.append
-    names = {p.name for p in writer.pending}
+    shards, fail = derived.shards, check.failures.append
+    names = {p.name for p in shards.pending}
     stored = set(reader.names())
     if stored != names:
         extra, missing = sorted(stored - names), sorted(names - stored)
         fail(f"its tensors differ from convert's: {'it adds ' + extra[0] if extra else 'it lacks ' + missing[0]}")
         return
-    for p in writer.pending:
-        if reader.dtype(p.name) != writer.dtype or tuple(reader.shape(p.name)) != p.shape:
+    for p in shards.pending:
+        if reader.dtype(p.name) != shards.dtype or tuple(reader.shape(p.name)) != p.shape:
             fail(f"tensor {p.name} is {str(reader.dtype(p.name))[6:]} {list(reader.shape(p.name))}; convert writes "
-                 f"{str(writer.dtype)[6:]} {list(p.shape)}")
+                 f"{str(shards.dtype)[6:]} {list(p.shape)}")
             return
     if quick:
         return
-    bar = progress_bar(writer.total_bytes(), "verify: bytes", enabled=progress, unit="B", unit_scale=True)
+    bar = progress_bar(shards.total_bytes(), "verify: bytes", enabled=progress, unit="B", unit_scale=True)
     try:
-        for p in writer.pending:
+        for p in shards.pending:
             offset, differing, largest = 0, 0, 0.0
-            for out in writer.blocks(p):  # (n,) in the output dtype
+            for out in shards.blocks(p):  # (n,) in the output dtype
                 got = reader.read_elements(p.name, offset, offset + out.numel())  # (n,) as DST stores it
                 if not torch.equal(got.view(torch.uint8), out.view(torch.uint8)):
                     if check.mode == "exact":
@@ -185,7 +185,7 @@ def _compare_tensors(derived: Derivation, reader: CheckpointReader, check: ByteC
                 check.differences.append(f"{p.name}: {differing} of {offset} values differ, max |difference| "
                                          f"{largest:.4g}")
             check.tensors += 1
-            check.bytes += writer.nbytes(p)
+            check.bytes += shards.nbytes(p)
     finally:
         bar.close()
 

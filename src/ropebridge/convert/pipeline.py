@@ -201,7 +201,7 @@ class Derivation:
     model: SourceModel
     target: Target
     geometry: dict[str, Any]
-    writer: ShardWriter
+    shards: ShardWriter
     config: dict[str, Any]
     side_files: dict[str, bytes]
     asked: PlanRequest
@@ -223,9 +223,9 @@ def derive(src_dir: Path, request: PlanRequest, source_name: str, max_shard_byte
         raise FileNotFoundError(f"no weights (*.safetensors or *.bin) in {src_dir}")
     plan = dataclasses.replace(emulation.plan(source, request), source=source_name)
     target = TARGETS[request.target]
-    writer = ShardWriter(DTYPES[plan.dtype], max_shard_bytes)
-    geometry, config = describe_checkpoint(model, plan, target, writer)
-    return Derivation(request, plan, model, target, geometry, writer, config, side_files(src_dir), asked)
+    shards = ShardWriter(DTYPES[plan.dtype], max_shard_bytes)
+    geometry, config = describe_checkpoint(model, plan, target, shards)
+    return Derivation(request, plan, model, target, geometry, shards, config, side_files(src_dir), asked)
 
 
 def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None, *, accept_error: bool = False,
@@ -242,7 +242,7 @@ def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None
     src_dir = resolve_source(src)
     _check_destination(src_dir, dst, force)  # (DST = SRC is named as such before "exists")
     d = derive(src_dir, request, str(src), int(max_shard_mb * 2**20))
-    plan, writer = d.plan, d.writer
+    plan, shards = d.plan, d.shards
     if not plan.meets_tolerance:
         miss = (f"the plan predicts a worst error of {plan.worst_head.predicted_error:.3g} logits (head "
                 f"{plan.worst_head.head}), above the {plan.dtype} tolerance {plan.tolerance:g}; "
@@ -252,21 +252,21 @@ def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None
         log.warning("%s (accepted with --accept-error)", miss)
     log.info("plan: %s heads, %s, worst predicted error %.3g", len(plan.heads), d.geometry,
              plan.worst_head.predicted_error)
-    check_free_space(dst.parent, writer.total_bytes() + sum(len(b) for b in d.side_files.values()))
+    check_free_space(dst.parent, shards.total_bytes() + sum(len(b) for b in d.side_files.values()))
     with _interrupt.new_directory(dst.parent, f".{dst.name}.tmp-") as tmp:  # removed on any failure
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700; DST gets what a plain mkdir would give
         _write(d, src, src_dir, dst, tmp, force)
-    return ConversionResult(dst, plan, d.target.name, plan.dtype, time.perf_counter() - start, writer.total_bytes())
+    return ConversionResult(dst, plan, d.target.name, plan.dtype, time.perf_counter() - start, shards.total_bytes())
 
 
 def _write(d: Derivation, src: str | Path, src_dir: Path, dst: Path, tmp: Path, force: bool) -> None:
     """Write the derivation into ``tmp`` and publish it as ``dst`` (its caller removes ``tmp`` on any failure).
     A signal that arrives while DST is published is kept until the rename is done, and then no longer stops
     anything: the conversion stands complete, and is reported as such."""
-    plan, writer = d.plan, d.writer
-    bar = progress_bar(writer.total_bytes(), "convert", enabled=d.asked.progress, unit="B", unit_scale=True)
+    plan, shards = d.plan, d.shards
+    bar = progress_bar(shards.total_bytes(), "convert", enabled=d.asked.progress, unit="B", unit_scale=True)
     try:
-        writer.write(tmp, {"ropebridge": __version__}, bar)
+        shards.write(tmp, {"ropebridge": __version__}, bar)
     finally:
         bar.close()  # clears its line: an error starts a line of its own
     (tmp / "config.json").write_text(json.dumps(d.config, indent=1))

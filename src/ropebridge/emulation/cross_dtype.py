@@ -7,7 +7,7 @@ those stored in P; the arithmetic is D's. So, per head, the error model's terms 
 - **arithmetic** in D: tables, products, the dot product and the scores (``error_model.rounding_bound``,
   ``ladder_fit.predicted_rounding`` and ``cast_rounding`` at D).
 
-The ladder's fit error is recomputed on its stored amplitudes (``ladder_fit.fit_error``), re-stored in D where D
+The ladder's fit error is recomputed on its stored amplitudes (``ladder_fit.approximation_error``), re-stored in D where D
 is coarser (nearest, as a cast does). A single pair or a fixed base takes ``error_model.predict`` at D, plus the
 relative rounding of P's stored amplitudes where P is the coarser (``storage_rounding``). In P itself every head's
 prediction is the plan's own (the tests hold them equal); a value stored beyond D's range makes it inf.
@@ -21,7 +21,7 @@ import numpy as np
 
 from ..numerics import Numerics, half_ulp, largest, unit_roundoff
 from .error_model import PairSpec, matter_distance, predict
-from .ladder_fit import cast_rounding, fit_error, predicted_rounding, stored_amplitudes
+from .ladder_fit import cast_rounding, approximation_error, predicted_rounding, stored_amplitudes
 from .plan import EmulationPlan, HeadPlan
 
 
@@ -55,7 +55,7 @@ def _ladder_head(plan: EmulationPlan, head: HeadPlan, dtype: str) -> float:
     if coarser(plan.dtype, dtype) != plan.dtype:  # D rounds the stored values again
         a, b = (stored_amplitudes(x, stored_scale, dtype, toward=False) for x in (a, b))
     ladder = head.ladder
-    fit = fit_error(head.slope, a, b, thetas, plan.window, ladder.floor, ladder.shift)
+    fit = approximation_error(head.slope, a, b, thetas, plan.window, ladder.floor, ladder.shift)
     level = max(ladder.shift, min(ladder.floor, head.slope * plan.window) - ladder.shift)
     return fit + predicted_rounding(a, b, thetas, plan.window, dtype) + cast_rounding(level, stored_scale, dtype)
 

@@ -89,7 +89,7 @@ def emulated_bias(pairs: Sequence[PairSpec], scale: float, d: np.ndarray) -> np.
     return -sum(p.N * scale * np.sin(p.theta * d) for p in pairs)
 
 
-def sine_error(slope: float, pairs: Sequence[PairSpec], scale: float, d: np.ndarray) -> np.ndarray:
+def approximation_error(slope: float, pairs: Sequence[PairSpec], scale: float, d: np.ndarray) -> np.ndarray:
     """``|m d + emulated_bias(d)|`` (the approximation error, no rounding), float64."""
     d = np.asarray(d, dtype=np.float64)
     return np.abs(slope * d + emulated_bias(pairs, scale, d))
@@ -256,7 +256,7 @@ def predict(slope: float, pairs: Sequence[PairSpec], num: Numerics, split: float
     d = distance_grid(matter_distance(slope, window, num.cutoff), 513)  # (n,)
     i = np.unique(np.concatenate([np.linspace(0, window, 33).round(), window - np.arange(4)]))[:, None]  # (m, 1)
     linear = _exact_rotation(pairs, dtype, float(window), split)
-    sine = np.zeros_like(d) if linear else sine_error(slope, pairs, scale, d)  # (n,)
+    sine = np.zeros_like(d) if linear else approximation_error(slope, pairs, scale, d)  # (n,)
     rounding = rounding_bound(pairs, scale, i, i - d[None, :], dtype, split)  # (m, n)
     rounding = np.where(i - d[None, :] >= 0, rounding, 0.0).max(axis=0)  # worst query position per distance
     return ErrorPrediction(float(np.max(sine + rounding)), float(np.max(sine)), float(np.max(rounding)))

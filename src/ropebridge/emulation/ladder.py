@@ -176,7 +176,7 @@ def ladder_on(source, request, rotary_dim: int, floors: Sequence[float], cutoff:
     for h, (m, c) in enumerate(zip(source.slopes, floors)):
         f = fits[m, c]
         pairs = tuple(PairTerm(float(t), -a / scale, i, bb / scale) for i, (t, a, bb) in enumerate(zip(thetas, f.a, f.b)))
-        heads.append(HeadPlan(h, m, pairs, 1.0, f.fit_error, f.rounding_error, f.predicted_error,
+        heads.append(HeadPlan(h, m, pairs, 1.0, f.approximation_error, f.rounding_error, f.predicted_error,
                               LadderHead(f.floor, f.exact_distance, f.shift)))
     return EmulationPlan(source.head_dim, window, dtype, "ladder", tuple(heads), cutoff, request.tolerance,
                          base=float(b), rotary_dim=rotary_dim, pairs_per_head=rotary_dim // 2, rope_parameters=rope,

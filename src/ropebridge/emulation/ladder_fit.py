@@ -3,11 +3,11 @@
 Head h gets ``f(d) = sum_r a_r sin(theta_r d) + b_r cos(theta_r d)`` (logits), theta_r = base^(-2r/R) (the
 target's rotary block; ``ladder`` chooses the base). A softmax needs the bias right only where a key can carry
 weight, and only up to a constant: with a floor C (the cutoff plus the largest content advantage a far key has),
-the exact bias -m d is below -C beyond W = C/m, so the ladder must equal s - m d on d <= W and stay <= s - C on
-W < d <= L, for a shift s of its choice (``fit_head``):
+the exact bias -m d is below -C beyond W = C/m, so the ladder must equal δ - m d on d <= W and stay <= δ - C on
+W < d <= L, for a shift δ of its choice (``fit_head``):
 
-    minimise   max_{d <= W} |f(d) - s + m d|  +  w sqrt(sum_r sigma_r^2 (a_r^2 + b_r^2))
-    subject to f(d) <= s - C  for every integer W < d <= L,   0 <= s <= C,
+    minimise   max_{d <= W} |f(d) - δ + m d|  +  w sqrt(sum_r sigma_r^2 (a_r^2 + b_r^2))
+    subject to f(d) <= δ - C  for every integer W < d <= L,   0 <= δ <= C,
 
 sigma_r the rounding per unit amplitude (``rounding_sigma``) and w its weight (``rounding_weight``). Pairs round
 independently, so the rounding is a root sum of squares: it favours many moderate amplitudes. The amplitudes stay
@@ -48,15 +48,15 @@ def ladder_bias(a: np.ndarray, b: np.ndarray, thetas: np.ndarray, d: np.ndarray)
     return np.sin(ang) @ np.asarray(a, np.float64) + np.cos(ang) @ np.asarray(b, np.float64)
 
 
-def fit_error(slope: float, a, b, thetas, window: int, floor: float, shift: float = 0.0) -> float:
-    """Worst of ``|f(d) - s + m d|`` on d <= W and ``f(d) - s + C`` (where positive) on W < d <= L, every
-    integer d; s the ``shift``."""
+def approximation_error(slope: float, a, b, thetas, window: int, floor: float, shift: float = 0.0) -> float:
+    """Worst of ``|f(d) - δ + m d|`` on d <= W and ``f(d) - δ + C`` (where positive) on W < d <= L, every
+    integer d; δ the ``shift``."""
     d = np.arange(window + 1, dtype=np.float64)
     return _worst(ladder_bias(a, b, thetas, d) - shift, slope, floor, matter_distance(slope, window, floor))
 
 
 def _worst(f: np.ndarray, slope: float, floor: float, w: int) -> float:
-    """``fit_error`` of the shifted bias ``f(d) - s`` given on every integer distance 0..L, shape ``(L + 1,)``."""
+    """``approximation_error`` of the shifted bias ``f(d) - δ`` given on every integer distance 0..L, shape ``(L + 1,)``."""
     near = np.abs(f[: w + 1] + slope * np.arange(w + 1, dtype=np.float64)).max()
     return float(max(near, (f[w + 1:] + floor).max(initial=0.0), 0.0))
 
@@ -124,13 +124,13 @@ _ATTEMPTS = ({}, {"max_iter": 1000, "static_regularization_constant": 1e-6})
 def _solve(slope: float, near: np.ndarray, b_near: np.ndarray, b_far: np.ndarray, floor: float,
            rounding: np.ndarray, max_shift: float) -> tuple[np.ndarray, float, float, str]:
     """The second-order-cone program of the fit on the given distances, solved by clarabel (an interior-point
-    conic solver). Variables z = [x (2P), t, s, u], x = [a, b]; ``b_near`` ``(k, 2P)`` and ``b_far`` ``(j, 2P)``
+    conic solver). Variables z = [x (2P), t, δ, u], x = [a, b]; ``b_near`` ``(k, 2P)`` and ``b_far`` ``(j, 2P)``
     the basis at the ``near`` distances and the far ones:
 
-        minimise t + u   subject to   |B_near x - s + m d| <= t,   B_far x - s <= -C,   0 <= s <= max_shift,
+        minimise t + u   subject to   |B_near x - δ + m d| <= t,   B_far x - δ <= -C,   0 <= δ <= max_shift,
                                       u >= || rounding * x ||_2                      (a second-order cone)
 
-    Returns (x, t, s, status), s clipped to its bounds (an interior point ends within ~1e-9 of them). A solve
+    Returns (x, t, δ, status), δ clipped to its bounds (an interior point ends within ~1e-9 of them). A solve
     that ends neither Solved nor AlmostSolved is tried again with the next settings of ``_ATTEMPTS``; the last
     status is returned either way."""
     import clarabel
@@ -140,10 +140,10 @@ def _solve(slope: float, near: np.ndarray, b_near: np.ndarray, b_far: np.ndarray
     one_n, one_f = np.ones((k, 1)), np.ones((j, 1))
     # rows of A z <= b (nonnegative cone), then the cone (u, rounding * x) as b - A z
     a_lin = np.vstack([
-        np.hstack([b_near, -one_n, -one_n, 0 * one_n]),     # B x - t - s <= -m d
-        np.hstack([-b_near, -one_n, one_n, 0 * one_n]),     # -B x - t + s <= m d
-        np.hstack([b_far, 0 * one_f, -one_f, 0 * one_f]),   # B x - s <= -C
-        np.eye(1, n + 3, n + 1) * [[-1.0]], np.eye(1, n + 3, n + 1),  # -s <= 0, s <= max_shift
+        np.hstack([b_near, -one_n, -one_n, 0 * one_n]),     # B x - t - δ <= -m d
+        np.hstack([-b_near, -one_n, one_n, 0 * one_n]),     # -B x - t + δ <= m d
+        np.hstack([b_far, 0 * one_f, -one_f, 0 * one_f]),   # B x - δ <= -C
+        np.eye(1, n + 3, n + 1) * [[-1.0]], np.eye(1, n + 3, n + 1),  # -δ <= 0, δ <= max_shift
     ])
     a_cone = -np.vstack([np.eye(1, n + 3, n + 2), np.hstack([np.diag(rounding), np.zeros((n, 3))])])
     A = sp.csc_matrix(np.vstack([a_lin, a_cone]))
@@ -161,7 +161,7 @@ def _solve(slope: float, near: np.ndarray, b_near: np.ndarray, b_far: np.ndarray
         if status in _ACCEPTED:
             break
     z = np.asarray(sol.x, np.float64)
-    return z[:n], float(z[n]), float(np.clip(z[n + 1], 0.0, max_shift)), status  # s on its bounds, not 1e-15 past
+    return z[:n], float(z[n]), float(np.clip(z[n + 1], 0.0, max_shift)), status  # δ on its bounds, not 1e-15 past
 
 
 def stored_amplitudes(x: np.ndarray, stored_scale: float, dtype: str, toward: bool) -> np.ndarray:
@@ -198,21 +198,21 @@ def _directed_rounding(x, basis, slope, floor, shift, w, stored_scale, dtype) ->
 
 @dataclass(frozen=True)
 class HeadFit:
-    """One head's ladder: amplitudes (logits) ``a``, ``b`` of shape ``(P,)``, W, C, the shift s (the bias
-    equals s - m d on d <= W; a constant no softmax sees) and the predicted errors."""
+    """One head's ladder: amplitudes (logits) ``a``, ``b`` of shape ``(P,)``, W, C, the shift δ (the bias
+    equals δ - m d on d <= W; a constant no softmax sees) and the predicted errors."""
 
     slope: float
     floor: float
     exact_distance: int
     a: tuple[float, ...]
     b: tuple[float, ...]
-    fit_error: float
+    approximation_error: float
     rounding_error: float
     shift: float = 0.0
 
     @property
     def predicted_error(self) -> float:
-        return self.fit_error + self.rounding_error
+        return self.approximation_error + self.rounding_error
 
 
 def _violations(f: np.ndarray, slope: float, floor: float, w: int, t: float, slack: float) -> tuple[np.ndarray, np.ndarray]:
@@ -227,7 +227,7 @@ def _violations(f: np.ndarray, slope: float, floor: float, w: int, t: float, sla
 
 def _cutting_planes(slope: float, thetas: np.ndarray, window: int, floor: float, dtype: str, max_shift: float,
                     iterations: int) -> tuple[np.ndarray, float]:
-    """The program's solution (x = [a, b] ``(2P,)`` in logits, shift s) on every integer distance: solved on a grid
+    """The program's solution (x = [a, b] ``(2P,)`` in logits, shift δ) on every integer distance: solved on a grid
     (``_grid``), the violated distances added (``_violations``), until none is new."""
     w = matter_distance(slope, window, floor)
     basis = _basis(tuple(thetas.tolist()), window)  # (L + 1, 2P)
@@ -259,7 +259,7 @@ def fit_head(
     """Fit one head (module doc) on the pairs ``thetas`` ``(P,)``: the program solved by cutting planes
     (``_cutting_planes``), then the amplitudes stored as the checkpoint will store them, q = a / ``stored_scale``
     (the target's logit scale) in ``dtype``, by ``_directed_rounding``; the errors are those of the stored values.
-    The shift s is bounded by ``max_shift`` (default C; 0 fits -m d itself)."""
+    The shift δ is bounded by ``max_shift`` (default C; 0 fits -m d itself)."""
     thetas = np.asarray(thetas, np.float64)
     max_shift = floor if max_shift is None else _checks.at_least("max_shift", max_shift, 0.0)
     w = matter_distance(slope, window, floor)
@@ -268,7 +268,7 @@ def fit_head(
     x = _directed_rounding(x, basis, slope, floor, shift, w, stored_scale, dtype)
     P = len(thetas)
     a, b = x[:P], x[P:]
-    level = max(shift, min(floor, slope * window) - shift)  # the logits that matter lie within [s - min(C, m L), s]
+    level = max(shift, min(floor, slope * window) - shift)  # the logits that matter lie within [δ - min(C, m L), δ]
     rounding_error = predicted_rounding(a, b, thetas, window, dtype) + cast_rounding(level, stored_scale, dtype)
     return HeadFit(float(slope), float(floor), w, tuple(a.tolist()), tuple(b.tolist()),
                    _worst(basis @ x - shift, slope, floor, w), rounding_error, shift)

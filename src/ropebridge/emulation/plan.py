@@ -5,7 +5,7 @@ Every strategy (``STRATEGIES`` in this package) returns one ``EmulationPlan``: p
 and k, and the error model's prediction. A pair carries q = (-N/s, M/s), k = (0, s) and adds
 ``sigma (M cos(theta d) - N sin(theta d))`` to the logit, sigma = 1/sqrt(hd) (A. Litzenberger, "Emulating ALiBi
 with RoPE", https://alexlitzenberger.com/blog/emulating_alibi_with_rope). The ladder's heads also carry a
-``LadderHead`` (floor C, the distance W = C/m up to which the bias is exact, the shift s of the bias).
+``LadderHead`` (floor C, the distance W = C/m up to which the bias is exact, the shift δ of the bias).
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ class PairTerm:
 
 @dataclass(frozen=True)
 class LadderHead:
-    """The ladder's part of a head: floor C (logits), W = min(L, floor(C/m)), and the shift s: the bias equals
-    s - m d on d <= W and stays below s - C beyond (a constant shift no softmax sees)."""
+    """The ladder's part of a head: floor C (logits), W = min(L, floor(C/m)), and the shift δ: the bias equals
+    δ - m d on d <= W and stays below δ - C beyond (a constant shift no softmax sees)."""
 
     floor: float
     exact_distance: int

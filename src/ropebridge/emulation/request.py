@@ -16,7 +16,8 @@ from typing import Any
 from .. import _checks
 from ..numerics import DTYPES
 from ..targets import DEFAULT_TARGET, TARGETS, Target, carrying
-from ..targets.engines import ENGINES, SUPPORT
+from ..targets.engines import support
+from ..targets.support import ENGINES
 from ..targets.kernels import KERNELS
 from .strategies import STRATEGIES
 
@@ -87,9 +88,9 @@ class PlanRequest:
             engine = ENGINES[_checks.choice("engine", self.engine, tuple(ENGINES))]
             if self.kernel == "any":  # the kernel whose sizes the engine must run
                 fix("kernel", engine.kernel)
-            if self.target is not None and SUPPORT[self.target][self.engine].kind == "none":
+            if self.target is not None and support(self.target, self.engine).kind == "none":
                 raise ValueError(f"--engine {self.engine}: {engine.label} does not run --target {self.target} "
-                                 f"({SUPPORT[self.target][self.engine].how or 'no form of it'}); leave --target out "
+                                 f"({support(self.target, self.engine).how or 'no form of it'}); leave --target out "
                                  "to take the target it runs")
         if self.dtype is not None:
             _checks.choice("dtype", self.dtype, tuple(DTYPES))

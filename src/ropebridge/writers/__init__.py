@@ -30,12 +30,12 @@ def writer_for(target: Target) -> Writer:
 
 
 def describe_checkpoint(model: SourceModel, plan: EmulationPlan, target: Target,
-                        writer: ShardWriter) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Lay ``plan`` out on ``target`` and describe every tensor to ``writer`` (nothing is read yet); returns the
+                        shards: ShardWriter) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Lay ``plan`` out on ``target`` and describe every tensor to ``shards`` (nothing is read yet); returns the
     layout's numbers ``ropebridge.json`` records and ``config.json``."""
     code = writer_for(target)
     layout = code.layout(model, plan, target)
-    code.add_tensors(model, layout, writer)
+    code.add_tensors(model, layout, shards)
     return code.geometry(model, layout), code.config(model, layout, plan)
 
 

@@ -161,3 +161,45 @@ def padded_geometry(src: SourceModel, lay: PaddedLayout) -> dict:
     return {"rotary_dim": lay.rotary_dim, "head_dim": lay.head_dim, "hidden_size": lay.hidden_size,
             "pad_dims": lay.hidden_size - src.info.hidden_size, "rope_base": lay.base,
             "content_q_scale": lay.content_scale}
+
+
+def proj_rows(src: SourceModel, i: int, lay: PaddedLayout, part: int, a: int, b: int,
+              dtype: torch.dtype) -> torch.Tensor:
+    """Rows of block i's q (part 0), k (1) or v (2) ``((b - a) hd', D')`` for heads ``[a, b)`` in ``dtype``: the
+    content rows after the R rotary dims (q scaled by ``content_scale`` in float64 and rounded once, k and v cast
+    once), zero on the rotary dims and the pad columns."""
+    d = src.info.hidden_size
+    weight = torch.zeros(b - a, lay.head_dim, lay.hidden_size, dtype=dtype)
+    if part == 0:
+        weight[:, lay.rotary_dim:, :d] = src.qkv_part(i, 0, (a, b)) * lay.content_scale  # (heads, hd, D)
+    else:
+        weight[:, lay.rotary_dim:, :d] = src.qkv_part(i, part, (a, b), dtype=dtype)
+    return weight.view((b - a) * lay.head_dim, lay.hidden_size)  # (heads hd', D')
+
+
+def proj_bias(src: SourceModel, i: int, lay: PaddedLayout, part: int) -> torch.Tensor:
+    """Block i's q, k or v bias ``(h, hd')`` float64: the emulation's constants on q's and k's rotary dims (zero on
+    v's), the content biases after them (q's scaled)."""
+    bias = torch.zeros(src.info.n_heads, lay.head_dim, dtype=torch.float64)
+    content = src.qkv_part(i, part, suffix=".bias")  # (h, hd)
+    bias[:, lay.rotary_dim:] = content * lay.content_scale if part == 0 else content
+    if part < 2:
+        bias[:, :lay.rotary_dim] = lay.q_rot if part == 0 else lay.k_rot
+    return bias
+
+
+def attention_out_rows(src: SourceModel, i: int, lay: PaddedLayout, a: int, b: int) -> torch.Tensor:
+    """Rows ``[a, b)`` of block i's attention output ``(rows, h hd')`` in ``WORK``: the source's columns on each
+    head's content dims, zero on its rotary dims (a residual writer: its pad rows are ``mean_padded_rows``')."""
+    h = src.info.n_heads
+    out = torch.zeros(b - a, h, lay.head_dim, dtype=WORK)
+    out[:, :, lay.rotary_dim:] = src.weight(i, "o", WORK, (a, b)).view(b - a, h, src.info.head_dim)  # (rows, h, hd')
+    return out.view(b - a, h * lay.head_dim)
+
+
+def reader_rows(src: SourceModel, i: int, which: str, lay: PaddedLayout, a: int, b: int,
+                dtype: torch.dtype) -> torch.Tensor:
+    """Rows ``[a, b)`` of a matrix that reads the stream (an MLP's ``up`` or ``gate``) ``(rows, D')`` in ``dtype``:
+    the source's, one cast, zero columns on the pads."""
+    x = src.weight(i, which, dtype, (a, b))  # (rows, D)
+    return torch.cat([x, x.new_zeros(b - a, lay.hidden_size - src.info.hidden_size)], 1)

@@ -154,8 +154,8 @@ def o_rows(src: SourceModel, i: int, lay: CompactLayout, a: int, b: int, dtype: 
     return per_head.view(b - a, -1)  # (rows, h hd')
 
 
-def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> None:
-    """Describe every target tensor to ``writer``, large ones in row (or head) blocks (at most
+def add_tensors(src: SourceModel, lay: CompactLayout, shards: ShardWriter) -> None:
+    """Describe every target tensor to ``shards``, large ones in row (or head) blocks (at most
     ``checkpoint.tensor_io.BLOCK_BYTES`` of float64 each)."""
     info = src.info
     d, v, f, h = info.hidden_size, info.vocab_size, info.intermediate_size, info.n_heads
@@ -170,7 +170,7 @@ def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> No
 
     @functools.cache
     def scales(i: int | None, which: str) -> torch.Tensor:  # (D,): LayerNorm (i, which)'s readers' columns, once
-        return ln1p_scales(source_norm(i, which)[0], writer.dtype) if one_p else ones
+        return ln1p_scales(source_norm(i, which)[0], shards.dtype) if one_p else ones
 
     def norm(i: int | None, which: str):  # LayerNorm (i, which) as stored; i None: the final one
         # LayerNorm1P adds 1 in the model's dtype: storing dtype(w)/c - 1 makes that sum exactly dtype(w)/c
@@ -179,37 +179,37 @@ def add_tensors(src: SourceModel, lay: CompactLayout, writer: ShardWriter) -> No
         if not one_p:
             return wb
         c = scales(i, which)
-        return wb[0].to(writer.dtype).double() / c - 1, wb[1].to(writer.dtype).double() / c
+        return wb[0].to(shards.dtype).double() / c - 1, wb[1].to(shards.dtype).double() / c
 
     def rows_of(i: int, which: str, columns: Callable[[], torch.Tensor] | None = None) -> Callable[[int, int], torch.Tensor]:
         if columns is None:  # moved: one cast from the source
-            return lambda a, b: src.weight(i, which, writer.dtype, (a, b))
-        return lambda a, b: (src.weight(i, which, WORK, (a, b)) * columns()).to(writer.dtype)  # exact rescale
+            return lambda a, b: src.weight(i, which, shards.dtype, (a, b))
+        return lambda a, b: (src.weight(i, which, WORK, (a, b)) * columns()).to(shards.dtype)  # exact rescale
 
-    writer.add("model.embed_tokens.weight", (v, d), row_blocks(src.embedding_rows, v, 8 * d))
+    shards.add("model.embed_tokens.weight", (v, d), row_blocks(src.embedding_rows, v, 8 * d))
     for i in range(info.n_layers):
         p = f"model.layers.{i}."
         for name, which in (("input_layernorm", "ln1"), ("post_attention_layernorm", "ln2")):
-            writer.add(p + name + ".weight", (d,), single(lambda i=i, w=which: norm(i, w)[0]))
-            writer.add(p + name + ".bias", (d,), single(lambda i=i, w=which: norm(i, w)[1]))
+            shards.add(p + name + ".weight", (d,), single(lambda i=i, w=which: norm(i, w)[0]))
+            shards.add(p + name + ".bias", (d,), single(lambda i=i, w=which: norm(i, w)[1]))
         for part, x in enumerate("qkv"):
-            writer.add(p + f"self_attn.{x}_proj.weight", (h * lay.head_dim, d),
-                       row_blocks(lambda a, b, i=i, part=part: proj_heads(src, i, lay, part, a, b, writer.dtype,
+            shards.add(p + f"self_attn.{x}_proj.weight", (h * lay.head_dim, d),
+                       row_blocks(lambda a, b, i=i, part=part: proj_heads(src, i, lay, part, a, b, shards.dtype,
                                                                            scales(i, "ln1")),
                                   h, 8 * lay.head_dim * d))
-            writer.add(p + f"self_attn.{x}_proj.bias", (h * lay.head_dim,), single(lambda i=i, part=part: proj_bias(src, i, lay, part)))
-        writer.add(p + "self_attn.o_proj.weight", (d, h * lay.head_dim),
-                   row_blocks(lambda a, b, i=i: o_rows(src, i, lay, a, b, writer.dtype), d, 8 * h * lay.head_dim))
-        writer.add(p + "self_attn.o_proj.bias", (d,), single(lambda i=i: src.bias(i, "o", WORK)))
-        writer.add(p + f"mlp.{up}.weight", (f, d),
+            shards.add(p + f"self_attn.{x}_proj.bias", (h * lay.head_dim,), single(lambda i=i, part=part: proj_bias(src, i, lay, part)))
+        shards.add(p + "self_attn.o_proj.weight", (d, h * lay.head_dim),
+                   row_blocks(lambda a, b, i=i: o_rows(src, i, lay, a, b, shards.dtype), d, 8 * h * lay.head_dim))
+        shards.add(p + "self_attn.o_proj.bias", (d,), single(lambda i=i: src.bias(i, "o", WORK)))
+        shards.add(p + f"mlp.{up}.weight", (f, d),
                    row_blocks(rows_of(i, "up", lambda i=i: scales(i, "ln2")), f, 8 * d))
-        writer.add(p + f"mlp.{up}.bias", (f,), single(lambda i=i: src.bias(i, "up", WORK)))
-        writer.add(p + f"mlp.{down}.weight", (d, f), row_blocks(rows_of(i, "down"), d, 8 * f))
-        writer.add(p + f"mlp.{down}.bias", (d,), single(lambda i=i: src.bias(i, "down", WORK)))
-    writer.add("model.norm.weight", (d,), single(lambda: norm(None, "ln_f")[0]))
-    writer.add("model.norm.bias", (d,), single(lambda: norm(None, "ln_f")[1]))
-    writer.add("lm_head.weight", (v, d),
-               row_blocks(lambda a, b: (src.head_rows(a, b) * scales(None, "ln_f")).to(writer.dtype), v, 8 * d))
+        shards.add(p + f"mlp.{up}.bias", (f,), single(lambda i=i: src.bias(i, "up", WORK)))
+        shards.add(p + f"mlp.{down}.weight", (d, f), row_blocks(rows_of(i, "down"), d, 8 * f))
+        shards.add(p + f"mlp.{down}.bias", (d,), single(lambda i=i: src.bias(i, "down", WORK)))
+    shards.add("model.norm.weight", (d,), single(lambda: norm(None, "ln_f")[0]))
+    shards.add("model.norm.bias", (d,), single(lambda: norm(None, "ln_f")[1]))
+    shards.add("lm_head.weight", (v, d),
+               row_blocks(lambda a, b: (src.head_rows(a, b) * scales(None, "ln_f")).to(shards.dtype), v, 8 * d))
 
 
 def common_config(src: SourceModel, lay: CompactLayout, plan: EmulationPlan) -> dict[str, Any]:

@@ -13,32 +13,23 @@ import torch
 from ..checkpoint.model import SourceModel
 from ..checkpoint.tensor_io import Producer, ShardWriter, row_blocks, single
 from ..emulation import EmulationPlan
-from .blocks import (WORK, PaddedLayout, embedding_rows, head_rows, mean_padded_rows, pad_rows_with_mean,
-                     padded_geometry, padded_layout, padded_norm, padded_shapes)
+from .blocks import (WORK, PaddedLayout, attention_out_rows, embedding_rows, head_rows, mean_padded_rows,
+                     pad_rows_with_mean, padded_geometry, padded_layout, padded_norm, padded_shapes, proj_bias,
+                     proj_rows, reader_rows)
 from .protocol import Writer
 
 
 def _qkv_heads(src: SourceModel, i: int, lay: PaddedLayout, a: int, b: int, dtype: torch.dtype) -> torch.Tensor:
-    """Rows of the fused QKV ``(3 h hd', D')`` for heads ``[a, b)`` in the output ``dtype``: ``((b - a) 3 hd', D')``,
-    laid out per head as (h, 3, hd'); the content q scaled in float64 and rounded once, k and v cast once, zero
-    on the rotary dims and the pad columns."""
-    d, r = src.info.hidden_size, lay.rotary_dim
-    weight = torch.zeros(b - a, 3, lay.head_dim, lay.hidden_size, dtype=dtype)
-    weight[:, 0, r:, :d] = src.qkv_part(i, 0, (a, b)) * lay.content_scale  # (n, hd, D)
-    for part in (1, 2):
-        weight[:, part, r:, :d] = src.qkv_part(i, part, (a, b), dtype=dtype)
-    return weight.view((b - a) * 3 * lay.head_dim, lay.hidden_size)  # (n 3 hd', D')
+    """Rows of the fused QKV ``(3 h hd', D')`` for heads ``[a, b)`` in ``dtype``, laid out per head as (h, 3, hd')
+    (``blocks.proj_rows`` of each part)."""
+    parts = [proj_rows(src, i, lay, part, a, b, dtype).view(b - a, 1, lay.head_dim, lay.hidden_size)
+             for part in range(3)]  # (heads, 1, hd', D') each
+    return torch.cat(parts, 1).view((b - a) * 3 * lay.head_dim, lay.hidden_size)  # (heads 3 hd', D')
 
 
 def _qkv_bias(src: SourceModel, i: int, lay: PaddedLayout) -> torch.Tensor:
-    """Fused QKV bias ``(3 h hd',)``: content biases, and the emulation's constant q and k on the rotary dims."""
-    h, r = src.info.n_heads, lay.rotary_dim
-    bias = torch.zeros(h, 3, lay.head_dim, dtype=torch.float64)
-    for part in range(3):
-        b = src.qkv_part(i, part, suffix=".bias")  # (h, hd)
-        bias[:, part, r:] = b * lay.content_scale if part == 0 else b
-    bias[:, 0, :r], bias[:, 1, :r] = lay.q_rot, lay.k_rot
-    return bias.reshape(-1)  # (3 h hd',)
+    """Fused QKV bias ``(3 h hd',)`` (``blocks.proj_bias`` of each part, per head)."""
+    return torch.stack([proj_bias(src, i, lay, part) for part in range(3)], 1).reshape(-1)  # (h, 3, hd') flat
 
 
 # The tensor names of the padded GPT-NeoX block: block i's prefix (``{i}``) and its parts, and the globals. A target
@@ -49,51 +40,41 @@ NAMES = {"embed": "gpt_neox.embed_in.weight", "block": "gpt_neox.layers.{i}.", "
          "head": "embed_out.weight"}
 
 
-def add_tensors(src: SourceModel, lay: PaddedLayout, writer: ShardWriter, names: Mapping[str, str] = NAMES) -> None:
-    """Describe every target tensor to ``writer`` under ``names`` (``NAMES``); each is computed from the source when
+def add_tensors(src: SourceModel, lay: PaddedLayout, shards: ShardWriter, names: Mapping[str, str] = NAMES) -> None:
+    """Describe every target tensor to ``shards`` under ``names`` (``NAMES``); each is computed from the source when
     written, in row (or head) blocks of at most ``checkpoint.tensor_io.BLOCK_BYTES`` of float64, so memory is
     bounded by a block, not a tensor."""
     info = src.info
     d, pads, dp, v, h = info.hidden_size, lay.hidden_size - info.hidden_size, lay.hidden_size, info.vocab_size, info.n_heads
-    r, hd, f = lay.rotary_dim, info.head_dim, info.intermediate_size
-
-    def attn_out_rows(i: int, a: int, b: int) -> torch.Tensor:  # (rows, h hd'): zero columns on the rotary dims
-        out = torch.zeros(b - a, h, lay.head_dim, dtype=WORK)
-        out[:, :, r:] = src.weight(i, "o", WORK, (a, b)).view(b - a, h, hd)  # (rows, h, hd')
-        return out.view(b - a, h * lay.head_dim)
-
-    def up_rows(i: int, a: int, b: int) -> torch.Tensor:  # (rows, D'): zero columns on the pads
-        out = torch.zeros(b - a, dp, dtype=writer.dtype)
-        out[:, :d] = src.weight(i, "up", writer.dtype, (a, b))  # one cast from the source
-        return out
+    f = info.intermediate_size
 
     def bias(i: int, which: str, padded: bool) -> Producer:
         return single(lambda: pad_rows_with_mean(src.bias(i, which, WORK), pads) if padded else src.bias(i, which, WORK))
 
     n = names
-    writer.add(n["embed"], (v, dp), row_blocks(lambda a, b: embedding_rows(src, a, b, pads), v, 8 * dp))
+    shards.add(n["embed"], (v, dp), row_blocks(lambda a, b: embedding_rows(src, a, b, pads), v, 8 * dp))
     for i in range(info.n_layers):
         p = n["block"].format(i=i)
         ln2 = "ln1" if info.parallel else "ln2"  # parallel: both read the same LayerNorm
         for name, which in ((n["ln1"], "ln1"), (n["ln2"], ln2)):
-            writer.add(p + name + ".weight", (dp,), single(lambda i=i, w=which: padded_norm(*src.norm(i, w), d, pads)[0]))
-            writer.add(p + name + ".bias", (dp,), single(lambda i=i, w=which: padded_norm(*src.norm(i, w), d, pads)[1]))
+            shards.add(p + name + ".weight", (dp,), single(lambda i=i, w=which: padded_norm(*src.norm(i, w), d, pads)[0]))
+            shards.add(p + name + ".bias", (dp,), single(lambda i=i, w=which: padded_norm(*src.norm(i, w), d, pads)[1]))
         n_qkv = 3 * h * lay.head_dim
         # a block of whole heads: each head's q, k and v rows are contiguous in the target
-        writer.add(p + n["qkv"] + ".weight", (n_qkv, dp),
-                   row_blocks(lambda a, b, i=i: _qkv_heads(src, i, lay, a, b, writer.dtype), h, 8 * 3 * lay.head_dim * dp))
-        writer.add(p + n["qkv"] + ".bias", (n_qkv,), single(lambda i=i: _qkv_bias(src, i, lay)))
-        writer.add(p + n["o"] + ".weight", (dp, h * lay.head_dim),
-                   mean_padded_rows(lambda a, b, i=i: attn_out_rows(i, a, b), d, pads, h * lay.head_dim))
-        writer.add(p + n["o"] + ".bias", (dp,), bias(i, "o", True))
-        writer.add(p + n["up"] + ".weight", (f, dp), row_blocks(lambda a, b, i=i: up_rows(i, a, b), f, 8 * dp))
-        writer.add(p + n["up"] + ".bias", (f,), bias(i, "up", False))
-        writer.add(p + n["down"] + ".weight", (dp, f),
+        shards.add(p + n["qkv"] + ".weight", (n_qkv, dp),
+                   row_blocks(lambda a, b, i=i: _qkv_heads(src, i, lay, a, b, shards.dtype), h, 8 * 3 * lay.head_dim * dp))
+        shards.add(p + n["qkv"] + ".bias", (n_qkv,), single(lambda i=i: _qkv_bias(src, i, lay)))
+        shards.add(p + n["o"] + ".weight", (dp, h * lay.head_dim),
+                   mean_padded_rows(lambda a, b, i=i: attention_out_rows(src, i, lay, a, b), d, pads, h * lay.head_dim))
+        shards.add(p + n["o"] + ".bias", (dp,), bias(i, "o", True))
+        shards.add(p + n["up"] + ".weight", (f, dp), row_blocks(lambda a, b, i=i: reader_rows(src, i, "up", lay, a, b, shards.dtype), f, 8 * dp))
+        shards.add(p + n["up"] + ".bias", (f,), bias(i, "up", False))
+        shards.add(p + n["down"] + ".weight", (dp, f),
                    mean_padded_rows(lambda a, b, i=i: src.weight(i, "down", WORK, (a, b)), d, pads, f))
-        writer.add(p + n["down"] + ".bias", (dp,), bias(i, "down", True))
-    writer.add(n["final"] + ".weight", (dp,), single(lambda: padded_norm(*src.final_norm(), d, pads)[0]))
-    writer.add(n["final"] + ".bias", (dp,), single(lambda: padded_norm(*src.final_norm(), d, pads)[1]))
-    writer.add(n["head"], (v, dp), row_blocks(lambda a, b: head_rows(src, a, b, pads, writer.dtype), v, 8 * dp))
+        shards.add(p + n["down"] + ".bias", (dp,), bias(i, "down", True))
+    shards.add(n["final"] + ".weight", (dp,), single(lambda: padded_norm(*src.final_norm(), d, pads)[0]))
+    shards.add(n["final"] + ".bias", (dp,), single(lambda: padded_norm(*src.final_norm(), d, pads)[1]))
+    shards.add(n["head"], (v, dp), row_blocks(lambda a, b: head_rows(src, a, b, pads, shards.dtype), v, 8 * dp))
 
 
 def config(src: SourceModel, lay: PaddedLayout, plan: EmulationPlan) -> dict:

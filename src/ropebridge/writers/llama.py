@@ -57,8 +57,8 @@ def centred(t: torch.Tensor) -> torch.Tensor:
     return t - t.mean(dim=0, keepdim=True)
 
 
-def add_tensors(src: SourceModel, lay: compact.CompactLayout, writer: ShardWriter) -> None:
-    """Describe every target tensor to ``writer``, large ones in row (or head) blocks (at most
+def add_tensors(src: SourceModel, lay: compact.CompactLayout, shards: ShardWriter) -> None:
+    """Describe every target tensor to ``shards``, large ones in row (or head) blocks (at most
     ``checkpoint.tensor_io.BLOCK_BYTES`` of float64 each)."""
     info = src.info
     d, v, f, h, hd = info.hidden_size, info.vocab_size, info.intermediate_size, info.n_heads, lay.head_dim
@@ -68,7 +68,7 @@ def add_tensors(src: SourceModel, lay: compact.CompactLayout, writer: ShardWrite
     k_shared = shared_k(src, lay)
 
     def rows_of(i: int, which: str):  # moved: one cast from the source
-        return lambda a, b: src.weight(i, which, writer.dtype, (a, b))
+        return lambda a, b: src.weight(i, which, shards.dtype, (a, b))
 
     @functools.cache
     def written_mean(i: int, which: str) -> torch.Tensor:  # (1, in): block i's projection's mean over D, once
@@ -77,12 +77,12 @@ def add_tensors(src: SourceModel, lay: compact.CompactLayout, writer: ShardWrite
     def writing(i: int, which: str):  # the attention output ('o') or MLP down rows, centred where needed
         if not centre:
             return rows_of(i, which)
-        return lambda a, b: (src.weight(i, which, rows=(a, b)) - written_mean(i, which)).to(writer.dtype)
+        return lambda a, b: (src.weight(i, which, rows=(a, b)) - written_mean(i, which)).to(shards.dtype)
 
     def proj(i: int, part: int, a: int, b: int) -> torch.Tensor:  # q's heads [a, b), or k's/v's kv heads [a, b)
         if part == 0 or group == 1:
-            return compact.proj_heads(src, i, lay, part, a, b, writer.dtype, ones)
-        return torch.cat([compact.proj_heads(src, i, lay, part, g * group, g * group + 1, writer.dtype, ones)
+            return compact.proj_heads(src, i, lay, part, a, b, shards.dtype, ones)
+        return torch.cat([compact.proj_heads(src, i, lay, part, g * group, g * group + 1, shards.dtype, ones)
                           for g in range(a, b)])
 
     def bias(i: int, part: int) -> torch.Tensor:
@@ -98,26 +98,26 @@ def add_tensors(src: SourceModel, lay: compact.CompactLayout, writer: ShardWrite
         rows = src.embedding_rows(a, b)  # (rows, D), float64
         return rows - rows.mean(dim=1, keepdim=True) if centre else rows
 
-    writer.add("model.embed_tokens.weight", (v, d), row_blocks(embedding, v, 8 * d))
+    shards.add("model.embed_tokens.weight", (v, d), row_blocks(embedding, v, 8 * d))
     for i in range(info.n_layers):
         p = f"model.layers.{i}."
         for name, which in (("input_layernorm", "ln1"), ("post_attention_layernorm", "ln2")):
-            writer.add(p + name + ".weight", (d,), single(lambda i=i, w=which: src.norm(i, w)[0]))
+            shards.add(p + name + ".weight", (d,), single(lambda i=i, w=which: src.norm(i, w)[0]))
         for part, x in enumerate("qkv"):
             heads = h if part == 0 else kv
-            writer.add(p + f"self_attn.{x}_proj.weight", (heads * hd, d),
+            shards.add(p + f"self_attn.{x}_proj.weight", (heads * hd, d),
                        row_blocks(lambda a, b, i=i, part=part: proj(i, part, a, b), heads, 8 * hd * d))
-            writer.add(p + f"self_attn.{x}_proj.bias", (heads * hd,), single(lambda i=i, part=part: bias(i, part)))
-        writer.add(p + "self_attn.o_proj.weight", (d, h * hd),
-                   row_blocks(lambda a, b, i=i: compact.o_rows(src, i, lay, a, b, writer.dtype,
+            shards.add(p + f"self_attn.{x}_proj.bias", (heads * hd,), single(lambda i=i, part=part: bias(i, part)))
+        shards.add(p + "self_attn.o_proj.weight", (d, h * hd),
+                   row_blocks(lambda a, b, i=i: compact.o_rows(src, i, lay, a, b, shards.dtype,
                                                                writing(i, "o")), d, 8 * h * hd))
-        writer.add(p + "self_attn.o_proj.bias", (d,),
+        shards.add(p + "self_attn.o_proj.bias", (d,),
                    single(lambda i=i: centred(src.bias(i, "o")) if centre else src.bias(i, "o", WORK)))
         for which in ("gate", "up"):
-            writer.add(p + f"mlp.{which}_proj.weight", (f, d), row_blocks(rows_of(i, which), f, 8 * d))
-        writer.add(p + "mlp.down_proj.weight", (d, f), row_blocks(writing(i, "down"), d, 8 * f))
-    writer.add("model.norm.weight", (d,), single(lambda: src.final_norm()[0]))
-    writer.add("lm_head.weight", (v, d), row_blocks(lambda a, b: src.head_rows(a, b, writer.dtype), v, 8 * d))
+            shards.add(p + f"mlp.{which}_proj.weight", (f, d), row_blocks(rows_of(i, which), f, 8 * d))
+        shards.add(p + "mlp.down_proj.weight", (d, f), row_blocks(writing(i, "down"), d, 8 * f))
+    shards.add("model.norm.weight", (d,), single(lambda: src.final_norm()[0]))
+    shards.add("lm_head.weight", (v, d), row_blocks(lambda a, b: src.head_rows(a, b, shards.dtype), v, 8 * d))
 
 
 def config(src: SourceModel, lay: compact.CompactLayout, plan: EmulationPlan) -> dict:

@@ -24,9 +24,9 @@ NAMES = {"embed": "model.embed_tokens.weight", "block": "model.layers.{i}.", "ln
          "head": "lm_head.weight"}
 
 
-def add_tensors(src: SourceModel, lay: PaddedLayout, writer: ShardWriter) -> None:
+def add_tensors(src: SourceModel, lay: PaddedLayout, shards: ShardWriter) -> None:
     """The ``gpt-neox`` writer's tensors under Persimmon's names (``NAMES``)."""
-    gpt_neox.add_tensors(src, lay, writer, NAMES)
+    gpt_neox.add_tensors(src, lay, shards, NAMES)
 
 
 def config(src: SourceModel, lay: PaddedLayout, plan: EmulationPlan) -> dict:

@@ -15,7 +15,7 @@ from ..targets import Target
 @dataclass(frozen=True)
 class Writer:
     """One target's code: ``target``, the name of the ``targets.TARGETS`` row it writes; ``layout(src, plan,
-    target)`` -> a layout (the writer's own dataclass), then ``add_tensors(src, layout, writer)``,
+    target)`` -> a layout (the writer's own dataclass), then ``add_tensors(src, layout, shards)`` (a ``ShardWriter``),
     ``config(src, layout, plan)`` (config.json, in ``plan.dtype``), ``geometry(src, layout)`` and
     ``shapes(config)``."""
 

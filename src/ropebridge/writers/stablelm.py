@@ -36,8 +36,8 @@ from ..checkpoint.tensor_io import ShardWriter, row_blocks, single
 from ..emulation import EmulationPlan
 from ..targets import Target
 from . import gpt_neox
-from .blocks import (WORK, PaddedLayout, embedding_rows, head_rows, mean_padded_rows, padded_geometry, padded_layout,
-                     padded_norm, padded_shapes)
+from .blocks import (WORK, PaddedLayout, attention_out_rows, embedding_rows, head_rows, mean_padded_rows,
+                     padded_geometry, padded_layout, padded_norm, padded_shapes, proj_bias, proj_rows)
 from .protocol import Writer
 
 UNIT_GATE = 64.0  # the bias unit's gate; silu(64) = 64 in float32/16 and bfloat16, and its up is 1/64
@@ -85,34 +85,17 @@ def _norm(src: SourceModel, i: int, which: str, lay: StableLmLayout) -> tuple[to
     return w, b
 
 
-def _proj(src: SourceModel, i: int, lay: StableLmLayout, part: int, a: int, b: int, dtype: torch.dtype) -> torch.Tensor:
-    """Rows of q (part 0), k (1) or v (2) ``((b - a) hd', D')`` for heads ``[a, b)``: the content rows after the
-    rotary dims (q scaled in float64 and rounded once, k and v cast once), zero on the pad columns."""
-    n, d = lay.neox, src.info.hidden_size
-    weight = torch.zeros(b - a, n.head_dim, n.hidden_size, dtype=dtype)
-    if part == 0:
-        weight[:, n.rotary_dim:, :d] = src.qkv_part(i, 0, (a, b)) * n.content_scale  # (heads, hd, D)
-    else:
-        weight[:, n.rotary_dim:, :d] = src.qkv_part(i, part, (a, b), dtype=dtype)
-    return weight.view((b - a) * n.head_dim, n.hidden_size)  # (heads hd', D')
-
-
 def _proj_bias(src: SourceModel, i: int, lay: StableLmLayout, part: int) -> torch.Tensor:
-    """q's, k's or v's bias ``(h hd',)``: the emulation's constants on q's and k's rotary dims, the content biases
-    after them, and v's 1 on head 0's first dim where the source has an output bias."""
-    n = lay.neox
-    bias = torch.zeros(src.info.n_heads, n.head_dim, dtype=torch.float64)
-    content = src.qkv_part(i, part, suffix=".bias")  # (h, hd)
-    bias[:, n.rotary_dim:] = content * n.content_scale if part == 0 else content
-    if part < 2:
-        bias[:, :n.rotary_dim] = n.q_rot if part == 0 else n.k_rot
-    elif lay.value_one:
+    """q's, k's or v's bias ``(h hd',)`` (``blocks.proj_bias``), and v's 1 on head 0's first dim where the source
+    has an output bias."""
+    bias = proj_bias(src, i, lay.neox, part)  # (h, hd')
+    if part == 2 and lay.value_one:
         bias[0, 0] = 1.0
     return bias.reshape(-1)
 
 
-def add_tensors(src: SourceModel, lay: StableLmLayout, writer: ShardWriter) -> None:
-    """Describe every target tensor to ``writer``, large ones in row (or head) blocks (at most
+def add_tensors(src: SourceModel, lay: StableLmLayout, shards: ShardWriter) -> None:
+    """Describe every target tensor to ``shards``, large ones in row (or head) blocks (at most
     ``checkpoint.tensor_io.BLOCK_BYTES`` of float64 each)."""
     info, n = src.info, lay.neox
     d, dp, v, h, hd, f, fp = (info.hidden_size, n.hidden_size, info.vocab_size, info.n_heads, n.head_dim,
@@ -120,18 +103,17 @@ def add_tensors(src: SourceModel, lay: StableLmLayout, writer: ShardWriter) -> N
     pads, c = dp - d, lay.constant
 
     def o_rows(i: int, a: int, b: int) -> torch.Tensor:  # (rows, h hd'): the content columns, the bias on v's 1
-        out = torch.zeros(b - a, h, hd, dtype=WORK)
-        out[:, :, n.rotary_dim:] = src.weight(i, "o", WORK, (a, b)).view(b - a, h, info.head_dim)  # (rows, h, hd')
+        out = attention_out_rows(src, i, n, a, b)
         if lay.value_one:
-            out[:, 0, 0] = src.bias(i, "o", WORK)[a:b]
-        return out.view(b - a, h * hd)
+            out[:, 0] = src.bias(i, "o", WORK)[a:b]  # head 0's first dim
+        return out
 
     def mlp_in_rows(i: int, which: str, unit: float, a: int, b: int) -> torch.Tensor:  # (rows, D') of gate or up
-        out = torch.zeros(b - a, dp, dtype=writer.dtype)
+        out = torch.zeros(b - a, dp, dtype=shards.dtype)
         real = min(b, f)
         if a < real:
-            out[: real - a, :d] = src.weight(i, which, writer.dtype, (a, real))
-            out[: real - a, c] = src.bias(i, which, writer.dtype)[a:real]
+            out[: real - a, :d] = src.weight(i, which, shards.dtype, (a, real))
+            out[: real - a, c] = src.bias(i, which, shards.dtype)[a:real]
         if lay.bias_unit and a <= f < b:
             out[f - a, c] = unit
         return out
@@ -143,28 +125,29 @@ def add_tensors(src: SourceModel, lay: StableLmLayout, writer: ShardWriter) -> N
             out[:, f] = src.bias(i, "down", WORK)[a:b]
         return out
 
-    writer.add("model.embed_tokens.weight", (v, dp),
+    shards.add("model.embed_tokens.weight", (v, dp),
                row_blocks(lambda a, b: embedding_rows(src, a, b, pads), v, 8 * dp))
     for i in range(info.n_layers):
         p = f"model.layers.{i}."
         for name, which in (("input_layernorm", "ln1"), ("post_attention_layernorm", "ln2")):
-            writer.add(p + name + ".weight", (dp,), single(lambda i=i, w=which: _norm(src, i, w, lay)[0]))
-            writer.add(p + name + ".bias", (dp,), single(lambda i=i, w=which: _norm(src, i, w, lay)[1]))
+            shards.add(p + name + ".weight", (dp,), single(lambda i=i, w=which: _norm(src, i, w, lay)[0]))
+            shards.add(p + name + ".bias", (dp,), single(lambda i=i, w=which: _norm(src, i, w, lay)[1]))
         for part, x in enumerate("qkv"):
-            writer.add(p + f"self_attn.{x}_proj.weight", (h * hd, dp),
-                       row_blocks(lambda a, b, i=i, part=part: _proj(src, i, lay, part, a, b, writer.dtype), h, 8 * hd * dp))
-            writer.add(p + f"self_attn.{x}_proj.bias", (h * hd,), single(lambda i=i, part=part: _proj_bias(src, i, lay, part)))
-        writer.add(p + "self_attn.o_proj.weight", (dp, h * hd),
+            shards.add(p + f"self_attn.{x}_proj.weight", (h * hd, dp),
+                       row_blocks(lambda a, b, i=i, part=part: proj_rows(src, i, n, part, a, b, shards.dtype), h,
+                                  8 * hd * dp))
+            shards.add(p + f"self_attn.{x}_proj.bias", (h * hd,), single(lambda i=i, part=part: _proj_bias(src, i, lay, part)))
+        shards.add(p + "self_attn.o_proj.weight", (dp, h * hd),
                    mean_padded_rows(lambda a, b, i=i: o_rows(i, a, b), d, pads, h * hd))
         for which, unit in (("gate", UNIT_GATE), ("up", 1 / UNIT_GATE)):
-            writer.add(p + f"mlp.{which}_proj.weight", (fp, dp),
+            shards.add(p + f"mlp.{which}_proj.weight", (fp, dp),
                        row_blocks(lambda a, b, i=i, w=which, u=unit: mlp_in_rows(i, w, u, a, b), fp, 8 * dp))
-        writer.add(p + "mlp.down_proj.weight", (dp, fp),
+        shards.add(p + "mlp.down_proj.weight", (dp, fp),
                    mean_padded_rows(lambda a, b, i=i: down_rows(i, a, b), d, pads, fp))
     for k in (0, 1):
-        writer.add(f"model.norm.{('weight', 'bias')[k]}", (dp,),
+        shards.add(f"model.norm.{('weight', 'bias')[k]}", (dp,),
                    single(lambda k=k: padded_norm(*src.final_norm(), d, pads)[k]))
-    writer.add("lm_head.weight", (v, dp), row_blocks(lambda a, b: head_rows(src, a, b, pads, writer.dtype), v, 8 * dp))
+    shards.add("lm_head.weight", (v, dp), row_blocks(lambda a, b: head_rows(src, a, b, pads, shards.dtype), v, 8 * dp))
 
 
 def config(src: SourceModel, lay: StableLmLayout, plan: EmulationPlan) -> dict:
