@@ -62,3 +62,43 @@ def test_what_would_fit_names_a_window_or_a_rotary_dim():
     assert not fixed.meets_tolerance and f"--window {fixed.max_window} fits" in what_would_fit(fixed)
     small = plan_source(from_heads(4, 64), PlanRequest(window=8192, dtype="float16", rotary_dim=4))
     assert not small.meets_tolerance and "--rotary-dim 16 fits" in what_would_fit(small)
+
+
+def _jais_config(tmp_path, **overrides):
+    import json
+    import shutil
+
+    from ropebridge.demo import data_dir
+
+    src = tmp_path / "jais"
+    shutil.copytree(data_dir("demo-jais"), src)
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, **overrides}))
+    return src
+
+
+def test_a_ladder_on_the_default_advantage_for_an_unscaled_source_says_it_may_not_cover_it(tmp_path, caplog):
+    # scale_attn_weights false: q.k scaled by 1, sqrt(32) = 5.7 times 1/sqrt(hd); the default advantage was measured
+    # on scaled models. Said once, by plan and convert alike; not said for the published scale, a given floor or
+    # calibrated advantages, or the exact single pair
+    from ropebridge.convert import convert
+    from ropebridge.planning import plan_and_request
+
+    unscaled = _jais_config(tmp_path, scale_attn_weights=False)
+    request = PlanRequest(window=512, dtype="float16")
+    with caplog.at_level("WARNING"):
+        plan_and_request(unscaled, request)
+    said = [r.getMessage() for r in caplog.records if "default content advantage" in r.getMessage()]
+    assert len(said) == 1 and "scales q.k by 1, 5.66 times 1/sqrt(32)" in said[0] and "--calibration-text" in said[0]
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        convert(unscaled, tmp_path / "dst", request)
+    assert [r.getMessage() for r in caplog.records if "default content advantage" in r.getMessage()] == said
+    caplog.clear()
+    published = _jais_config(tmp_path / "published")
+    with caplog.at_level("WARNING"):
+        for src, req in ((published, request), (unscaled, PlanRequest(window=512, dtype="float16", floor=200.0)),
+                         (unscaled, PlanRequest(window=512, dtype="float16", advantage=150.0)),
+                         (unscaled, PlanRequest(window=512, dtype="float32"))):
+            plan_and_request(src, req)
+    assert not [r for r in caplog.records if "default content advantage" in r.getMessage()]

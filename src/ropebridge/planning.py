@@ -9,6 +9,7 @@ records in ``ropebridge.json``. The strategy comes from the request and the targ
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,9 @@ from .emulation import EmulationPlan, PlanRequest
 from .numerics import DTYPES
 
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.index.json")  # a directory with none of these holds a config only
+UNSCALED = 2.0  # a q.k scale beyond this many times 1/sqrt(hd) makes the ladder's default advantage a guess
+
+log = logging.getLogger(__name__)
 
 
 def default_dtype(config: dict) -> str:
@@ -76,7 +80,29 @@ def plan_and_request(src_dir, request: PlanRequest,
     checkpoint read."""
     request, model, source = prepare(src_dir, request)
     plan = emulation.plan(source, request)
+    doubt = advantage_doubt(source, request, plan)
+    if doubt is not None:
+        log.warning(doubt)
     return dataclasses.replace(plan, source=str(src_dir) if source_name is None else source_name), request, model
+
+
+def advantage_doubt(source, request: PlanRequest, plan: EmulationPlan) -> str | None:
+    """One line where a ladder plans with the default content advantage (no floor, advantage or calibration text
+    given) for a source whose q.k scale is above ``UNSCALED`` times 1/sqrt(hd) (a Jais with
+    ``scale_attn_weights: false`` scales it by 1): its content logits are that many times those of the models
+    the default was measured on, so a far key may lead by more than the floor covers; None otherwise."""
+    if plan.strategy != "ladder" or request.floor is not None or request.advantage is not None:
+        return None
+    scale = getattr(source, "qk_scale", None)
+    ratio = None if scale is None else scale * math.sqrt(source.head_dim)
+    if ratio is None or ratio <= UNSCALED:
+        return None
+    from .emulation.ladder import DEFAULT_ADVANTAGE
+
+    return (f"this {source.family} model scales q.k by {scale:.3g}, {ratio:.3g} times 1/sqrt({source.head_dim}): "
+            f"the ladder's default content advantage ({DEFAULT_ADVANTAGE:g} logits, measured on models scaled by "
+            "1/sqrt(hd) or less) may not cover its far keys; convert with --calibration-text FILE (text like what "
+            "it will serve), and verify measures it")
 
 
 def what_would_fit(plan: EmulationPlan, kernel: str = "any") -> str:

@@ -26,7 +26,7 @@ from ..checkpoint.model import SourceModel
 from ..checkpoint.tensor_io import ShardWriter
 from ..emulation import EmulationPlan, PlanRequest
 from ..numerics import DTYPES
-from ..planning import prepare, what_would_fit
+from ..planning import advantage_doubt, prepare, what_would_fit
 from ..targets import TARGETS, Target
 from ..writers import describe_checkpoint
 from .card import model_card
@@ -250,6 +250,9 @@ def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None
         if not accept_error:
             raise ValueError(miss + ", or pass --accept-error")
         log.warning("%s (accepted with --accept-error)", miss)
+    doubt = advantage_doubt(d.model.info, d.request, plan)
+    if doubt is not None:
+        log.warning(doubt)
     log.info("plan: %s heads, %s, worst predicted error %.3g", len(plan.heads), d.geometry,
              plan.worst_head.predicted_error)
     check_free_space(dst.parent, shards.total_bytes() + sum(len(b) for b in d.side_files.values()))
