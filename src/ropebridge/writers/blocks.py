@@ -163,18 +163,19 @@ def padded_geometry(src: SourceModel, lay: PaddedLayout) -> dict:
             "content_q_scale": lay.content_scale}
 
 
-def proj_rows(src: SourceModel, i: int, lay: PaddedLayout, part: int, a: int, b: int,
-              dtype: torch.dtype) -> torch.Tensor:
+def proj_rows(src: SourceModel, i: int, lay: PaddedLayout, part: int, a: int, b: int, dtype: torch.dtype,
+              out: torch.Tensor | None = None) -> torch.Tensor:
     """Rows of block i's q (part 0), k (1) or v (2) ``((b - a) hd', D')`` for heads ``[a, b)`` in ``dtype``: the
     content rows after the R rotary dims (q scaled by ``content_scale`` in float64 and rounded once, k and v cast
-    once), zero on the rotary dims and the pad columns."""
+    once), zero on the rotary dims and the pad columns. ``out``: a zeroed ``(b - a, hd', D')`` view to fill
+    instead (a fused QKV's part), returned as given."""
     d = src.info.hidden_size
-    weight = torch.zeros(b - a, lay.head_dim, lay.hidden_size, dtype=dtype)
+    weight = torch.zeros(b - a, lay.head_dim, lay.hidden_size, dtype=dtype) if out is None else out
     if part == 0:
         weight[:, lay.rotary_dim:, :d] = src.qkv_part(i, 0, (a, b)) * lay.content_scale  # (heads, hd, D)
     else:
         weight[:, lay.rotary_dim:, :d] = src.qkv_part(i, part, (a, b), dtype=dtype)
-    return weight.view((b - a) * lay.head_dim, lay.hidden_size)  # (heads hd', D')
+    return weight.view((b - a) * lay.head_dim, lay.hidden_size) if out is None else out  # (heads hd', D')
 
 
 def proj_bias(src: SourceModel, i: int, lay: PaddedLayout, part: int) -> torch.Tensor:

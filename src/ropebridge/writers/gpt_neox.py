@@ -22,9 +22,10 @@ from .protocol import Writer
 def _qkv_heads(src: SourceModel, i: int, lay: PaddedLayout, a: int, b: int, dtype: torch.dtype) -> torch.Tensor:
     """Rows of the fused QKV ``(3 h hd', D')`` for heads ``[a, b)`` in ``dtype``, laid out per head as (h, 3, hd')
     (``blocks.proj_rows`` of each part)."""
-    parts = [proj_rows(src, i, lay, part, a, b, dtype).view(b - a, 1, lay.head_dim, lay.hidden_size)
-             for part in range(3)]  # (heads, 1, hd', D') each
-    return torch.cat(parts, 1).view((b - a) * 3 * lay.head_dim, lay.hidden_size)  # (heads 3 hd', D')
+    weight = torch.zeros(b - a, 3, lay.head_dim, lay.hidden_size, dtype=dtype)  # (heads, 3, hd', D')
+    for part in range(3):
+        proj_rows(src, i, lay, part, a, b, dtype, out=weight[:, part])
+    return weight.view((b - a) * 3 * lay.head_dim, lay.hidden_size)  # (heads 3 hd', D')
 
 
 def _qkv_bias(src: SourceModel, i: int, lay: PaddedLayout) -> torch.Tensor:
