@@ -66,8 +66,9 @@ FINGERPRINT = "import sys; from pathlib import Path; from ropebridge.convert.pip
 
 
 def verify_bytes(src: Path, dst: Path) -> tuple[float, float, dict]:
-    """``ropebridge verify`` with the least functional work (16 tokens, no greedy, no reference) in a child:
-    (wall seconds, peak RSS MiB, its report's byte check: mode, tensors, bytes, seconds)."""
+    """``ropebridge verify`` with the least functional work (16 tokens, no greedy; the exact reference on those
+    16, a layer at a time) in a child: (wall seconds, peak RSS MiB, its report's byte check: mode, tensors, bytes,
+    seconds)."""
     import json
 
     wrapper = [sys.executable, "-c",
@@ -75,7 +76,7 @@ def verify_bytes(src: Path, dst: Path) -> tuple[float, float, dict]:
                "stdout=subprocess.PIPE);w=time.perf_counter()-t;m=resource.getrusage(resource.RUSAGE_CHILDREN)"
                ".ru_maxrss;sys.stdout.buffer.write(r.stdout);print(f'{w} {m}',file=sys.stderr)",
                sys.executable, "-m", "ropebridge", "verify", str(src), str(dst), "--context", "16",
-               "--greedy-tokens", "0", "--reference-max-params", "0", "--json"]
+               "--greedy-tokens", "0", "--json"]
     out = subprocess.run(wrapper, capture_output=True, text=True)
     if not out.stdout.strip():
         raise SystemExit(f"verify printed no report: {out.stderr.strip()[-500:]}")

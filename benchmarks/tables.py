@@ -78,17 +78,19 @@ def verdicts_8k() -> str:
 
 
 def default_shapes() -> str:
-    """The default float32 conversion of the larger supported shapes, end to end (``default_shapes.py``)."""
-    out = ["| shape (one layer) | convert | predicted | verify: max \\|Δlogit\\| | threshold | against | verdict |",
+    """The default float32 conversion of the larger supported shapes, end to end (``default_shapes.py``): verify's
+    converted-vs-exact error against its limit."""
+    out = ["| shape (one layer) | convert | predicted | verify: converted vs exact | limit | SRC run | verdict |",
            "|---|---|---:|---:|---:|---|---|"]
     for r in _rows("default_shapes"):
         if r["convert_exit"] != 0:
             out.append(f"| {r['shape']} | refused: {r.get('refusal', '')} | | | | | |")
             continue
         verdict = "PASSED" if r.get("passed") else f"exit {r.get('verify_exit')}"
+        ran = "transformers" if r.get("native_ran") else "no (remote code): the reference stands for it"
         out.append(f"| {r['shape']} | accepted at {r['window']:,} | {r['predicted']:.3g} | "
-                   f"{r.get('max_abs_logit_diff', float('nan')):.3g} | {r.get('threshold', float('nan')):g} | "
-                   f"{r.get('against', '')} | {verdict} |")
+                   f"{r.get('converted_vs_exact', float('nan')):.3g} | {r.get('limit', float('nan')):.3g} | "
+                   f"{ran} | {verdict} |")
     return "\n".join(out) + "\n"
 
 
