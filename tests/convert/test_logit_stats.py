@@ -54,3 +54,7 @@ def test_the_block_fits_the_budget():
     rows = vocab_block(5 * 1024, 2048, 64 << 20)
     assert rows * 8 * (5 * 1024 + 3 * 2048) <= 64 << 20 < (rows + 1) * 8 * (5 * 1024 + 3 * 2048)
     assert vocab_block(10**9, 10**9, 1) == 1
+    # a short context: the heads' rows, not the logits, fill the budget (16 tokens, BLOOM-560M's width)
+    per_row = 8 * (34 + 3 * 16) + 8 * (1024 + 2 * 1088 + 2 * 1024)
+    rows = vocab_block(34, 16, 256 << 20, row_bytes=8 * (1024 + 2 * 1088 + 2 * 1024))
+    assert rows * per_row <= 256 << 20 < (rows + 1) * per_row and rows < vocab_block(34, 16, 256 << 20) // 50

@@ -2,6 +2,7 @@
 generation bounded where streaming makes it the dominant cost, never silently."""
 
 import dataclasses
+import json
 import math
 
 import pytest
@@ -97,3 +98,27 @@ def test_the_floor_and_the_content_advantage_are_what_the_reference_gives_on_the
     in_float32 = verify(src, convert(src, tmp_path / "f32", PlanRequest(window=256, dtype="float32")).destination,
                         context=64, greedy_tokens=0)
     assert in_float32.floor_max_err is None and in_float32.advantage_allowed is None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_vocabulary_block_counts_the_heads_rows_each_side_reads(tmp_path, monkeypatch, dtype):
+    # at a short context the logits are small and the block large: the heads' rows (the exact head in float64,
+    # the floor's in half precision, each model's as read and as cast) must be in the budget, or a 560M shape
+    # at 16 tokens holds 4.2 GB against a need of 1.3 (measured before this rule; 0.6 GB with it)
+    from ropebridge.convert import logit_stats
+
+    src = build(tmp_path / "bloom", "bloom-4heads")
+    dst = convert(src, tmp_path / "dst", PlanRequest(window=256, dtype=dtype)).destination
+    seen = {}
+    original = logit_stats.vocab_block
+
+    def spy(positions, largest, budget, row_bytes=0):
+        seen["row_bytes"] = row_bytes
+        return original(positions, largest, budget, row_bytes)
+
+    monkeypatch.setattr(logit_stats, "vocab_block", spy)
+    report = verify(src, dst, context=16, greedy_tokens=0, quick=True)
+    d = SourceModel(src).info.hidden_size
+    d_conv = json.loads((dst / "config.json").read_text())["hidden_size"]  # gpt-neox: the padded stream
+    floor = dtype != "float32"
+    assert report.passed and seen["row_bytes"] == 8 * (d * (1 + floor) + 2 * d_conv + 2 * d)

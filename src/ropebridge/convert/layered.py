@@ -213,6 +213,11 @@ class LayeredModel:
         rows = max(1, self.block_bytes // per_row)
         return [(a, min(self.vocab_size, a + rows)) for a in range(0, self.vocab_size, rows)]
 
+    @property
+    def head_width(self) -> int:
+        """The output head's columns: the width of the hidden states it reads."""
+        return self.reader.shape(self.head_key)[1]
+
     def logits_block(self, hidden: torch.Tensor, a: int, b: int) -> torch.Tensor:
         """Logits of vocabulary rows ``[a, b)`` for ``hidden`` ``(b, s, D)``: ``(b, s, b - a)`` in the model's dtype,
         as transformers' head computes them."""

@@ -39,11 +39,12 @@ class PairStats:
     kl: torch.Tensor
 
 
-def vocab_block(positions: int, largest: int, budget_bytes: int) -> int:
+def vocab_block(positions: int, largest: int, budget_bytes: int, row_bytes: int = 0) -> int:
     """Vocabulary rows per block such that the float64 logit blocks of sides with ``positions`` rows in all (the
-    largest ``largest``), and three temporaries of the largest (a difference, an exponential, a product), fit
-    ``budget_bytes``: at least 1."""
-    return max(1, budget_bytes // max(1, 8 * (positions + 3 * largest)))
+    largest ``largest``), three temporaries of the largest (a difference, an exponential, a product), and the
+    ``row_bytes`` each vocabulary row of the heads takes while its block is computed fit ``budget_bytes``: at least
+    1. A short context gives large blocks, where the heads' rows, not the logits, fill the budget."""
+    return max(1, budget_bytes // max(1, 8 * (positions + 3 * largest) + row_bytes))
 
 
 @torch.no_grad()

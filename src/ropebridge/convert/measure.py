@@ -45,7 +45,7 @@ from .verdict import READING_TOKENS, VerifyReport
 GREEDY_STREAM_BYTES = 96 << 30  # weights streamed by greedy generation, at most: fewer tokens beyond
 OVERHEAD_BYTES = 900 << 20  # the interpreter, torch and transformers resident before any weight
 QUERY_BLOCK = 256  # the reference's queries per attention block
-LOGIT_BYTES = 256 << 20  # the logit blocks compared at once (float64, every side, and their temporaries)
+LOGIT_BYTES = 256 << 20  # the logit blocks compared at once (float64, every side, their temporaries, the heads' rows)
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,9 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
     views = {"exact0": ("exact", (slice(0, 1),)), "exact_head": ("exact", (slice(0, 1), slice(0, head.shape[1])))}
     held = (ref, *hidden.values(), *([floor] if half else []))
     rows = [h.shape[:-1].numel() for h in held]  # each side's positions, b * s
-    block = logit_stats.vocab_block(sum(rows), max(rows), LOGIT_BYTES)
+    # each row of a block: the exact head's (and the floor's) in float64, each model's as read and as cast
+    widths = [info.hidden_size] * (1 + half) + [2 * m.head_width for m in (conv, native) if m is not None]
+    block = logit_stats.vocab_block(sum(rows), max(rows), LOGIT_BYTES, row_bytes=8 * sum(widths))
     targets = torch.cat([ids[:, 1:], ids[:, :1]], 1)  # (1, s): the next token (the last is ignored)
     bar.set_postfix_str(f"logits, {info.vocab_size} rows in blocks of {block}")
     side_stats, pair_stats = logit_stats.compare(
