@@ -93,9 +93,9 @@ def advantage_doubt(source, request: PlanRequest, plan: EmulationPlan) -> str | 
     the default was measured on, so a far key may lead by more than the floor covers; None otherwise."""
     if plan.strategy != "ladder" or request.floor is not None or request.advantage is not None:
         return None
-    scale = getattr(source, "qk_scale", None)
-    ratio = None if scale is None else scale * math.sqrt(source.head_dim)
-    if ratio is None or ratio <= UNSCALED:
+    scale = source.qk_scale  # a ``SourceInfo``: read from a config, every family's scale is known
+    ratio = scale * math.sqrt(source.head_dim)
+    if ratio <= UNSCALED:
         return None
     from .emulation.ladder import DEFAULT_ADVANTAGE
 

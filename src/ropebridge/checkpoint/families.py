@@ -222,7 +222,7 @@ def _refact(c, d, hd) -> FamilyDetails:
     width = int(2 * inner / 3)  # its MLP: 2/3 of n_inner (default 4D), rounded up to a multiple of 256
     return FamilyDetails(max_bias=8.0, eps=_key(c, "layer_norm_epsilon", 1e-5), activation="silu", parallel=False,
                          intermediate_size=256 * ((width + 255) // 256), qk_scale=1 / math.sqrt(hd), gated=True,
-                         norm_bias=False, kv_heads=1)  # multi-query whatever ``multi_query`` says: its code builds one kv head
+                         norm_bias=False, kv_heads=1)  # multi-query whatever ``multi_query`` says: one kv head in its code
 
 
 def _jais(c, d, hd) -> FamilyDetails:
@@ -258,7 +258,8 @@ def _jais(c, d, hd) -> FamilyDetails:
     embed = _first(c, ("embeddings_scale", "mup_embeddings_scale"))
     return FamilyDetails(max_bias=8.0, eps=_key(c, "layer_norm_epsilon", 1e-5), activation="silu", parallel=False,
                          intermediate_size=int(_key(c, "n_inner", 4 * d, null_is_default=True)),
-                         qk_scale=hd ** -power if c.get("scale_attn_weights", True) else 1.0, gated=True, alibi_factor=factor,
+                         qk_scale=hd ** -power if c.get("scale_attn_weights", True) else 1.0, gated=True,
+                         alibi_factor=factor,
                          embedding_scale=1.0 if embed is None else _checks.positive("embeddings_scale", embed),
                          logit_scale=float(_key(c, "width_scale", 1.0)) if width is not None else mup)
 

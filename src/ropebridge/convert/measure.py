@@ -205,7 +205,8 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
     views = {"exact0": ("exact", (slice(0, 1),)), "exact_head": ("exact", (slice(0, 1), slice(0, head.shape[1])))}
     held = (ref, *hidden.values(), *([floor] if half else []))
     rows = [h.shape[:-1].numel() for h in held]  # each side's positions, b * s
-    # each row of a block: the exact head's (and the floor's) in float64, each model's as read and as cast
+    # each row of a block, an upper bound (the sides run one after another): the exact head's (and the floor's) in
+    # float64, each model's as read and as cast
     widths = [info.hidden_size] * (1 + half) + [2 * m.head_width for m in (conv, native) if m is not None]
     block = logit_stats.vocab_block(sum(rows), max(rows), LOGIT_BYTES, row_bytes=8 * sum(widths))
     targets = torch.cat([ids[:, 1:], ids[:, :1]], 1)  # (1, s): the next token (the last is ignored)

@@ -7,8 +7,8 @@ those stored in P; the arithmetic is D's. So, per head, the error model's terms 
 - **arithmetic** in D: tables, products, the dot product and the scores (``error_model.rounding_bound``,
   ``ladder_fit.predicted_rounding`` and ``cast_rounding`` at D).
 
-The ladder's fit error is recomputed on its stored amplitudes (``ladder_fit.approximation_error``), re-stored in D where D
-is coarser (nearest, as a cast does). A single pair or a fixed base takes ``error_model.predict`` at D, plus the
+The ladder's approximation error is recomputed on its stored amplitudes (``ladder_fit.approximation_error``),
+re-stored in D where D is coarser (nearest, as a cast does). A single pair or a fixed base takes ``error_model.predict`` at D, plus the
 relative rounding of P's stored amplitudes where P is the coarser (``storage_rounding``). In P itself every head's
 prediction is the plan's own (the tests hold them equal); a value stored beyond D's range makes it inf.
 """
@@ -21,7 +21,7 @@ import numpy as np
 
 from ..numerics import Numerics, half_ulp, largest, unit_roundoff
 from .error_model import PairSpec, matter_distance, predict
-from .ladder_fit import cast_rounding, approximation_error, predicted_rounding, stored_amplitudes
+from .ladder_fit import approximation_error, cast_rounding, predicted_rounding, stored_amplitudes
 from .plan import EmulationPlan, HeadPlan
 
 

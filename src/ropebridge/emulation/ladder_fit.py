@@ -56,7 +56,8 @@ def approximation_error(slope: float, a, b, thetas, window: int, floor: float, s
 
 
 def _worst(f: np.ndarray, slope: float, floor: float, w: int) -> float:
-    """``approximation_error`` of the shifted bias ``f(d) - δ`` given on every integer distance 0..L, shape ``(L + 1,)``."""
+    """``approximation_error`` of the shifted bias ``f(d) - δ`` given on every integer distance 0..L,
+    shape ``(L + 1,)``."""
     near = np.abs(f[: w + 1] + slope * np.arange(w + 1, dtype=np.float64)).max()
     return float(max(near, (f[w + 1:] + floor).max(initial=0.0), 0.0))
 

@@ -39,8 +39,8 @@ class Target:
     ``pair_dims``: where a head's single pair sits (``PAIR_DIMS``); ``layer_norm`` (``LAYER_NORMS``) and ``mlp``
     (the up and down projections' names) for its tensors; ``support``: how each engine runs it (one
     ``support.Support`` per column of ``support.COLUMNS``, read from the engines' sources; ``engines`` says it in
-    one line); ``serving``: how each engine serves it, with ``{dst}``, ``{dtype}``, ``{window}`` and ``{base}`` filled in by the model
-    card; ``blocks``: the source blocks (``BLOCKS``) it carries exactly; ``rope_form`` (``ROPE_FORMS``): how its
+    one line); ``serving``: how each engine serves it, with ``{dst}``, ``{dtype}``, ``{window}`` and ``{base}``
+    filled in by the model card; ``blocks``: the source blocks (``BLOCKS``) it carries exactly; ``rope_form`` (``ROPE_FORMS``): how its
     engines compute the pairs' frequencies, which the plan follows."""
 
     name: str
@@ -166,16 +166,16 @@ TARGETS = {t.name: t for t in (
            parallel_residual=True,
            support={
             "transformers": Support(N, "tested"),
-            "transformers-4": Support(N, "measured: reads the legacy `rotary_pct`/`rotary_emb_base` keys written beside "
-                                         "`rope_parameters`"),
+            "transformers-4": Support(N, "measured: reads the legacy `rotary_pct`/`rotary_emb_base` keys written "
+                                         "beside `rope_parameters`"),
             "vllm": Support(B, "its registry maps `GPTNeoXForCausalLM` to `TransformersForCausalLM`; read"),
             "sglang": Support(B, "no GPT-NeoX model of its own; read"),
             "trtllm": Support(X, "no GPT-NeoX model; the TensorRT backend that had one was removed"),
             "llama.cpp": Support(N, "measured, F32 GGUF: set `gptneox.rope.freq_base` in the GGUF, or convert with "
                                     "`--rope-base 10000 --rotary-dim 32 --pairs 3`; run with `-fa off -ctk f32`"),
-            "ctranslate2": Support(N, "measured, float32: set `rotary_emb_base` and `layer_norm_eps` in the spec and fold "
-                                      "1/√d into the query projection, or convert with `--rope-base 10000 --rotary-dim 32 "
-                                      "--pairs 3`"),
+            "ctranslate2": Support(N, "measured, float32: set `rotary_emb_base` and `layer_norm_eps` in the spec and "
+                                      "fold 1/√d into the query projection, or convert with `--rope-base 10000 "
+                                      "--rotary-dim 32 --pairs 3`"),
            },),
     Target(name="starcoder2", architecture="Starcoder2ForCausalLM", model_type="starcoder2", strategies=("single",),
            rotary_block=False, pair_dims="first-and-middle", layer_norm="layernorm", mlp=("c_fc", "c_proj"),
@@ -195,11 +195,11 @@ TARGETS = {t.name: t for t in (
            serving=(_HF.format(versions="", note=" (5.x; 4.x with the ladder)"), _VLLM),
            support={
             "transformers": Support(N, "tested"),
-            "transformers-4": Support(N, "the ladder: measured, logits identical to 5.x; the single pair loads silently "
-                                         "wrong (ignores `rope_parameters`)"),
-            "vllm": Support(N, "`nemotron.py`, unchanged from 0.33: `head_dim` from the config, `get_act_fn(hidden_act)`, "
-                               "`rope_parameters` to `get_rope`; its rope run on the ladder: frequencies and rotation "
-                               "transformers' bit for bit"),
+            "transformers-4": Support(N, "the ladder: measured, logits identical to 5.x; the single pair loads "
+                                         "silently wrong (ignores `rope_parameters`)"),
+            "vllm": Support(N, "`nemotron.py`, unchanged from 0.33: `head_dim` from the config, "
+                               "`get_act_fn(hidden_act)`, `rope_parameters` to `get_rope`; its rope run on the "
+                               "ladder: frequencies and rotation transformers' bit for bit"),
             "sglang": Support(B, "no Nemotron model of its own; read"),
             "trtllm": Support(X, "its Nemotron hard-codes relu²"),
             "llama.cpp": Support(X, "hard-codes relu², Q/O of n_embd × n_embd"),
@@ -212,16 +212,16 @@ TARGETS = {t.name: t for t in (
            blocks=("rmsnorm-gated", "unbiased-layernorm-gated"), rope_form="llama3",
            support={
             "transformers": Support(N, "tested"),
-            "transformers-4": Support(N, "measured, `benchmarks/engines/hf4_llama.py`: float32 5.x's logits bit for bit; "
-                                         "it reads the `rope_scaling` written beside `rope_parameters`"),
-            "vllm": Support(N, "`llama.py`, unchanged from 0.33, reads `head_dim`, `attention_bias` for q, k, v and o; "
-                               "its rope run: the plan's frequencies and transformers' rotation bit for bit"),
+            "transformers-4": Support(N, "measured, `benchmarks/engines/hf4_llama.py`: float32 5.x's logits bit for "
+                                         "bit; it reads the `rope_scaling` written beside `rope_parameters`"),
+            "vllm": Support(N, "`llama.py`, unchanged from 0.33, reads `head_dim`, `attention_bias` for q, k, v and "
+                               "o; its rope run: the plan's frequencies and transformers' rotation bit for bit"),
             "sglang": Support(N, "`llama.py` takes `rope_parameters` as its `rope_scaling`; its rope run, as vLLM's"),
             "trtllm": Support(N, "read: `Attention` takes `head_dim` from the config and `attention_bias` for q, k, v "
                                  "and o; `RopeParams.from_config` reads `rope_theta` and the llama3 `rope_scaling`; "
                                  "NVIDIA/TensorRT-LLM at c6d3bb2 and 51ea5c9"),
-            "llama.cpp": Support(N, "measured, `benchmarks/engines/llamacpp_llama.py`: its converter writes the rope as "
-                                    "`rope_freqs`; F32 GGUF within float32's tolerance"),
+            "llama.cpp": Support(N, "measured, `benchmarks/engines/llamacpp_llama.py`: its converter writes the rope "
+                                    "as `rope_freqs`; F32 GGUF within float32's tolerance"),
             "ctranslate2": Support(X, "no converter"),
            },),
     Target(name="persimmon", architecture="PersimmonForCausalLM", model_type="persimmon",
@@ -233,14 +233,15 @@ TARGETS = {t.name: t for t in (
            support={
             "transformers": Support(N, "tested"),
             "transformers-4": Support(N, "read: its Persimmon reads the top-level `partial_rotary_factor` and "
-                                         "`rope_theta` written beside `rope_parameters`; a one-off run on a BLOOM pico gave "
-                                         "5.x's logits bit for bit in float32 and bfloat16"),
+                                         "`rope_theta` written beside `rope_parameters`; a one-off run on a BLOOM "
+                                         "pico gave 5.x's logits bit for bit in float32 and bfloat16"),
             "vllm": Support(X, "removed in 0.25: `PersimmonForCausalLM` in its registry's previously supported models"),
-            "sglang": Support(N, "`persimmon.py`: head dim hidden / heads, `get_rope` with `config.partial_rotary_factor` "
-                                 "and `rope_parameters[\"rope_theta\"]`, biases on the fused per-head QKV reordered at "
-                                 "load; its rope run with the transformers 5.19 it pins: the plan's frequencies, "
-                                 "transformers' rotation bit for bit. With transformers 5.20 or later the config object "
-                                 "no longer has the `partial_rotary_factor` it reads directly"),
+            "sglang": Support(N, "`persimmon.py`: head dim hidden / heads, `get_rope` with "
+                                 "`config.partial_rotary_factor` and `rope_parameters[\"rope_theta\"]`, biases on the "
+                                 "fused per-head QKV reordered at load; its rope run with the transformers 5.19 it "
+                                 "pins: the plan's frequencies, transformers' rotation bit for bit. With transformers "
+                                 "5.20 or later the config object no longer has the `partial_rotary_factor` it reads "
+                                 "directly"),
             "trtllm": Support(X, "not checked"),
             "llama.cpp": Support(X, "not checked"),
             "ctranslate2": Support(X, "no converter"),
@@ -253,18 +254,19 @@ TARGETS = {t.name: t for t in (
            blocks=("layernorm-gated", "unbiased-layernorm-gated"),
            support={
             "transformers": Support(N, "tested"),
-            "transformers-4": Support(N, "read: its StableLM reads the top-level `partial_rotary_factor` and `rope_theta` "
-                                         "written beside `rope_parameters`"),
-            "vllm": Support(B, "0.34 maps `StableLmForCausalLM` to `TransformersForCausalLM` and ships no `stablelm.py` "
-                               "(0.33 ran it natively); transformers' StableLM calls the attention interface vLLM sets; "
-                               "read"),
-            "sglang": Support(N, "`stablelm.py`: head dim hidden / heads, `use_qkv_bias`, SiLU and a sequential residual "
-                                 "fixed; it reads `rope_pct`, which the config writes; its rope run with transformers 5.19 "
-                                 "and 5.20.2: the plan's frequencies and transformers' rotation bit for bit"),
+            "transformers-4": Support(N, "read: its StableLM reads the top-level `partial_rotary_factor` and "
+                                         "`rope_theta` written beside `rope_parameters`"),
+            "vllm": Support(B, "0.34 maps `StableLmForCausalLM` to `TransformersForCausalLM` and ships no "
+                               "`stablelm.py` (0.33 ran it natively); transformers' StableLM calls the attention "
+                               "interface vLLM sets; read"),
+            "sglang": Support(N, "`stablelm.py`: head dim hidden / heads, `use_qkv_bias`, SiLU and a sequential "
+                                 "residual fixed; it reads `rope_pct`, which the config writes; its rope run with "
+                                 "transformers 5.19 and 5.20.2: the plan's frequencies and transformers' rotation bit "
+                                 "for bit"),
             "trtllm": Support(X, "no StableLM model; read"),
             "llama.cpp": Support(N, "read, not run: its converter's StableLM writes no RoPE base, so the GGUF needs "
-                                    "`stablelm.rope.freq_base` set, or a conversion with `--rope-base 10000 --rotary-dim 32 "
-                                    "--pairs 3`"),
+                                    "`stablelm.rope.freq_base` set, or a conversion with `--rope-base 10000 "
+                                    "--rotary-dim 32 --pairs 3`"),
             "ctranslate2": Support(X, "no converter"),
            },),
 )}
