@@ -1,10 +1,12 @@
 """The engines table: what each engine runs, the target --engine takes per family, and the refusals."""
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
 from pico import build
 
+from ropebridge.checkpoint.config import FAMILIES
 from ropebridge.cli import main
 from ropebridge.emulation import PlanRequest
 from ropebridge.targets import TARGETS
@@ -83,7 +85,7 @@ def test_the_per_family_table_has_every_form_and_names_natives_first():
 
 
 def test_the_request_takes_the_engines_kernel_and_refuses_a_target_it_does_not_run():
-    assert PlanRequest(engine="trtllm").kernel == "trtllm" and PlanRequest(engine="vllm").kernel == "any"
+    assert PlanRequest(engine="trtllm").kernel == "trtllm" and PlanRequest(engine="vllm").kernel == "vllm-cpu"
     assert PlanRequest(engine="trtllm", kernel="fa3").kernel == "fa3"
     assert PlanRequest(engine="vllm", target="gpt-neox").target == "gpt-neox"  # its backend runs it
     with pytest.raises(ValueError, match="--engine vllm: vLLM 0.34.0 does not run --target persimmon"):
@@ -111,15 +113,61 @@ def test_convert_and_plan_with_engine_take_and_name_the_target(tmp_path, capsys)
     assert describe("stablelm", "vllm") == "vLLM 0.34.0 runs stablelm through its Transformers backend"
 
 
-def test_float32_on_trtllm_says_the_exact_strategy_cannot_be_served_there():
-    # Baichuan-13B's 40 heads of 128 on llama: the opposed pairs give 132, which MMHA does not run; bfloat16's
-    # ladder takes a size it runs (160)
+def test_float32_on_a_kernel_that_does_not_run_the_single_pairs_head_takes_the_float32_ladder():
+    # Baichuan-13B's 40 heads of 128 on llama: the opposed pairs give 132, which neither MMHA nor vLLM's CPU
+    # attention runs; the ladder planned for float32 takes 160, which both run; the single pair asked for is refused
     from ropebridge.checkpoint.config import from_heads
     from ropebridge.emulation import plan
 
     source = from_heads(40, 128, "baichuan")
-    with pytest.raises(ValueError, match="head dim 132, which --kernel trtllm does not run .*float32 serving of "
-                                         "this model on it is not possible"):
-        plan(source, PlanRequest(engine="trtllm", target="llama", dtype="float32", window=4096))
+    for engine in ("trtllm", "vllm"):
+        exact = plan(source, PlanRequest(engine=engine, target="llama", dtype="float32", window=4096))
+        assert (exact.strategy, exact.dtype, exact.head_dim + exact.rotary_dim) == ("ladder", "float32", 160)
+        assert exact.meets_tolerance and exact.tolerance == 1e-3
+        with pytest.raises(ValueError, match="head dim 132, which --kernel .* does not run .*the single strategy "
+                                             "fixes the head dim at 132; leave out --strategy"):
+            plan(source, PlanRequest(engine=engine, target="llama", dtype="float32", window=4096, strategy="single"))
+    assert plan(source, PlanRequest(target="llama", dtype="float32", window=4096)).strategy == "single"  # any kernel
     half = plan(source, PlanRequest(engine="trtllm", target="llama", dtype="bfloat16", window=4096))
     assert half.head_dim + half.rotary_dim == 160
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("family", tuple(FAMILIES))
+def test_every_plan_for_vllm_serves_a_head_size_its_cpu_attention_runs(family, dtype):
+    """Nothing ``--engine vllm`` writes fails to load in vLLM: at the families' real head dims (32 for the demos, 64,
+    80, 128) the served head dim is one of vLLM's CPU attention sizes (which its GPU backends run too), in every
+    dtype; float32 takes the ladder where the single pair's hd + 2 or hd + 4 is not one of them."""
+    from ropebridge.checkpoint.config import from_heads
+    from ropebridge.emulation import plan
+    from ropebridge.targets.kernels import VLLM_CPU
+
+    for heads, hd in ((6, 32), (16, 64), (32, 80), (40, 128)):
+        source = from_heads(heads, hd, family)
+        request = PlanRequest(engine="vllm", dtype=dtype, window=2048)
+        target = TARGETS[choose(source, "vllm").target]
+        p = plan(source, dataclasses.replace(request, target=target.name))
+        served = target.served_head_dim(p.head_dim, p.rotary_dim, p.strategy)
+        assert served in VLLM_CPU, (family, hd, dtype, p.strategy, served)
+        assert p.meets_tolerance, (family, hd, dtype, p.worst_head.predicted_error)
+
+
+@pytest.mark.parametrize("name", ["demo", "demo-mpt", "demo-falcon", "demo-baichuan", "demo-jais"])
+def test_convert_for_vllm_writes_a_head_dim_vllm_runs_in_every_dtype(tmp_path, capsys, name):
+    """The embedded models converted with ``--engine vllm``: the config's head dim (``head_dim``, or hidden / heads on
+    the padded stream) is one vLLM's CPU attention runs; float32 says in one line why it takes the ladder."""
+    import json
+
+    from ropebridge.demo import data_dir
+    from ropebridge.targets.kernels import VLLM_CPU
+
+    for dtype in ("float32", "bfloat16", "float16"):
+        dst = tmp_path / f"{name}-{dtype}"
+        assert main(["convert", str(data_dir(name)), str(dst), "--engine", "vllm", "--dtype", dtype,
+                     "--window", "2048"]) == 0
+        out = capsys.readouterr().out
+        config = json.loads((dst / "config.json").read_text())
+        head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+        assert head_dim in VLLM_CPU, (name, dtype, head_dim)
+        assert ("float32 takes the ladder planned for float32: the single pair would serve head dim" in out) == (
+            dtype == "float32"), out

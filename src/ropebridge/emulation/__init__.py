@@ -32,9 +32,13 @@ def plan(source, request: PlanRequest) -> EmulationPlan:
     except ValueError as exc:
         if request.dtype != "float32" or result.strategy == "ladder":
             raise
+        if "ladder" in request.target_spec.strategies:
+            raise ValueError(f"{exc}: the {result.strategy} strategy fixes the head dim at {served}; leave out "
+                             "--strategy and the single pair's flags to take the ladder planned for float32, on a "
+                             "size it runs") from None
         raise ValueError(f"{exc}: float32 serving of this model on it is not possible (the exact strategy fixes "
-                         f"the head dim at {served}); convert with --dtype bfloat16 or float16, where the ladder "
-                         "takes a size it runs") from None
+                         f"the head dim at {served}); convert with --dtype bfloat16 or float16 on a target that "
+                         "carries the ladder") from None
     return result
 
 

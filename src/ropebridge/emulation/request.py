@@ -197,11 +197,37 @@ def resolve(source, request: PlanRequest) -> PlanRequest:
         raise ValueError("the request names no dtype: complete it with PlanRequest.with_dtype")
     check_dtype(request.kernel, request.dtype)
     request = request.for_family(getattr(source, "family", None))
-    request.target_spec.check_source(source)
-    strategy = STRATEGIES[request.chosen_strategy]
+    target = request.target_spec
+    target.check_source(source)
+    strategy = STRATEGIES[_default_or_ladder(request, target, source.head_dim)]
     tolerance = request.tolerance
     if tolerance is None:
         tolerance = plan_tolerance(request.dtype, source.slopes, request.window)
     cutoff = strategy.cutoff(request.window, request.dtype) if request.cutoff is None else request.cutoff
     return dataclasses.replace(request, strategy=strategy.name, tolerance=tolerance, cutoff=cutoff)
 
+
+
+def _default_or_ladder(request: PlanRequest, target: Target, head_dim: int) -> str:
+    """``request.chosen_strategy``, except where it is the single pair by default (float32, no strategy or
+    single-pair flag given) and the kernel does not run the head dim the single pair serves at while the target
+    carries the ladder (``single_pair_unserved``): then the ladder, planned for float32, which takes a rotary width
+    whose head dim the kernel runs."""
+    name = request.chosen_strategy
+    if (name == "single" and request.strategy is None and not request.single_flags and "ladder" in target.strategies
+            and single_pair_unserved(target, head_dim, request.kernel) is not None):
+        return "ladder"
+    return name
+
+
+def single_pair_unserved(target: Target, head_dim: int, kernel: str) -> str | None:
+    """Why the single pair cannot be served on ``kernel`` (``Target.single_head_dim``: hd + 2 or hd + 4 is not a
+    size it runs; vLLM's CPU attention runs none of them for hd 32, 64, 80 or 128), in one line; None where it
+    can."""
+    from ..targets.kernels import KERNELS
+
+    served, k = target.single_head_dim(head_dim), KERNELS[kernel]
+    if k.runs(served):
+        return None
+    return (f"float32 takes the ladder planned for float32: the single pair would serve head dim {served} on "
+            f"--target {target.name}, which --kernel {k.name} does not run ({k.sizes})")

@@ -117,6 +117,12 @@ class Target:
             return SinglePair("block", (theta,), SINGLE_BLOCK_DIMS, float(theta**-2.0))
         return SinglePair("free", (theta,))
 
+    def single_head_dim(self, head_dim: int) -> int:
+        """The head dim the single strategy serves a source of ``head_dim`` at (``single_pair``): hd + 4 on a rotary
+        block (pair 1 of 4 dims) or a whole head (two opposed pairs), hd + 2 for one free pair."""
+        return head_dim + (SINGLE_BLOCK_DIMS if self.rotary_block else
+                           OPPOSED_DIMS if self.pair_dims == "whole-head" else 2)
+
     def served_head_dim(self, head_dim: int, rotary_dim: int | None, strategy: str) -> int:
         """The head dim this target serves a plan at: hd + R (the rotary block of gpt-neox, the ladder, the whole
         head's opposed pairs), or hd + 2 (a compact target's single pair)."""

