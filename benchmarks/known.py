@@ -54,7 +54,7 @@ def llamacpp_runs() -> dict[tuple[str, str], str]:
         if r["engine"] == "llama.cpp" and r["model"] == "demo" and r["label"].endswith("(recommended)"):
             out[("bloom", "gpt-neox")] = f"{r['ratio_vs_exact']:.2g}× native's error"
     for r in (_load("llamacpp_families") or {}).get("rows", []):
-        c, n = r["converted"], r["native"]
+        c = r["converted"]
         out[(r["family"], r["target"])] = (f"{r['ratio_vs_exact']:.2g}× native's error" if r["ratio_vs_exact"]
                                            else f"{c['max_abs_logit_diff']:.2g} from exact")
     for r in _load("llamacpp_llama") or []:

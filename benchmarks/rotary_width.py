@@ -27,7 +27,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
 from _common import save, table
 from fidelity import TEXT_MODELS, build_sources, compare, forward_in_child, tokens
 

@@ -463,7 +463,8 @@ TABLES = {"window-guide": window_guide, "rotary-width": rotary_width, "engines-p
           "llamacpp-llama": lambda: _engine_script_table("llamacpp_llama", "llamacpp_llama"),
           "llamacpp-families": lambda: _engine_script_table("llamacpp_families", "llamacpp_families"),
           "vllm-engine": lambda: _engine_script_table("vllm_run", "vllm_engine"),
-          "vllm-cost": lambda: _engine_script_table("vllm_cost", "vllm_cost")}
+          "vllm-cost": lambda: _engine_script_table("vllm_cost", "vllm_cost"),
+          "llamacpp-cost": lambda: _engine_script_table("llamacpp_cost", "llamacpp_cost")}
 
 
 def render(text: str) -> str:

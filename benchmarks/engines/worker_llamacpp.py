@@ -5,6 +5,7 @@ path.
     python worker_llamacpp.py set-base IN.gguf OUT.gguf BASE|CHECKPOINT
     python worker_llamacpp.py quantize IN.gguf OUT.gguf TYPE
     python worker_llamacpp.py run JOB.json
+    python worker_llamacpp.py speed JOB.json
 
 ``tokenizer`` writes GPT-2's tokenizer as llama.cpp ships it into OUT_DIR (``gpt2_vocab.gpt2_tokenizer``).
 
@@ -20,6 +21,10 @@ no K-quants.
 "n_ctx": C, "settings": {"flash_attn": bool, "type_k": "f32"|"f16", "type_v": ..., "threads": n},
 "out": JSON}. Writes the comparison of the logits with each reference (``_compare``) and the K greedy
 tokens after each prompt, generated one token at a time through the engine's KV cache.
+
+``speed`` JOB: {"model": GGUF, "sequence": [ids], "prefill": P, "decode_tokens": K, "rounds": R, "n_ctx": C,
+"threads": n, "out": JSON}: the seconds of R prefills of the first P ids (one ``eval``, after a warm-up) and of R
+decodes of K tokens one at a time after a 32-token prompt, the engine's defaults otherwise (f16 K/V cache).
 """
 
 import json
@@ -93,6 +98,34 @@ def run(job_path: str) -> int:
     return 0
 
 
+def speed(job_path: str) -> int:
+    import time
+
+    import llama_cpp
+    import numpy as np
+
+    job = json.loads(Path(job_path).read_text())
+    llm = llama_cpp.Llama(model_path=job["model"], n_ctx=job["n_ctx"], n_batch=job["prefill"], n_ubatch=512,
+                          n_threads=job["threads"], n_threads_batch=job["threads"], seed=0, verbose=False)
+    ids = job["sequence"]
+    out = {"prefill_seconds": [], "decode_seconds": []}
+    for r in range(job["rounds"] + 1):  # the first is a warm-up
+        llm.reset()
+        t = time.perf_counter()
+        llm.eval(ids[:job["prefill"]])
+        if r:
+            out["prefill_seconds"].append(time.perf_counter() - t)
+        llm.reset()
+        llm.eval(ids[:32])
+        t = time.perf_counter()
+        for _ in range(job["decode_tokens"]):
+            llm.eval([int(np.argmax(llm.scores[llm.n_tokens - 1]))])
+        if r:
+            out["decode_seconds"].append(time.perf_counter() - t)
+    Path(job["out"]).write_text(json.dumps(out))
+    return 0
+
+
 if __name__ == "__main__":
     cmd, *rest = sys.argv[1:]
     if cmd == "tokenizer":
@@ -101,4 +134,6 @@ if __name__ == "__main__":
         sys.exit(set_base(*rest))
     if cmd == "quantize":
         sys.exit(quantize(*rest))
+    if cmd == "speed":
+        sys.exit(speed(*rest))
     sys.exit(run(*rest))

@@ -89,3 +89,13 @@ def test_the_vllm_environment_has_its_own_pins(name):
         assert stamp["remove"] == ["torchvision", "torchaudio", "torchcodec"]
     else:  # the converters' environments keep transformers 4.x and their stamps as before
         assert "transformers==4.57.6" in stamp["constraints"] and "remove" not in stamp
+
+
+def test_the_llamacpp_cost_table_has_both_models_and_their_ratios():
+    import llamacpp_cost
+
+    payload = json.loads((ROOT / "benchmarks" / "results" / "llamacpp_cost.json").read_text())
+    text = llamacpp_cost.table(payload)
+    native, converted = payload["rows"]
+    assert native["head_size"] == 64 and converted["head_size"] == 96
+    assert math.isclose(converted["kv_bytes_per_token_ratio"], 1.5) and "(1.50×)" in text
