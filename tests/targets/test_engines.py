@@ -171,3 +171,16 @@ def test_convert_for_vllm_writes_a_head_dim_vllm_runs_in_every_dtype(tmp_path, c
         assert head_dim in VLLM_CPU, (name, dtype, head_dim)
         assert ("float32 takes the ladder planned for float32: the single pair would serve head dim" in out) == (
             dtype == "float32"), out
+
+
+def test_the_float32_ladder_on_vllm_takes_the_ladders_options_and_the_single_pair_refuses_them(capsys):
+    """Where the source decides the float32 strategy (a kernel that may not run the single pair's head), the
+    ladder's options are checked against the strategy resolved for it, not against the single pair's."""
+    from ropebridge.demo import data_dir
+
+    for flags in (["--rotary-dim", "32"], ["--floor", "60"]):
+        assert main(["plan", "--model", str(data_dir()), "--engine", "vllm", "--dtype", "float32", "--window",
+                     "2048", *flags]) == 0, flags
+        assert "float32 takes the ladder planned for float32" in capsys.readouterr().out
+    assert main(["plan", "--model", str(data_dir()), "--dtype", "float32", "--window", "2048", "--floor", "60"]) == 2
+    assert "--floor and --calibration-text are for --strategy ladder" in capsys.readouterr().err  # any kernel: single

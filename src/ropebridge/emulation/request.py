@@ -122,8 +122,10 @@ class PlanRequest:
             raise ValueError("give --floor or --calibration-text, not both")
         fix("floor", _per_head("floor", self.floor, 0.0))
         fix("advantage", _per_head("advantage", self.advantage, 0.0))
-        if self.chosen_strategy is not None:
-            self._check_strategy(self.chosen_strategy)
+        name = self.chosen_strategy
+        source_decides = name == "single" and self.strategy is None and not self.single_flags and self.kernel != "any"
+        if name is not None and not source_decides:  # else checked once resolved (``resolve``, _default_or_ladder)
+            self._check_strategy(name)
 
     @property
     def target_spec(self) -> Target:
