@@ -34,10 +34,10 @@ def test_plot(tmp_path):
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        (["--head-dim", "127", "--context", "10"], "head_dim"),
-        (["--head-dim", "0", "--context", "10"], "head_dim"),
-        (["--head-dim", "64", "--context", "-1"], "context"),
-        (["--head-dim", "64", "--context", "10", "--base", "1"], "rope_theta"),
+        (["--head-dim", "127", "--context", "10"], "--head-dim"),
+        (["--head-dim", "0", "--context", "10"], "--head-dim"),
+        (["--head-dim", "64", "--context", "-1"], "--context"),
+        (["--head-dim", "64", "--context", "10", "--base", "1"], "--base"),
         (["--head-dim", "64", "--context", "10", "--rope-type", "warp"], "--rope-type"),
         (["--head-dim", "64", "--context", "10", "--rope-type", "linear"], "factor"),
         (["--head-dim", "64", "--context", "10", "--rope-type", "linear", "--factor", "0.5"], "factor"),

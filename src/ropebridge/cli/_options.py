@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from ..numerics import DEFAULT_CUTOFF, DTYPES, FLOAT32_BIAS_HALF_ULPS, TOLERANCE
 from ..targets import TARGETS
 from ..targets.support import ENGINES
 from ..targets.kernels import KERNELS
+
 
 
 def plot_and_json(args: argparse.Namespace, figure: Callable[[], Any], data: Callable[[], dict]) -> bool:
@@ -73,7 +75,7 @@ def family_defaults() -> str:
 def add_planning_options(p: argparse.ArgumentParser) -> None:
     tol = ", ".join(f"{k} {v:g}" for k, v in TOLERANCE.items()) + (
         f"; float32 at least {FLOAT32_BIAS_HALF_ULPS} half-ulps of the largest bias m*window")
-    p.add_argument("--window", type=int, default=DEFAULT_WINDOW,
+    p.add_argument("--window", type=numeric(int), default=DEFAULT_WINDOW,
                    help=f"longest context to serve, extrapolation included (default {DEFAULT_WINDOW})")
     p.add_argument("--dtype", choices=tuple(DTYPES),
                    help="dtype of the converted model (default: the source checkpoint's; float32 with --heads)")
@@ -84,14 +86,14 @@ def add_planning_options(p: argparse.ArgumentParser) -> None:
                         "(one slow pair per head; default for float32, the compact targets, and when --theta, "
                         "--max-phase, --pairs or --split is given) or fixed-base (single with --rope-base)")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--theta", type=float, help="single: one theta for every head")
-    mode.add_argument("--max-phase", type=float, help="single: theta = phase/window (the source text's rule)")
-    p.add_argument("--rope-base", "--base", dest="rope_base", type=float,
+    mode.add_argument("--theta", type=numeric(), help="single: one theta for every head")
+    mode.add_argument("--max-phase", type=numeric(), help="single: theta = phase/window (the source text's rule)")
+    p.add_argument("--rope-base", "--base", dest="rope_base", type=numeric(),
                    help="fixed RoPE base (an engine that ignores the stored one, e.g. 10000); ladder: default free")
-    p.add_argument("--rotary-dim", "--rope-dim", dest="rotary_dim", type=int,
+    p.add_argument("--rotary-dim", "--rope-dim", dest="rotary_dim", type=numeric(int),
                    help=f"rotary dims per head: single with --rope-base (default {FIXED_BASE_ROTARY_DIM}); ladder "
                         "(default: the smallest >= 32 that --kernel runs)")
-    p.add_argument("--pairs", type=int, default=1, help="single with --rope-base: pairs per head (multi-pair fit)")
+    p.add_argument("--pairs", type=numeric(int), default=1, help="single with --rope-base: pairs per head (multi-pair fit)")
     p.add_argument("--split", help="single, float16: k value s with q = (-N/s, 0), k = (0, s); 'sqrt' for s = sqrt(N)")
     p.add_argument("--kernel", default="any", choices=tuple(KERNELS),
                    help="the attention kernel you serve on: the ladder's head dim hd + R is a size it runs natively, "
@@ -106,25 +108,46 @@ def add_planning_options(p: argparse.ArgumentParser) -> None:
                             f"(default: the cutoff + {DEFAULT_ADVANTAGE:g})")
     floor.add_argument("--calibration-text", metavar="FILE",
                        help="ladder: measure C per head on this text through the source model (needs its weights)")
-    p.add_argument("--cutoff", type=float,
+    p.add_argument("--cutoff", type=numeric(),
                    help="logits below -cutoff carry no weight (default: ladder ln(window / dtype's unit roundoff), "
                         f"13-18; single {DEFAULT_CUTOFF:g})")
     p.add_argument("--jobs", type=_count, default=os.cpu_count() or 1,
                    help="ladder: processes fitting heads at once (default: the core count, here "
                         f"{os.cpu_count() or 1}); the plan is the same whatever --jobs")
-    p.add_argument("--tolerance", type=float,
+    p.add_argument("--tolerance", type=numeric(),
                    help=f"largest predicted worst error (logits) a plan may have (default per dtype: {tol})")
 
 
-def _count(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+def numeric(kind: type = float, low: float | None = None, high: float | None = None, *,
+            low_open: bool = False, high_open: bool = False) -> Callable[[str], float | int]:
+    """argparse type for every numeric option: ``kind`` (int or float) parsed from the text, finite, within
+    ``[low, high]`` (an end excluded where ``low_open`` / ``high_open``); anything else is refused in one line that
+    argparse prefixes with the option (``argument --max-memory: 'inf' is not ...``): nan, infinities and 1e400
+    never reach the library. The bounds are given where the library has none of its own; where it has (the
+    planning options, verify's context), its one line says why a value is out of range."""
+    def fmt(x: float) -> str:
+        return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+    lo = "" if low is None else f"{'>' if low_open else '>='} {fmt(low)}"
+    hi = "" if high is None else f"{'<' if high_open else '<='} {fmt(high)}"
+    want = (("an integer" if kind is int else "a finite number") + (f" {lo}" if lo else "")
+            + (" and " if lo and hi else " ") * bool(hi) + hi).strip()
+
+    def parse(text: str) -> float | int:
+        try:
+            value = kind(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {want}") from None
+        if not math.isfinite(value) or (low is not None and (value < low or low_open and value == low)) or (
+                high is not None and (value > high or high_open and value == high)):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {want}")
+        return value
+
+    parse.__name__ = "integer" if kind is int else "number"  # argparse names the type in its own messages
+    return parse
+
+
+_count = numeric(int, 1, MAX_JOBS := 1024)  # --jobs: processes fitting the ladder's heads
 
 
 def floors(text: str | None) -> float | tuple[float, ...] | None:

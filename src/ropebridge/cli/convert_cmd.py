@@ -10,7 +10,7 @@ from ..emulation.request import single_pair_unserved
 from ..emulation.strategies import STRATEGIES
 from ..targets import TARGETS
 from ..targets.engines import describe
-from ._options import add_planning_options, families, add_verbose, plan_request
+from ._options import add_planning_options, families, add_verbose, numeric, plan_request
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_planning_options(p)
     p.add_argument("--accept-error", action="store_true",
                    help="write the checkpoint even when the plan's prediction exceeds --tolerance (warns, records it)")
-    p.add_argument("--max-shard-mb", type=float, default=2000.0, help="output shard size in MB (default 2000)")
+    p.add_argument("--max-shard-mb", type=numeric(float, 1e-3, 2.0**40), default=2000.0, help="output shard size in MB (default 2000)")
     p.add_argument("--force", action="store_true", help="replace an existing DST")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     add_verbose(p)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from ._options import add_verbose
+from ..emulation.request import MAX_WINDOW
+from ._options import add_verbose, numeric
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="convert the embedded ALiBi model into RoPE and compare both on held-out text")
     p.add_argument("--out", metavar="DIR", help="write the converted model, report.md and plots into DIR")
-    p.add_argument("--context", type=int, help="evaluation context beyond training (default 4x the training context)")
+    p.add_argument("--context", type=numeric(int, 1, MAX_WINDOW), help="evaluation context beyond training (default 4x the training context)")
     p.add_argument("--model", metavar="DIR", help=argparse.SUPPRESS)  # another demo-shaped model directory (tests)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     add_verbose(p)

@@ -14,7 +14,10 @@ from ..targets import TARGETS
 from ..targets.engines import describe
 from ..serving import kv_cost
 from ..targets.kernels import engine_kernels
-from ._options import add_planning_options, families, add_verbose, check_plot, plan_request, plot_and_json
+from ._options import (add_planning_options, add_verbose, check_plot, families, numeric, plan_request,
+                       plot_and_json)
+
+MAX_HEADS, MAX_HEAD_DIM = 65536, 65536
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,8 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                     "with predicted errors")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", metavar="PATH", help=f"an ALiBi checkpoint directory or its config.json ({families()})")
-    src.add_argument("--heads", type=int, help="number of heads (with --head-dim)")
-    p.add_argument("--head-dim", type=int, help="head dim (with --heads)")
+    src.add_argument("--heads", type=numeric(int, 1, MAX_HEADS), help="number of heads (with --head-dim)")
+    p.add_argument("--head-dim", type=numeric(int, 1, MAX_HEAD_DIM), help="head dim (with --heads)")
     p.add_argument("--family", default="bloom", choices=tuple(FAMILIES), help="with --heads (default bloom)")
     add_planning_options(p)
     p.add_argument("--ladder", dest="strategy", action="store_const", const="ladder", help="same as --strategy ladder")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 from .. import reports
 from ..analysis import analyse
 from ..frequencies import ROPE_TYPES
-from ._options import add_verbose, check_plot, plot_and_json
+from ._options import add_verbose, check_plot, numeric, plot_and_json
 
 # flag -> rope_parameters key, for the numeric keys passed straight through
 _NUMERIC = {
@@ -37,29 +38,31 @@ _USED_BY = {
     "short_factor": ("longrope",), "long_factor": ("longrope",), "no_truncate": ("yarn",),
 }
 _KEY_TO_FLAG = {key: "--" + flag.replace("_", "-") for flag, key in _NUMERIC.items()}
-_KEY_TO_FLAG.update(short_factor="--short-factor", long_factor="--long-factor", rope_theta="--base")
+_KEY_TO_FLAG.update(short_factor="--short-factor", long_factor="--long-factor", rope_theta="--base",
+                    head_dim="--head-dim", seq_len="--seq-len", context="--context")
 
 
 def _floats(text: str) -> list[float]:
+    each = numeric()
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+        return [each(x) for x in text.split(",") if x.strip()]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated finite numbers, got {text!r}") from None
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rope", help="per-pair frequencies, wavelengths and turns of a RoPE configuration")
-    p.add_argument("--head-dim", type=int, required=True, help="attention head dim")
-    p.add_argument("--base", type=float, default=10000.0, help="rope_theta (default 10000)")
-    p.add_argument("--context", type=int, required=True, help="context length L in tokens")
+    p.add_argument("--head-dim", type=numeric(int), required=True, help="attention head dim")
+    p.add_argument("--base", type=numeric(), default=10000.0, help="rope_theta (default 10000)")
+    p.add_argument("--context", type=numeric(int), required=True, help="context length L in tokens")
     p.add_argument("--rope-type", default="default", choices=tuple(ROPE_TYPES), help="scaling method (default default)")
     for flag, key in _NUMERIC.items():
-        p.add_argument("--" + flag.replace("_", "-"), type=int if flag in _INTEGER else float,
+        p.add_argument("--" + flag.replace("_", "-"), type=numeric(int) if flag in _INTEGER else numeric(),
                        help=f"rope_parameters['{key}']; for {', '.join(_USED_BY[flag])}")
     p.add_argument("--short-factor", type=_floats, help="longrope: comma-separated per-pair factors")
     p.add_argument("--long-factor", type=_floats, help="longrope: comma-separated per-pair factors")
     p.add_argument("--no-truncate", action="store_true", help="yarn: do not floor/ceil the correction range")
-    p.add_argument("--seq-len", type=int, help="current sequence length for dynamic/longrope (default: --context)")
+    p.add_argument("--seq-len", type=numeric(int), help="current sequence length for dynamic/longrope (default: --context)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--plot", metavar="FILE.png", help="write a figure of wavelength per pair")
     add_verbose(p)
@@ -92,13 +95,13 @@ def _fmt(x: float) -> str:
 def run(args: argparse.Namespace) -> int:
     check_plot(args)
     if args.context is not None and args.context <= 0:
-        raise ValueError(f"context must be > 0, got {args.context}")
+        raise ValueError(f"--context must be > 0, got {args.context}")
     try:
         result = analyse(args.head_dim, rope_parameters(args), args.context, seq_len=args.seq_len)
-    except ValueError as exc:  # the library names rope_parameters keys; the user typed flags
+    except ValueError as exc:  # the library names rope_parameters keys and its arguments; the user typed flags
         message = str(exc)
         for key, flag in sorted(_KEY_TO_FLAG.items(), key=lambda kv: -len(kv[0])):
-            message = message.replace(f"'{key}'", flag)
+            message = re.sub(rf"'{key}'|(?<![-\w]){key}(?![-\w])", flag, message)
         raise ValueError(message) from None
     if plot_and_json(args, lambda: reports.wavelength_figure(result), result.to_dict):
         return 0

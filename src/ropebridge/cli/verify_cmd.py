@@ -4,29 +4,31 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
 from ..convert.verdict import rows
 from ..convert.verify import DEFAULT_MAX_MEMORY, DEVICES, VerifyRequest, verify
 from ..numerics import DTYPES
-from ._options import add_verbose
+from ._options import add_verbose, numeric
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="compare a converted checkpoint with its ALiBi source (exit 1 on failure)")
     p.add_argument("src", help="the original ALiBi checkpoint directory")
     p.add_argument("dst", help="the converted checkpoint directory")
-    p.add_argument("--context", type=int, default=256, help="tokens to compare (default 256)")
+    p.add_argument("--context", type=numeric(int), default=256, help="tokens to compare (default 256)")
     p.add_argument("--dtype", choices=tuple(DTYPES),
                    help="dtype both models run in (default: the one DST was converted for, from its ropebridge.json)")
     p.add_argument("--text", metavar="FILE", help="a text file: compare on its tokens and report perplexities")
-    p.add_argument("--greedy-tokens", type=int, default=32, help="tokens of greedy generation (default 32)")
-    p.add_argument("--max-logit-diff", type=float,
+    p.add_argument("--greedy-tokens", type=numeric(int), default=32, help="tokens of greedy generation (default 32)")
+    p.add_argument("--max-logit-diff", type=numeric(),
                    help="threshold in logits (default: the dtype's default tolerance at DST's window, whatever "
                         "--tolerance the conversion used: 1e-3 float32 (more at long windows), 2 bfloat16, 0.25 "
                         "float16); the limit is this or 3x the plan's predicted error, whichever is larger")
-    p.add_argument("--max-memory", type=float, default=DEFAULT_MAX_MEMORY / 2**30, metavar="GIB",
+    p.add_argument("--max-memory", type=numeric(float, 0, MAX_GIB, low_open=True), default=DEFAULT_MAX_MEMORY / 2**30,
+                   metavar="GIB",
                    help=f"memory verify may hold, in GiB (default {DEFAULT_MAX_MEMORY / 2**30:g}): every model runs a "
                         "layer at a time; a checkpoint whose largest layer needs more is refused")
     p.add_argument("--device", choices=DEVICES, default="cpu",
@@ -67,10 +69,13 @@ def run(args: argparse.Namespace) -> int:
     return 0 if r.passed else 1
 
 
+MAX_GIB = 2.0**20  # a mebibyte of GiB: no machine holds more
+
+
 def _gib(value: float) -> int:
-    if not value > 0:
-        raise ValueError(f"--max-memory {value:g}: a positive number of GiB")
-    return int(value * 2**30)
+    """``--max-memory`` GiB as bytes, rounded up (a budget below a byte is a byte, which verify refuses naming what
+    the checkpoint needs)."""
+    return max(1, math.ceil(value * 2**30))
 
 
 def format_report(r) -> list[str]:

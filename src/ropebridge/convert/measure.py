@@ -43,6 +43,7 @@ from .native import as_defined, native_deviations
 from .verdict import READING_TOKENS, VerifyReport
 
 GREEDY_STREAM_BYTES = 96 << 30  # weights streamed by greedy generation, at most: fewer tokens beyond
+GREEDY_PROMPT = 16  # the greedy check continues the first tokens of the compared sequence
 OVERHEAD_BYTES = 900 << 20  # the interpreter, torch and transformers resident before any weight
 QUERY_BLOCK = 256  # the reference's queries per attention block
 LOGIT_BYTES = 256 << 20  # the logit blocks compared at once (float64, every side, their temporaries, the heads' rows)
@@ -272,7 +273,7 @@ def _greedy_check(report: VerifyReport, source, models: dict, ids: torch.Tensor,
                                f"bounded at {GREEDY_STREAM_BYTES / 2**30:g} GiB")
     bar.reset(total=2 * tokens * source.info.n_layers)
     bar.set_postfix_str(f"greedy, {tokens} tokens")
-    prompt = ids[:, : min(16, ids.shape[1])]
+    prompt = ids[:, : min(GREEDY_PROMPT, ids.shape[1])]
     with torch.no_grad():
         if native is not None:
             with as_defined(native.model, source):

@@ -52,7 +52,7 @@ from ..checkpoint.tensor_io import CheckpointReader, rows_per_block
 from ..emulation.cross_dtype import predicted_in
 from ..numerics import DTYPES, largest, plan_tolerance
 from . import byte_check
-from .measure import check_memory, measure
+from .measure import GREEDY_PROMPT, check_memory, measure
 from .pipeline import derive, resolve_source, source_fingerprint
 from .record import ConversionRecord
 from .verdict import VerifyReport, judge, limit_of
@@ -167,6 +167,11 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
     if request.context > plan.window:
         raise ValueError(f"--context {request.context} is beyond the window {plan.window} that {dst} was converted "
                          "for (its bias is planned up to there only); convert again with a larger --window")
+    reach = min(GREEDY_PROMPT, request.context) + request.greedy_tokens
+    if reach > plan.window:  # its cost grows with the square of the tokens, and past the window nothing is planned
+        raise ValueError(f"--greedy-tokens {request.greedy_tokens} would generate up to position {reach}, beyond the "
+                         f"window {plan.window} that {dst} was converted for; give at most "
+                         f"{plan.window - min(GREEDY_PROMPT, request.context)}")
     positions = source.info.max_positions
     if positions is not None and request.context > positions:
         raise ValueError(f"--context {request.context} is beyond the source's own limit of {positions} positions")
