@@ -302,6 +302,34 @@ def test_closed_pipe_ends_quietly():
     assert proc.returncode == 0 and proc.stderr == "" and proc.stdout.startswith("pair")
 
 
+@pytest.mark.parametrize("argv", [["plan", "--heads", "6", "--head-dim", "32", "--json"],
+                                  ["plan", "--heads", "6", "--head-dim", "32"], ["convert", "{bloom}", "{out}"],
+                                  ["verify", "{bloom}", "{rope}", "--context", "32"]])
+def test_a_closed_stdout_is_refused_before_anything_runs(models, tmp_path, argv):
+    """``>&-``: the result could not be written, so nothing runs (exit 2, one line, no DST written)."""
+    names = {"bloom": models / "bloom", "rope": models / "bloom-rope", "out": tmp_path / "out"}
+    args = " ".join(a.format(**names) for a in argv)
+    proc = subprocess.run(["bash", "-c", f"{sys.executable} -m ropebridge {args} >&-"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "ropebridge: error: standard output is closed: the result could not be written; nothing was run"], proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_verify_into_a_closed_pipe_still_exits_1(models, tmp_path):
+    """The reader stopped reading before the report (`| head -c 0`): the output ends quietly, the verdict stands."""
+    bad = shutil.copytree(models / "bloom-rope", tmp_path / "bad")
+    config = json.loads((bad / "config.json").read_text())
+    config["rotary_emb_base"] *= 1.001
+    (bad / "config.json").write_text(json.dumps(config))
+    for dst, status in ((bad, 1), (models / "bloom-rope", 0)):
+        proc = subprocess.Popen([sys.executable, "-m", "ropebridge", "verify", str(models / "bloom"), str(dst),
+                                 "--context", "32"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc.stdout.close()  # closed before verify writes its report
+        err = proc.stderr.read().decode()
+        assert proc.wait() == status and "Traceback" not in err, (dst, err)
+
+
 def test_destination_has_the_permissions_of_a_plain_mkdir(models, tmp_path):
     old = os.umask(0o022)
     try:

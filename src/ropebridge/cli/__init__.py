@@ -38,7 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit status."""
+    """Run the CLI; returns the exit status. Standard output closed (``>&-``: Python's ``sys.stdout`` is None) is
+    refused before anything runs: every subcommand's result goes there, and it would be lost."""
+    if sys.stdout is None:
+        if sys.stderr is not None:
+            print("ropebridge: error: standard output is closed: the result could not be written; nothing was run",
+                  file=sys.stderr)
+        return 2
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -55,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except BrokenPipeError:  # output piped into `head` and the like: end quietly
-        _silence_stdout()
+        silence_stdout()
         return 0
     except KeyboardInterrupt as exc:  # the library has removed what it was writing
         signum = getattr(exc, "signum", signal.SIGINT)
@@ -68,10 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so that the interpreter's final flush cannot fail on the closed pipe."""
-    import os
-
+def silence_stdout() -> None:
+    """Point stdout at /dev/null (a reader closed the pipe), so that no later write and not the interpreter's final
+    flush fail on it."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -105,5 +110,5 @@ def console_main() -> None:
     try:
         sys.exit(code)
     except BrokenPipeError:  # a pipe closed while the exit status was being flushed
-        _silence_stdout()
+        silence_stdout()
         sys.exit(0)

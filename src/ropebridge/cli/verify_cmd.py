@@ -11,6 +11,7 @@ from pathlib import Path
 from ..convert.verdict import rows
 from ..convert.verify import DEFAULT_MAX_MEMORY, DEVICES, VerifyRequest, verify
 from ..numerics import DTYPES
+from . import silence_stdout
 from ._options import add_verbose, numeric
 
 
@@ -59,14 +60,18 @@ def run(args: argparse.Namespace) -> int:
                             report_dir=args.report, card=args.card, quick=args.quick,
                             accept_older=args.accept_older)
     r = verify(args.src, args.dst, request, progress=not args.json)
-    if args.json:
-        print(json.dumps(r.to_dict(), indent=1))
-    else:
-        print("\n".join(format_report(r)))
+    status = 0 if r.passed else 1
+    try:
+        if args.json:
+            print(json.dumps(r.to_dict(), indent=1), flush=True)
+        else:
+            print("\n".join(format_report(r)), flush=True)
+    except BrokenPipeError:  # the reader stopped reading (`| head`): the verdict is still the exit status
+        silence_stdout()
     if r.report_error is not None:  # the result above stands; the report could not be written
         print(f"ropebridge verify: error: cannot write the report into {args.report}: {r.report_error}", file=sys.stderr)
         return 2
-    return 0 if r.passed else 1
+    return status
 
 
 MAX_GIB = 2.0**20  # a mebibyte of GiB: no machine holds more
