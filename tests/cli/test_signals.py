@@ -159,3 +159,22 @@ def test_a_signal_after_the_work_is_done_changes_nothing(src, tmp_path, sig):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and err.strip() == "", (proc.returncode, err)
     assert out.startswith("wrote") and (dst / "ropebridge.json").is_file() and list(dst.glob("*.safetensors"))
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.07, 0.1, 0.15, 0.2])
+def test_ctrl_c_during_ropebridges_own_imports_is_one_line_and_130(src, tmp_path, delay):
+    """The console command, interrupted from its start on (no waiting for any handler): once its entry point
+    (``_ropebridge_console``, outside the package) has run its first instruction, before any of ropebridge's
+    imports, a Ctrl-C is exit 130 and one line; earlier, it lands in the interpreter's own start or the console
+    script's ``import re``, and no frame of ropebridge's package is in what Python prints."""
+    command = os.path.join(os.path.dirname(sys.executable), "ropebridge")
+    proc = subprocess.Popen([command, "convert", str(src), str(tmp_path / "rope"), *SLOW_CONVERT],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_signals)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    if proc.returncode == 130:
+        assert err.strip().splitlines() == [err.strip()] and err.strip().endswith("interrupted; nothing written"), err
+    else:  # before the entry point's first instruction: the interpreter's start, not ropebridge's
+        assert "ropebridge/" not in err and "_ropebridge_console" not in err, (delay, proc.returncode, err)
+    assert out == "" and list(tmp_path.iterdir()) == [], (delay, list(tmp_path.iterdir()))

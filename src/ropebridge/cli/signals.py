@@ -31,7 +31,8 @@ class Stopped(KeyboardInterrupt):
 
 
 def install() -> None:
-    """Handle every signal of ``SIGNALS`` from now on (the entry point's first instruction)."""
+    """Handle every signal of ``SIGNALS`` from now on (``console_main``'s first instruction; the command's entry
+    point, ``_ropebridge_console``, handles them from its own first instruction until then)."""
     _interrupt._action[:] = [_act]
     for sig in SIGNALS:
         signal.signal(sig, _handler)
