@@ -230,6 +230,33 @@ def test_accept_older_reports_each_differing_tensor_and_the_function_decides(pai
     assert "converted vs exact ALiBi" in capsys.readouterr().out
 
 
+def test_accept_older_changes_nothing_for_a_record_of_this_version(pair, tmp_path, capsys):
+    # a record naming the running version has nothing older to accept: every byte is compared, the damage fails by
+    # its bytes, and the report says in one line that the flag was ignored
+    src, dst = tampered(pair, tmp_path, "bf16")
+    edit_tensor(dst, "gpt_neox.layers.0.mlp.dense_h_to_4h.weight", _one_ulp)
+    assert main(["verify", str(src), str(dst), "--context", "64", "--greedy-tokens", "4", "--accept-older"]) == 1
+    out = capsys.readouterr().out
+    from ropebridge import __version__
+
+    assert (f"--accept-older ignored: DST's record names ropebridge {__version__}, not older than this "
+            f"{__version__}") in out, out
+    assert "tensor gpt_neox.layers.0.mlp.dense_h_to_4h.weight differs" in out, out
+    report = verify(src, dst, context=64, greedy_tokens=0, accept_older=True)
+    assert report.byte_check["mode"] == "exact" and not report.passed
+
+
+def test_only_a_release_before_this_one_is_older():
+    from ropebridge.convert.verify import written_by_older
+
+    from ropebridge import __version__
+
+    major, minor, _ = (int(x) for x in __version__.split("."))
+    assert written_by_older(f"{major}.{minor - 1}.9") and not written_by_older(__version__)
+    assert not written_by_older(f"{major}.{minor + 1}.0") and not written_by_older(None)
+    assert not written_by_older("latest")
+
+
 @pytest.mark.parametrize("family, target", [("bloom-4heads", "gpt-neox"), ("mpt", "nemotron"),
                                             ("bloom-4heads", "starcoder2"), ("falcon-rw", "persimmon"),
                                             ("jais", "stablelm"), ("baichuan", "llama")])

@@ -50,6 +50,7 @@ class ByteCheck:
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
     differences: list[str] = field(default_factory=list)  # unproven: one line per tensor whose bytes differ
+    note: str = ""  # said beside the bytes row (--accept-older ignored for a record that is not older)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -185,7 +185,7 @@ def advantage_hint(report: VerifyReport) -> str:
 def rows(report: VerifyReport) -> list[tuple[str, str, str]]:
     """The report as rows (what, measured, how it is judged): the one content the terminal, ``report.md`` and the
     model card format. No row names native where the source did not run."""
-    out = [("bytes", describe(report.byte_check), "")]
+    out = [("bytes", describe(report.byte_check), report.byte_check.get("note") or "")]
     differences = report.byte_check.get("differences") or []
     out += [("  tensor differs", line, "reported, not judged") for line in differences[:DIFFERENCE_ROWS]]
     if len(differences) > DIFFERENCE_ROWS:

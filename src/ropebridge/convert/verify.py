@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from .. import _checks
+from .. import __version__, _checks
 from .._progress import progress_bar
 from ..checkpoint.config import SourceInfo, load_config
 from ..checkpoint.model import SourceModel
@@ -184,8 +184,11 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
     allowance = predicted if fit else None  # a plan unfit for the dtype is no allowance there
     check_memory(source.info, request.context, request.max_memory)  # before any weight is read
     request = dataclasses.replace(request, dtype=dtype, max_logit_diff=threshold)
-    checked = byte_check.compare(derived, dst, record, quick=request.quick, accept_older=request.accept_older,
-                                 progress=progress)
+    older = request.accept_older and written_by_older(record.ropebridge_version)
+    checked = byte_check.compare(derived, dst, record, quick=request.quick, accept_older=older, progress=progress)
+    if request.accept_older and not older:  # nothing older to accept: every byte is compared
+        checked.note = (f"--accept-older ignored: DST's record names ropebridge {record.ropebridge_version}, not "
+                        f"older than this {__version__}")
     if checked.failures:
         report = VerifyReport(source=str(src), converted=str(dst), family=source.info.family, dtype=dtype,
                               context=request.context, source_attention=source_attention(source.info.spec),
@@ -224,6 +227,19 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
             report.report_error = str(exc.strerror or exc)
             log.info("cannot write the report into %s: %s", request.report_dir, report.report_error)
     return report
+
+
+def written_by_older(version) -> bool:
+    """Whether a record's ``ropebridge_version`` names a release before this one (``--accept-older`` applies only
+    then); a version that does not parse as numbers is not older."""
+    def numbers(v) -> tuple[int, ...] | None:
+        try:
+            return tuple(int(x) for x in str(v).split("+")[0].split("."))
+        except ValueError:
+            return None
+
+    theirs, ours = numbers(version), numbers(__version__)
+    return theirs is not None and ours is not None and theirs < ours
 
 
 def beyond_range(dst: Path, dtype: str) -> str | None:
