@@ -98,3 +98,25 @@ def test_plan_refuses_bad_values():
         plan_ladder([0.5, 0.25], 32, 256, floor=[50.0])
     with pytest.raises(ValueError, match="rotary_dim"):
         plan_ladder([0.5], 32, 256, rotary_dim=7)
+
+
+def test_the_fits_cost_is_said_before_a_long_fit_and_a_fit_beyond_memory_is_refused(monkeypatch, caplog):
+    """A window whose fit would outgrow the memory available is refused in one line naming --window and the
+    size, before any fit runs; a fit predicted to run long says so first (on a terminal or not)."""
+    import logging
+
+    from ropebridge.checkpoint.config import from_heads
+    from ropebridge.emulation import PlanRequest, plan
+    from ropebridge.emulation import ladder
+
+    seconds, per_process = ladder.fit_cost(6, 4 * 2**20, 32, 2)
+    assert 150 < seconds < 250 and 4 * 2**30 < per_process < 8 * 2**30  # the measured 185 s and 5.5 GB
+    monkeypatch.setattr(ladder, "_available_memory", lambda: 2**27)
+    with pytest.raises(ValueError, match=r"--window 65536: the ladder's fit would hold about .* GiB .* more than "
+                                         r"the 0.125 GiB available; plan a shorter --window"):
+        plan(from_heads(4, 32), PlanRequest(window=65536, dtype="bfloat16"))
+    monkeypatch.setattr(ladder, "_available_memory", lambda: None)
+    monkeypatch.setattr(ladder, "LONG_FIT_SECONDS", 0.0)
+    with caplog.at_level(logging.WARNING, logger="ropebridge.emulation.ladder"):
+        plan(from_heads(4, 32), PlanRequest(window=512, dtype="bfloat16"))
+    assert any("fitting 4 heads over a 512-token window: about" in r.message for r in caplog.records)

@@ -31,6 +31,7 @@ from .plan import HALF_PI, EmulationPlan
 from .strategy import Strategy, base_words, refuse_ladder_options
 
 ROTARY_DIM = 16  # the rotary dim of a fixed base unless --rotary-dim says otherwise
+MAX_ROTARY_DIM = 1024  # a fixed base's rotary dims at most (``check_fixed_base``)
 
 
 def frequency_set(base: float, rotary_dim: int) -> np.ndarray:
@@ -148,6 +149,10 @@ def check_fixed_base(request) -> None:
         raise ValueError("--strategy fixed-base needs --rope-base")
     if request.theta is not None or request.max_phase is not None:
         raise ValueError("give either --rope-base (with --rotary-dim) or --theta/--max-phase, not both")
+    if request.rotary_dim is not None and request.rotary_dim > MAX_ROTARY_DIM:
+        raise ValueError(f"--rotary-dim {request.rotary_dim}: a fixed base takes at most {MAX_ROTARY_DIM} rotary dims "
+                         "(the served head is hd + R; the largest any attention kernel runs is 512, "
+                         "targets.kernels)")
 
 
 def fixed_base_options(plan: dict) -> dict:

@@ -18,6 +18,7 @@ explained, with their measurements, in ``docs/decisions.md``.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 from collections.abc import Sequence
 
@@ -30,6 +31,7 @@ from .ladder_fit import HeadFit, fit_head
 from .plan import EmulationPlan, HeadPlan, LadderHead, PairTerm
 from .strategy import Strategy, base_words
 
+log = logging.getLogger(__name__)
 DEFAULT_ADVANTAGE = 45.0  # content advantage (logits) assumed without calibration (docs/decisions.md)
 MAX_ROTARY_DIM = 128  # the largest ladder fitted: R = 128 takes ~10 s on a 6-head demo, 2 cores
 MIN_ROTARY_DIM = 32  # the smallest ladder (docs/decisions.md: R = 16 measured 1.2-3.6x the error of 32)
@@ -97,6 +99,33 @@ def worth_a_pool(distinct: int, window: int) -> bool:
     return distinct >= POOL_HEADS or window >= POOL_WINDOW
 
 
+# The fit's cost, measured (benchmarks/results/plan_time.json and by hand: 6 heads, R = 32, 2 cores, 2 processes:
+# 1M tokens 33 s and 1.2 GB per process, 4M 185 s and 5.5 GB): it holds a few (window + 1) x R float64 arrays.
+FIT_SECONDS_PER_DISTANCE_DIM = 15.5 / (2**20 * 32)  # one head's fit, seconds per distance per rotary dim
+FIT_BYTES_PER_DISTANCE_DIM = 48  # a process's peak, bytes per distance per rotary dim
+FIT_BASE_BYTES = 0.3 * 2**30  # a process before the fit (torch, numpy, the solver)
+LONG_FIT_SECONDS = 120  # beyond this the plan says what it will cost before it starts
+
+
+def fit_cost(heads: int, window: int, rotary_dim: int, jobs: int) -> tuple[float, float]:
+    """The predicted seconds (2 cores) and bytes per process of fitting ``heads`` distinct heads of ``rotary_dim``
+    over ``window`` in ``jobs`` processes, from the measured rates above."""
+    per_head = FIT_SECONDS_PER_DISTANCE_DIM * (window + 1) * rotary_dim
+    return per_head * math.ceil(heads / jobs), FIT_BASE_BYTES + FIT_BYTES_PER_DISTANCE_DIM * (window + 1) * rotary_dim
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available now (Linux's MemAvailable), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def fit_heads(
     keys: Sequence[tuple[float, float]], thetas: np.ndarray, window: int, dtype: str, stored_scale: float, *,
     jobs: int = 1, progress: bool = False,
@@ -109,6 +138,17 @@ def fit_heads(
     distinct = list(dict.fromkeys((float(m), float(c)) for m, c in keys))
     args = [(m, tuple(np.asarray(thetas, np.float64).tolist()), window, c, dtype, stored_scale) for m, c in distinct]
     jobs = min(jobs, len(distinct)) if worth_a_pool(len(distinct), window) else 1
+    seconds, per_process = fit_cost(len(distinct), window, 2 * len(thetas), jobs)
+    available = _available_memory()
+    if available is not None and per_process * jobs > available:
+        raise ValueError(f"--window {window}: the ladder's fit would hold about {per_process * jobs / 2**30:.3g} GiB "
+                         f"({jobs} process{'es' if jobs > 1 else ''} of {per_process / 2**30:.3g}; it evaluates every "
+                         f"distance up to the window), more than the {available / 2**30:.3g} GiB available; plan a "
+                         "shorter --window" + (" or fewer --jobs" if jobs > 1 else ""))
+    if seconds > LONG_FIT_SECONDS:  # said before the work, where its cost is known (the bar needs a terminal)
+        log.warning("fitting %d heads over a %d-token window: about %.0f minutes and %.3g GiB per process on 2 cores "
+                    "(the fit evaluates every distance up to the window)", len(distinct), window, seconds / 60,
+                    per_process / 2**30)
     bar = progress_bar(len(distinct), "plan", enabled=progress, unit="head", delay=2.0)
     fits: dict[tuple[float, float], HeadFit] = {}
     try:
