@@ -33,7 +33,14 @@ def default_dtype(config: dict) -> str:
 
 
 def plan_source(source, request: PlanRequest) -> EmulationPlan:
-    """The plan of an ``AlibiSource`` (no checkpoint): the request's dtype, float32 if it names none."""
+    """The plan of an ``AlibiSource`` (no checkpoint): the request's dtype, float32 if it names none; the target,
+    where none is named and ``--engine`` is, the one that engine runs for a checkpoint of this family as published
+    (``targets.engines.choose_for_family``), as ``prepare`` chooses it for a checkpoint: the preview of any source
+    with this geometry."""
+    if request.engine is not None and request.target is None:
+        from .targets.engines import choose_for_family
+
+        request = dataclasses.replace(request, target=choose_for_family(source.family, request.engine).target)
     return emulation.plan(source, request.with_dtype("float32"))
 
 

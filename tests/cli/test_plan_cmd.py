@@ -141,3 +141,30 @@ def test_a_ladder_too_wide_to_fit_is_refused_at_once(tmp_path, capsys):
     assert main(argv) == 2  # before: the fit of 2048 pairs ran past 5 minutes with no output
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "at most 128 rotary dims" in err[0] and not (tmp_path / "out").exists(), err
+
+
+@pytest.mark.parametrize("name", ["demo", "demo-mpt", "demo-falcon", "demo-baichuan", "demo-jais"])
+def test_a_plan_from_the_geometry_is_the_plan_of_a_checkpoint_with_it(capsys, name):
+    """``plan --heads H --head-dim D --family F`` previews what ``plan --model SRC`` gives for a checkpoint of that
+    geometry, for every engine and dtype: the same exit status, the same plan (the engine's target chosen for the
+    family as published)."""
+    from ropebridge.checkpoint.config import from_config
+    from ropebridge.demo import data_dir
+
+    src = data_dir(name)
+    info = from_config(src)
+    for engine in ("vllm", "sglang", "trtllm", "llama.cpp"):
+        for dtype in ("float32", "bfloat16"):
+            flags = ["--engine", engine, "--dtype", dtype, "--window", "1024", "--json"]
+            code_model = main(["plan", "--model", str(src), *flags])
+            model = capsys.readouterr()
+            code_heads = main(["plan", "--heads", str(info.n_heads), "--head-dim", str(info.head_dim), "--family",
+                               info.family, *flags])
+            heads = capsys.readouterr()
+            assert code_model == code_heads, (engine, dtype, model.err, heads.err)
+            if code_model == 0:
+                a, b = json.loads(model.out), json.loads(heads.out)
+                a.pop("source"), b.pop("source")
+                assert a == b, (engine, dtype)
+            else:
+                assert model.err.split(": ", 2)[-1] == heads.err.split(": ", 2)[-1], (model.err, heads.err)

@@ -69,6 +69,18 @@ def choose(info, engine: str) -> Choice:
                      f"({', '.join(carriers)} {carry} it; {e.title} runs none of them)")
 
 
+def choose_for_family(family: str, engine: str) -> Choice:
+    """``choose`` for a checkpoint of ``family`` as published, known by its family alone (``plan --heads``): its
+    block is the first its default target carries (LayerNorm and a plain MLP for BLOOM, MPT, Replit, Falcon; RMSNorm
+    and a gated MLP for Baichuan and Refact; LayerNorm with bias and a gated MLP for Jais and BTLM), its residual
+    sequential."""
+    from ..checkpoint.config import FAMILIES
+    from . import TARGETS
+
+    block = TARGETS[FAMILIES[family].default_target].blocks[0]
+    return choose(SimpleNamespace(family=family, block=block, parallel=False), engine)
+
+
 def describe(target: str, engine: str) -> str:
     """How ``engine`` runs ``target``, in one line."""
     e, how_run = ENGINES[engine], support(target, engine)
