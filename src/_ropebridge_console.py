@@ -2,7 +2,7 @@
 ropebridge's imports (importing ``ropebridge.cli`` runs ``ropebridge/__init__.py`` first).
 
 It imports only what the interpreter has already loaded (``os``, ``_signal``) and handles SIGINT, SIGTERM and SIGHUP
-at once: a signal during ropebridge's own imports ends the process with 128 + the signal and one line, as every
+as it is imported: a signal during ropebridge's own imports ends the process with 128 + the signal and one line, as every
 later one does; nothing has been written yet. ``ropebridge.cli.console_main`` then installs the full handlers
 (``ropebridge.cli.signals``) before anything heavy is imported. The interpreter's own start (``site``) and the
 console script's ``import re`` come before this and are not ropebridge's.
@@ -19,9 +19,11 @@ def _early(signum, frame):
     os._exit(128 + signum)
 
 
+for _signum in _WORDS:  # on import: the command imports this module and nothing before it
+    _signal.signal(_signum, _early)
+
+
 def main():
-    for signum in _WORDS:
-        _signal.signal(signum, _early)
     from ropebridge.cli import console_main
 
     return console_main()

@@ -4,8 +4,4 @@ Shape legend used in every docstring: ``b`` batch, ``s`` query positions, ``t`` 
 ``h`` heads, ``d`` head dim, ``r`` rotary dim (``r/2`` pairs), ``D`` hidden size, ``V`` vocabulary.
 """
 
-import logging
-
-__version__ = "0.2.0"
-
-logging.getLogger(__name__).addHandler(logging.NullHandler())
+__version__ = "0.2.0"  # nothing is imported here: the command handles signals before any import (``_log``)

@@ -1,5 +1,7 @@
-"""``python -m ropebridge`` runs the CLI."""
+"""``python -m ropebridge`` runs the CLI through the command's entry point (``_ropebridge_console``), whose first
+instruction handles signals before the CLI's imports; ``ropebridge/__init__.py``, which runs first, imports
+nothing."""
 
-from .cli import console_main
+import _ropebridge_console
 
-console_main()
+_ropebridge_console.main()

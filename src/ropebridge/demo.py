@@ -10,7 +10,6 @@ forward times, and the perplexity of an untrained model of the same shape for sc
 from __future__ import annotations
 
 import json
-import logging
 import math
 import shutil
 import tempfile
@@ -22,11 +21,12 @@ from typing import Any
 
 import torch
 
+from . import _log
 from . import _checks
 from ._progress import progress_bar
 from .checkpoint.config import from_config
 
-log = logging.getLogger(__name__)
+log = _log.logger(__name__)
 FAMILY_NAMES = {"bloom": "BLOOM", "mpt": "MPT", "falcon": "Falcon-RW"}
 DATA_FILES = ("config.json", "model.safetensors", "tokenizer.json", "heldout.txt", "training.json")
 PROMPT = "The json module"

@@ -9,11 +9,11 @@ records in ``ropebridge.json``. The strategy comes from the request and the targ
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 from pathlib import Path
 from typing import Any
 
+from . import _log
 from . import emulation
 from .checkpoint.config import from_config, load_config
 from .checkpoint.model import SourceModel
@@ -23,7 +23,7 @@ from .numerics import DTYPES
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.index.json")  # a directory with none of these holds a config only
 UNSCALED = 2.0  # a q.k scale beyond this many times 1/sqrt(hd) makes the ladder's default advantage a guess
 
-log = logging.getLogger(__name__)
+log = _log.logger(__name__)
 
 
 def default_dtype(config: dict) -> str:

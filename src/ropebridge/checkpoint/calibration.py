@@ -15,14 +15,14 @@ module gives the second term, ``emulation.ladder.head_floors`` adds the cutoff.
 
 from __future__ import annotations
 
-import logging
 
 import torch
 
+from .. import _log
 from .model import SourceModel
 from .reference import reference_states
 
-log = logging.getLogger(__name__)
+log = _log.logger(__name__)
 
 DEFAULT_MARGIN = 1.25  # calibration text is a sample: the advantage elsewhere can be larger
 CALIBRATION_TOKENS = 2048

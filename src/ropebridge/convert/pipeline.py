@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
-import logging
 import os
 import shutil
 import time
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import _log
 from .. import __version__, _checks, _interrupt, emulation
 from .._progress import progress_bar
 from ..checkpoint.model import SourceModel
@@ -33,7 +33,7 @@ from .card import model_card
 from .record import FILE as RECORD_FILE
 from .record import ConversionRecord
 
-log = logging.getLogger(__name__)
+log = _log.logger(__name__)
 
 COPIED_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",

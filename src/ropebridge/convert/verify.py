@@ -36,7 +36,6 @@ and the report says SRC's own code did not run (no reading check is possible).
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from typing import Any
 
 import torch
 
+from .. import _log
 from .. import __version__, _checks
 from .._progress import progress_bar
 from ..checkpoint.config import SourceInfo, load_config
@@ -67,7 +67,7 @@ def check_device(device: str) -> None:
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device (torch.cuda.is_available() is False); run on the CPU")
 
-log = logging.getLogger(__name__)
+log = _log.logger(__name__)
 
 
 def source_attention(spec) -> str:

@@ -18,12 +18,12 @@ explained, with their measurements, in ``docs/decisions.md``.
 from __future__ import annotations
 
 import itertools
-import logging
 import math
 from collections.abc import Sequence
 
 import numpy as np
 
+from .. import _log
 from .. import _checks
 from ..numerics import unit_roundoff
 from ..targets.kernels import KERNELS, rotary_dims
@@ -31,7 +31,7 @@ from .ladder_fit import HeadFit, fit_head
 from .plan import EmulationPlan, HeadPlan, LadderHead, PairTerm
 from .strategy import Strategy, base_words
 
-log = logging.getLogger(__name__)
+log = _log.logger(__name__)
 DEFAULT_ADVANTAGE = 45.0  # content advantage (logits) assumed without calibration (docs/decisions.md)
 MAX_ROTARY_DIM = 128  # the largest ladder fitted: R = 128 takes ~10 s on a 6-head demo, 2 cores
 MIN_ROTARY_DIM = 32  # the smallest ladder (docs/decisions.md: R = 16 measured 1.2-3.6x the error of 32)
