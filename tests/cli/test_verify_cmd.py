@@ -27,3 +27,22 @@ def test_a_measured_report_shows_the_reading_in_float32_only():
     assert lines[-1] == "PASSED" and "identical to what convert writes from SRC: 3 tensors, 1.0 MiB" in lines[1]
     half = VerifyReport("src", "dst", "bloom", "bfloat16", 64, "eager", **measured)
     assert not any(line.startswith("  reading of SRC") for line in format_report(half))
+
+
+def test_costly_or_meaningless_budgets_are_one_line_naming_the_option_and_what_it_takes(tmp_path, capsys):
+    """Greedy tokens past DST's window (their cost grows with their square; nothing is planned there) and a memory
+    budget below a byte: refused in one line naming the option and what the checkpoint takes, before any work."""
+    from ropebridge.cli import main
+    from ropebridge.demo import data_dir
+
+    dst = tmp_path / "rope"
+    assert main(["convert", str(data_dir()), str(dst), "--dtype", "float32", "--window", "256", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(data_dir()), str(dst), "--context", "64", "--greedy-tokens", "100000000"]) == 2
+    assert capsys.readouterr().err.strip() == (f"ropebridge verify: error: --greedy-tokens 100000000 would generate "
+                                               f"up to position 100000016, beyond the window 256 that {dst} was "
+                                               "converted for; give at most 240")
+    assert main(["verify", str(data_dir()), str(dst), "--context", "64", "--max-memory", "1e-12"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ropebridge verify: error: verify needs --max-memory ") and \
+        "GiB or more for this checkpoint at 64 tokens" in err[0], err

@@ -65,3 +65,11 @@ def test_a_base_beyond_float32_is_refused_not_predicted(dtype):
 def test_a_window_beyond_the_base_is_refused():
     with pytest.raises(ValueError, match="monotonically"):
         fixed(from_heads(2, 64), 100000)
+
+
+def test_a_fixed_base_takes_at_most_1024_rotary_dims_in_one_line():
+    from ropebridge.checkpoint.config import from_heads
+    from ropebridge.emulation import PlanRequest, plan
+
+    with pytest.raises(ValueError, match="--rotary-dim 100000000: a fixed base takes at most 1024 rotary dims"):
+        plan(from_heads(6, 32), PlanRequest(rope_base=10000.0, rotary_dim=100_000_000, dtype="float32"))
