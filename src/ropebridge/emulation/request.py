@@ -209,7 +209,6 @@ def resolve(source, request: PlanRequest) -> PlanRequest:
     return dataclasses.replace(request, strategy=strategy.name, tolerance=tolerance, cutoff=cutoff)
 
 
-
 def _default_or_ladder(request: PlanRequest, target: Target, head_dim: int) -> str:
     """``request.chosen_strategy``, except where it is the single pair by default (float32, no strategy or
     single-pair flag given) and the kernel does not run the head dim the single pair serves at while the target
