@@ -247,7 +247,7 @@ def test_accept_older_changes_nothing_for_a_record_of_this_version(pair, tmp_pat
 
 
 def test_only_a_release_before_this_one_is_older():
-    from ropebridge.convert.verify import written_by_older
+    from ropebridge.convert.record import written_by_older
 
     from ropebridge import __version__
 

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from ..convert.pipeline import convert
-from ..emulation.request import single_pair_unserved
+from ..emulation.request import float32_ladder_note
 from ..emulation.strategies import STRATEGIES
 from ..targets import TARGETS
 from ..targets.engines import describe
@@ -45,10 +45,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {args.dst} ({res.target}, {res.dtype}, {res.bytes_written / 2**20:.1f} MiB) in "
               f"{res.seconds:.1f} s; window {res.plan.window}, {res.plan.strategy_label} strategy, {rope}; worst head "
               f"{worst.head}: predicted max |error| {worst.predicted_error:.3e} logits")
-        if res.plan.dtype == "float32" and res.plan.strategy == "ladder" and args.strategy is None:
-            why = single_pair_unserved(TARGETS[res.target], res.plan.head_dim, request.kernel)
-            if why is not None:
-                print(why)
+        why = float32_ladder_note(res.plan, TARGETS[res.target], request)
+        if why is not None:
+            print(why)
         print(f"{res.target} runs in {TARGETS[res.target].engines}"
               + (f"; --engine {args.engine}: {describe(res.target, args.engine)}" if args.engine else ""))
     return 0

@@ -8,7 +8,7 @@ import argparse
 from .. import reports
 from ..checkpoint.config import FAMILIES, from_heads
 from ..emulation.fixed_base import max_window_for_phase
-from ..emulation.request import single_pair_unserved
+from ..emulation.request import float32_ladder_note
 from ..planning import plan_and_request, plan_source, what_would_fit
 from ..targets import TARGETS
 from ..targets.engines import describe
@@ -51,9 +51,8 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_source(from_heads(args.heads, args.head_dim, args.family), request)
     # a checkpoint's plan names the target convert takes (--target, else --engine's choice, else the family's)
     target = TARGETS[completed.target] if args.model is not None else None
-    kernel = request.kernel  # --kernel, else --engine's
     if plan.strategy == "ladder":
-        return _show_ladder(plan, args, target, kernel)
+        return _show_ladder(plan, args, target, request)
     phase_window = None
     if plan.strategy == "fixed-base":
         phase_window = max_window_for_phase(plan.base, plan.rotary_dim, args.max_phase or 0.1)
@@ -77,14 +76,14 @@ def run(args: argparse.Namespace) -> int:
             print("     pairs: " + ", ".join(f"r={p.index} theta={p.theta:.4e} N={p.N:.4e}" for p in h.pairs))
         if h.split != 1.0:
             print(f"     split: q = (-N/{h.split:.6g}, 0), k = (0, {h.split:.6g})")
-    _verdict(plan, args, target, kernel)
+    _verdict(plan, args, target, request)
     if plan.max_window is not None:
         print(f"longest window within {plan.tolerance:g} logits at base {plan.base:g}: {plan.max_window} tokens; "
               f"phase {args.max_phase or 0.1:g} on the slowest pair: {phase_window} tokens")
     return 0
 
 
-def _show_ladder(plan, args: argparse.Namespace, target, kernel: str) -> int:
+def _show_ladder(plan, args: argparse.Namespace, target, request) -> int:
     if plot_and_json(args, lambda: reports.ladder_figure(plan), plan.to_dict):
         return 0
     print(f"{plan.family}: {len(plan.heads)} heads, head_dim {plan.head_dim} -> {plan.head_dim + plan.rotary_dim}, "
@@ -95,11 +94,11 @@ def _show_ladder(plan, args: argparse.Namespace, target, kernel: str) -> int:
         amp = sum(abs(p.N) + abs(p.M) for p in h.pairs) * plan.scale  # logits
         print(f"{h.head:>4} {h.slope:>10.4g} {h.ladder.floor:>8.4g} {h.ladder.exact_distance:>7} {h.ladder.shift:>8.4g} {amp:>9.4g} {h.approximation_error:>10.3e} "
               f"{h.rounding_error:>10.3e} {h.predicted_error:>10.3e}")
-    _verdict(plan, args, target, kernel)
+    _verdict(plan, args, target, request)
     return 0
 
 
-def _verdict(plan, args: argparse.Namespace, target, kernel: str) -> None:
+def _verdict(plan, args: argparse.Namespace, target, request) -> None:
     """The worst head against the tolerance, what would fit where the plan misses it (as convert says), and for a
     checkpoint the target convert writes (``target``, a ``targets.Target``) and its engines."""
     w = plan.worst_head
@@ -107,12 +106,11 @@ def _verdict(plan, args: argparse.Namespace, target, kernel: str) -> None:
     print(f"worst head {w.head}: predicted max |error| {w.predicted_error:.3e} logits; the plan {verdict} "
           f"the tolerance {plan.tolerance:g}")
     if not plan.meets_tolerance:
-        print(f"what would fit: {what_would_fit(plan, kernel)}")
+        print(f"what would fit: {what_would_fit(plan, request.kernel)}")  # --kernel, else --engine's
     if target is not None:
-        if plan.dtype == "float32" and plan.strategy == "ladder" and args.strategy is None:
-            why = single_pair_unserved(target, plan.head_dim, kernel)
-            if why is not None:
-                print(why)
+        why = float32_ladder_note(plan, target, request)
+        if why is not None:
+            print(why)
         print(f"target {target.name} ({target.architecture}): {target.engines}")
         if args.engine is not None:
             print(f"--engine {args.engine}: {describe(target.name, args.engine)}")

@@ -131,3 +131,16 @@ def floors_in(data: dict[str, Any]) -> tuple[float, ...]:
     """The ladder's per-head floors C a plan, or a record holding one, carries (``ladder.recorded_floors``);
     ``KeyError``, ``TypeError`` or ``AttributeError`` where it carries none."""
     return recorded_floors(data["plan"] if isinstance(data.get("plan"), dict) else data)
+
+
+def written_by_older(version) -> bool:
+    """Whether a record's ``ropebridge_version`` names a release before this one (``--accept-older`` applies only
+    then); a version that does not parse as numbers is not older."""
+    def numbers(v) -> tuple[int, ...] | None:
+        try:
+            return tuple(int(x) for x in str(v).split("+")[0].split("."))
+        except ValueError:
+            return None
+
+    theirs, ours = numbers(version), numbers(__version__)
+    return theirs is not None and ours is not None and theirs < ours

@@ -54,7 +54,7 @@ from ..numerics import DTYPES, largest, plan_tolerance
 from . import byte_check
 from .measure import GREEDY_PROMPT, check_memory, measure
 from .pipeline import derive, resolve_source, source_fingerprint
-from .record import ConversionRecord
+from .record import ConversionRecord, written_by_older
 from .verdict import VerifyReport, judge, limit_of
 
 DEFAULT_MAX_MEMORY = 8 << 30  # bytes verify may hold: a third of a 24 GB machine
@@ -227,19 +227,6 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
             report.report_error = str(exc.strerror or exc)
             log.info("cannot write the report into %s: %s", request.report_dir, report.report_error)
     return report
-
-
-def written_by_older(version) -> bool:
-    """Whether a record's ``ropebridge_version`` names a release before this one (``--accept-older`` applies only
-    then); a version that does not parse as numbers is not older."""
-    def numbers(v) -> tuple[int, ...] | None:
-        try:
-            return tuple(int(x) for x in str(v).split("+")[0].split("."))
-        except ValueError:
-            return None
-
-    theirs, ours = numbers(version), numbers(__version__)
-    return theirs is not None and ours is not None and theirs < ours
 
 
 def beyond_range(dst: Path, dtype: str) -> str | None:

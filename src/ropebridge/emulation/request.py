@@ -221,6 +221,14 @@ def _default_or_ladder(request: PlanRequest, target: Target, head_dim: int) -> s
     return name
 
 
+def float32_ladder_note(plan, target: Target, request: PlanRequest) -> str | None:
+    """The one line ``plan`` and ``convert`` print where float32 took the ladder by default
+    (``_default_or_ladder``) for ``request`` as asked: why the single pair could not be served; None elsewhere."""
+    if plan.dtype != "float32" or plan.strategy != "ladder" or request.strategy is not None or request.single_flags:
+        return None
+    return single_pair_unserved(target, plan.head_dim, request.kernel)
+
+
 def single_pair_unserved(target: Target, head_dim: int, kernel: str) -> str | None:
     """Why the single pair cannot be served on ``kernel`` (``Target.single_head_dim``: hd + 2 or hd + 4 is not a
     size it runs; vLLM's CPU attention runs none of them for hd 32, 64, 80 or 128), in one line; None where it
