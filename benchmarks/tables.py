@@ -393,12 +393,12 @@ def _defaults() -> dict[str, list[str]]:
 
 
 def default_targets() -> str:
-    """The README's sentence: the target a conversion takes without --engine or --target, per family."""
-    from ropebridge.targets import DEFAULT_TARGET
-
-    others = "; ".join(f"{t} for {', '.join(labels)}" for t, labels in _defaults().items()
-                       if labels and t != DEFAULT_TARGET)
-    return f"Without it: {DEFAULT_TARGET} ({others}).\n"
+    """The README's sentence: the target a conversion takes without --engine or --target, per family (the one
+    most families take first)."""
+    defaults = _defaults()
+    most = max(defaults, key=lambda t: len(defaults[t]))
+    others = "; ".join(f"{t} for {', '.join(labels)}" for t, labels in defaults.items() if labels and t != most)
+    return f"Without it: {most} ({others}).\n"
 
 
 def targets() -> str:

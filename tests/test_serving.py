@@ -61,6 +61,25 @@ def test_counts_from_shapes_are_what_convert_stores(family, target, tmp_path):
     assert geo.kv_bytes_per_token(2) == 2 * config_layers(config) * geo.heads * geo.head_dim * 2
 
 
+@pytest.mark.parametrize("engine", [None, "vllm", "sglang", "trtllm", "llama.cpp"])
+def test_what_serving_predicts_is_what_convert_writes_for_every_engine(engine, tmp_path):
+    # the engine chooses the target (vLLM: nemotron, SGLang: persimmon, llama.cpp: gpt-neox for BLOOM's block); the
+    # prediction takes the resolved one, as convert does. TensorRT-LLM runs no target for BLOOM: both refuse alike
+    src = build(tmp_path / "src", "bloom-4heads")
+    config = json.loads((src / "config.json").read_text())
+    shape_only_checkpoint(config, tmp_path / "shapes")
+    request = PlanRequest(window=128, dtype="bfloat16", engine=engine)
+    if engine == "trtllm":
+        for action in (lambda: converted_checkpoint(tmp_path / "shapes", request),
+                       lambda: convert(src, tmp_path / "dst", request)):
+            with pytest.raises(ValueError, match="runs no target that carries this bloom model"):
+                action()
+        return
+    params, predicted_config = converted_checkpoint(tmp_path / "shapes", request)
+    dst = convert(src, tmp_path / "dst", request).destination
+    assert params == stored_params(dst) and predicted_config == json.loads((dst / "config.json").read_text())
+
+
 def config_layers(config: dict) -> int:
     return next(config[k] for k in ("n_layer", "n_layers", "num_hidden_layers") if k in config)
 

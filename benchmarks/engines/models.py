@@ -118,7 +118,7 @@ def ladder_floors(name: str, window: int, ladder: dict) -> list[float] | None:
     from ropebridge.planning import plan_checkpoint
 
     request = PlanRequest(window=window, calibration_text=calibration_text(data_dir()), **ladder)
-    plan, _ = plan_checkpoint(data_dir(), request)
+    plan, _, _ = plan_checkpoint(data_dir(), request)
     return [h.ladder.floor for h in plan.heads]
 
 

@@ -117,7 +117,7 @@ class Numerics:
 
     @classmethod
     def of(cls, source: Any, request: Any) -> Numerics:
-        """For ``source`` (its ``head_dim``) and a ``PlanRequest`` (window, dtype, cutoff (None: ``DEFAULT_CUTOFF``),
+        """For ``source`` (its ``head_dim``) and a resolved request (window, dtype, cutoff (None: ``DEFAULT_CUTOFF``),
         split)."""
         return cls(1.0 / math.sqrt(source.head_dim), request.window, request.dtype,
                    request.cutoff or DEFAULT_CUTOFF, request.split)

@@ -1,9 +1,10 @@
 """The one planning path: the emulation plan a converted checkpoint will carry.
 
-``ropebridge plan`` (a preview) and ``ropebridge convert`` (the action) both call ``plan_checkpoint`` with the same
-``PlanRequest``, so ``plan --model SRC [flags] --json`` prints exactly the plan that ``convert SRC DST [flags]``
-records in ``ropebridge.json``. The strategy comes from the request and the target (``emulation.STRATEGIES``,
-``targets.TARGETS``): the ladder for bfloat16/float16 where the target carries it, the exact single pair otherwise.
+``ropebridge plan`` (a preview) and ``ropebridge convert`` (the action, through ``convert.pipeline.derive``) both
+call ``plan_checkpoint`` with the same ``PlanRequest``: the checkpoint is read once, the request resolved once
+(``emulation.resolved.resolve``: every choice made), and planned; so ``plan --model SRC [flags] --json`` prints
+exactly the plan and the resolved request that ``convert SRC DST [flags]`` records in ``ropebridge.json``.
+``plan_source`` is the same for a source known by its heads alone (``plan --heads``).
 """
 
 from __future__ import annotations
@@ -11,14 +12,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 from . import _log
 from . import emulation
 from .checkpoint.config import from_config, load_config
 from .checkpoint.model import SourceModel
-from .emulation import EmulationPlan, PlanRequest
-from .numerics import DTYPES
+from .emulation import EmulationPlan, PlanRequest, Resolved, resolve
 
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.index.json")  # a directory with none of these holds a config only
 UNSCALED = 2.0  # a q.k scale beyond this many times 1/sqrt(hd) makes the ladder's default advantage a guess
@@ -26,79 +26,49 @@ UNSCALED = 2.0  # a q.k scale beyond this many times 1/sqrt(hd) makes the ladder
 log = _log.logger(__name__)
 
 
-def default_dtype(config: dict) -> str:
-    """The dtype a checkpoint's config names (``dtype`` or ``torch_dtype``), float32 if none we know."""
-    name = str(config.get("dtype") or config.get("torch_dtype") or "float32").replace("torch.", "")
-    return name if name in DTYPES else "float32"
+class Planned(NamedTuple):
+    """A plan, the resolved request it was made for, and the checkpoint read (None for a config without weights
+    or a source known by its heads)."""
+
+    plan: EmulationPlan
+    resolved: Resolved
+    model: SourceModel | None
 
 
-def plan_source(source, request: PlanRequest) -> EmulationPlan:
-    """The plan of an ``AlibiSource`` (no checkpoint): the request's dtype, float32 if it names none; the target,
-    where none is named and ``--engine`` is, the one that engine runs for a checkpoint of this family as published
-    (``targets.engines.choose_for_family``), as ``prepare`` chooses it for a checkpoint: the preview of any source
-    with this geometry."""
-    if request.engine is not None and request.target is None:
-        from .targets.engines import choose_for_family
-
-        request = dataclasses.replace(request, target=choose_for_family(source.family, request.engine).target)
-    return emulation.plan(source, request.with_dtype("float32"))
+def plan_source(source, request: PlanRequest) -> Planned:
+    """The plan of an ``AlibiSource`` (no checkpoint; ``plan --heads``): the preview of any checkpoint with this
+    geometry, resolved as one (float32 where no dtype is asked)."""
+    resolved = resolve(source, request)
+    return Planned(emulation.plan(source, resolved), resolved, None)
 
 
-def prepare(src_dir, request: PlanRequest,
-            model: SourceModel | None = None) -> tuple[PlanRequest, SourceModel | None, Any]:
-    """The request completed for a checkpoint directory (or its config.json), the checkpoint read as a
-    ``SourceModel`` (None for a config without weights) and its ``AlibiSource``, the config read once: the dtype
-    defaults to the checkpoint's; the tensors' shapes are checked against the config (headers only);
-    ``calibration_text`` is measured through the weights into per-head advantages (``checkpoint.calibration``), which
-    the completed request carries instead of the text; the target, where none is named, is the one ``--engine`` runs
-    for the source (``targets.engines.choose``), else the family's.
-    ``model``: the checkpoint already read (not read again)."""
+def plan_checkpoint(src_dir, request: PlanRequest, source_name: str | None = None,
+                    model: SourceModel | None = None) -> Planned:
+    """The plan of a checkpoint directory (or its config.json) for ``request``: the config read once, the tensors'
+    shapes checked against it (headers only; a directory without weight files is planned from its config), the
+    request resolved for it (``resolve``, which measures a calibration text through the weights), then planned.
+    ``source_name``: the name the plan records (default ``src_dir``); ``model``: the checkpoint already read."""
     config = load_config(src_dir) if model is None else model.config
-    request = request.with_dtype(default_dtype(config))
     directory = Path(src_dir)
-    if model is None and directory.is_dir() and any(next(directory.glob(p), None) for p in WEIGHT_FILES):  # else planned from the config alone
+    if model is None and directory.is_dir() and any(next(directory.glob(p), None) for p in WEIGHT_FILES):
         model = SourceModel(directory, config)
     source = from_config(config) if model is None else model.info
-    if request.engine is not None and request.target is None:  # the target the engine runs for this source
-        from .targets.engines import choose
-
-        request = dataclasses.replace(request, target=choose(source, request.engine).target)
-    request = request.for_family(source.family)
-    if request.calibration_text is not None:
-        if model is None:
-            raise ValueError("--calibration-text needs a checkpoint directory with weights, not a config file")
-        from .checkpoint.calibration import calibrated_advantages
-
-        advantages = calibrated_advantages(model, directory, request.calibration_text)
-        request = dataclasses.replace(request, calibration_text=None, advantage=tuple(advantages))
-    return request, model, source
-
-
-def plan_checkpoint(src_dir, request: PlanRequest, source_name: str | None = None) -> tuple[EmulationPlan, SourceModel | None]:
-    """The plan of a checkpoint directory (or its config.json) for ``request`` (``prepare``), and the checkpoint
-    read as a ``SourceModel`` (None for a config without weights)."""
-    plan, _, model = plan_and_request(src_dir, request, source_name)
-    return plan, model
-
-
-def plan_and_request(src_dir, request: PlanRequest,
-                     source_name: str | None = None) -> tuple[EmulationPlan, PlanRequest, SourceModel | None]:
-    """``plan_checkpoint``'s plan, the completed request it was made for (its target, dtype, kernel), and the
-    checkpoint read."""
-    request, model, source = prepare(src_dir, request)
-    plan = emulation.plan(source, request)
-    doubt = advantage_doubt(source, request, plan)
+    resolved = resolve(source, request, model)
+    plan = emulation.plan(source, resolved)
+    doubt = advantage_doubt(source, resolved, plan)
     if doubt is not None:
         log.warning(doubt)
-    return dataclasses.replace(plan, source=str(src_dir) if source_name is None else source_name), request, model
+    name = str(src_dir) if source_name is None else source_name
+    return Planned(dataclasses.replace(plan, source=name), resolved, model)
 
 
-def advantage_doubt(source, request: PlanRequest, plan: EmulationPlan) -> str | None:
+def advantage_doubt(source, resolved: Resolved, plan: EmulationPlan) -> str | None:
     """One line where a ladder plans with the default content advantage (no floor, advantage or calibration text
     given) for a source whose q.k scale is above ``UNSCALED`` times 1/sqrt(hd) (a Jais with
     ``scale_attn_weights: false`` scales it by 1): its content logits are that many times those of the models
     the default was measured on, so a far key may lead by more than the floor covers; None otherwise."""
-    if plan.strategy != "ladder" or request.floor is not None or request.advantage is not None:
+    asked = resolved.asked
+    if plan.strategy != "ladder" or asked.floor is not None or asked.advantage is not None:
         return None
     scale = source.qk_scale  # a ``SourceInfo``: read from a config, every family's scale is known
     ratio = scale * math.sqrt(source.head_dim)
@@ -112,9 +82,9 @@ def advantage_doubt(source, request: PlanRequest, plan: EmulationPlan) -> str | 
             "it will serve), and verify measures it")
 
 
-def what_would_fit(plan: EmulationPlan, kernel: str = "any") -> str:
+def what_would_fit(plan: EmulationPlan, resolved: Resolved) -> str:
     """One clause for a refusal: what the planner knows would meet the tolerance (a ladder: on the next head
-    dims ``kernel`` runs)."""
+    dims the resolved kernel runs, on its target)."""
     hints = []
     if plan.max_window is not None and plan.max_window < plan.window:
         hints.append(f"--window {plan.max_window} fits" if plan.max_window > 0 else "no window fits this base")
@@ -125,11 +95,11 @@ def what_would_fit(plan: EmulationPlan, kernel: str = "any") -> str:
     if plan.strategy == "fixed-base":
         hints.append("more --pairs or a larger --rotary-dim")
     elif plan.strategy == "ladder":
-        hints.append(_ladder_that_fits(plan, kernel))
+        hints.append(_ladder_that_fits(plan, resolved))
     return ", ".join(hints)
 
 
-def _ladder_that_fits(plan: EmulationPlan, kernel: str) -> str:
+def _ladder_that_fits(plan: EmulationPlan, resolved: Resolved) -> str:
     """The smallest larger rotary dim up to 64 the kernel runs (``targets.kernels.rotary_dims``, the planner's own
     search), same base rule, whose ladder meets the tolerance, if any."""
     from .checkpoint.config import AlibiSource
@@ -138,10 +108,10 @@ def _ladder_that_fits(plan: EmulationPlan, kernel: str) -> str:
 
     source = AlibiSource(plan.family or "bloom", len(plan.heads), plan.head_dim, 8.0, tuple(h.slope for h in plan.heads))
     fixed = None if math.isclose(plan.base, free_base(plan.window, plan.rotary_dim)) else plan.base
-    for r in rotary_dims(kernel, plan.head_dim, plan.rotary_dim + 2, limit=64):
-        request = PlanRequest(window=plan.window, dtype=plan.dtype, strategy="ladder", rope_base=fixed,
-                              rotary_dim=r, floor=tuple(h.ladder.floor for h in plan.heads), cutoff=plan.cutoff,
-                              tolerance=plan.tolerance, kernel=kernel)
+    for r in rotary_dims(resolved.kernel, plan.head_dim, plan.rotary_dim + 2, limit=64):
+        request = PlanRequest(window=plan.window, dtype=plan.dtype, target=resolved.target, strategy="ladder",
+                              rope_base=fixed, rotary_dim=r, floor=tuple(h.ladder.floor for h in plan.heads),
+                              cutoff=plan.cutoff, tolerance=plan.tolerance, kernel=resolved.kernel)
         better = emulation.plan(source, request)
         if better.meets_tolerance:
             return f"--rotary-dim {r} fits (predicted {better.worst_head.predicted_error:.3g})"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .targets import TARGETS, of_model_type
+from .targets import of_model_type
 
 
 @dataclass(frozen=True)
@@ -128,18 +128,19 @@ def shape_only_checkpoint(config: Mapping[str, Any], directory: str | Path) -> i
 
 
 def converted_checkpoint(src_dir: str | Path, request) -> tuple[int, dict]:
-    """The parameter count and ``config.json`` that ``convert(src_dir, ..., request)`` would write: the same plan,
-    layout and tensor descriptions, no tensor read (SRC may be a ``shape_only_checkpoint``)."""
+    """The parameter count and ``config.json`` that ``convert(src_dir, ..., request)`` would write: the same plan
+    and resolved request (``planning.plan_checkpoint``), layout and tensor descriptions, no tensor read (SRC may be
+    a ``shape_only_checkpoint``)."""
     import torch
 
     from .checkpoint.tensor_io import ShardWriter
     from .planning import plan_checkpoint
 
-    plan, model = plan_checkpoint(src_dir, request)
+    plan, resolved, model = plan_checkpoint(src_dir, request)
     from .writers import describe_checkpoint
 
     shards = ShardWriter(torch.bfloat16, 2**62)  # never written: only its descriptions count
-    _, config = describe_checkpoint(model, plan, TARGETS[request.for_family(model.info.family).target], shards)
+    _, config = describe_checkpoint(model, plan, resolved.target_spec, shards)
     return sum(torch.Size(p.shape).numel() for p in shards.pending), config
 
 

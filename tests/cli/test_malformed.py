@@ -151,8 +151,8 @@ def test_an_odd_head_dim_in_half_precision_is_one_line(capsys):
     ("record-heads-string", lambda d: _record(d, lambda r: r["plan"].update(heads="many")), "heads are malformed"),
     ("record-head-slope-string", lambda d: _record(d, lambda r: r["plan"]["heads"][0].update(slope="0.5")),
      "heads are malformed"),
-    ("record-request-list", lambda d: _record(d, lambda r: r.update(request=[1])), "request is not an object"),
-    ("record-request-window", lambda d: _record(d, lambda r: r["request"].update(window=-1)), "window"),
+    ("record-request-list", lambda d: _record(d, lambda r: r.update(asked=[1])), "request is not an object"),
+    ("record-request-window", lambda d: _record(d, lambda r: r["asked"].update(window=-1)), "window"),
 ])
 def test_a_malformed_destination_is_one_line_and_2(sources, tmp_path, capsys, case, edit, needle):
     dst = shutil.copytree(sources / "bloom-rope", tmp_path / "dst")

@@ -145,19 +145,30 @@ def test_the_record_is_not_trusted(pair, tmp_path):
     shutil.rmtree(dst)
     src, dst = tampered(pair, tmp_path)
     edit_json(dst / "ropebridge.json", lambda r: (r.__setitem__("dtype", "bfloat16"),
-                                                  r["request"].__setitem__("dtype", "bfloat16")))
+                                                  r["asked"].__setitem__("dtype", "bfloat16"),
+                                                  r["resolved"].__setitem__("dtype", "bfloat16")))
     report = verify(src, dst, context=32, greedy_tokens=0)
     assert not report.passed and report.dtype == "bfloat16"
     assert any("is float32" in f or "plan" in f for f in report.failures), report.failures
 
 
+def test_the_resolved_request_a_record_claims_is_derived_again(pair, tmp_path):
+    # the record's resolved request is DST's claim: what SRC and the asked request give is compared, key by key
+    src, dst = tampered(pair, tmp_path)
+    edit_json(dst / "ropebridge.json", lambda r: r["resolved"].__setitem__("kernel", "fa3"))
+    report = verify(src, dst, context=32, greedy_tokens=0, quick=True)
+    assert not report.passed and "resolved.kernel: DST has 'fa3'" in report.failures[0], report.failures
+
+
 def test_quick_never_takes_its_limit_from_the_record(pair, tmp_path):
-    # a record whose request and plan both say --tolerance 50 (consistent, so the plan comparison agrees) and a
+    # a record whose request (asked and resolved) and plan all say --tolerance 50 (consistent, so the comparison of
+    # the record agrees) and a
     # zeroed MLP: with --quick only the functional check sees the damage, and its limit is the dtype's default
     # tolerance (or 3x the prediction), never the recorded 50
     src, dst = tampered(pair, tmp_path)
     edit_json(dst / "ropebridge.json", lambda r: (r["plan"].__setitem__("tolerance", 50.0),
-                                                  r["request"].__setitem__("tolerance", 50.0)))
+                                                  r["asked"].__setitem__("tolerance", 50.0),
+                                                  r["resolved"].__setitem__("tolerance", 50.0)))
     edit_tensor(dst, "gpt_neox.layers.1.mlp.dense_4h_to_h.weight", torch.zeros_like)
     report = verify(src, dst, context=64, greedy_tokens=0, quick=True)
     assert report.thresholds["max_abs_logit_diff"] == 1e-3 and report.thresholds["limit"] < 1e-2
@@ -190,7 +201,8 @@ def test_a_source_changed_in_the_middle_of_its_file_is_refused(pair, tmp_path, c
 
 
 def _as_old(r):
-    r.pop("request")
+    r.pop("asked")
+    r.pop("resolved")
     r["ropebridge_version"] = "0.1.0"
 
 
@@ -293,10 +305,13 @@ def _names(path):
 
 
 def test_a_record_in_early_0_2_names_is_read_and_compared_exactly(pair, tmp_path):
-    # early 0.2 recorded the strategy as the request's "emulation" and the plan's "mode"; the values are the same
+    # early 0.2 recorded one request (no asked and resolved), its strategy as "emulation", and the plan's "mode";
+    # the values are the same
     src, dst = tampered(pair, tmp_path, "f32")
 
     def as_early(r):
+        r.pop("resolved")
+        r["request"] = r.pop("asked")
         r["request"]["emulation"] = r["request"].pop("strategy")
         r["plan"]["mode"] = r["plan"].pop("theta_rule") or r["plan"]["strategy"]
         r["plan"].pop("strategy")

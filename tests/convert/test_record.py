@@ -28,22 +28,25 @@ def test_the_record_reads_back_to_the_bytes_convert_wrote(converted):
     record = ConversionRecord.read(dst)
     assert record.to_json() == text  # every key, its order and its value
     assert list(json.loads(text)) == ["ropebridge_version", "source", "source_family", "source_fingerprint",
-                                      "target", "dtype", "torch_version", "request", "layout", "plan",
+                                      "target", "dtype", "torch_version", "asked", "resolved", "layout", "plan",
                                       "accepted_error"]
     assert record.geometry == json.loads(text)["layout"] and record.target == "gpt-neox"
-    assert "jobs" not in record.request and "progress" not in record.request
-    # the request as asked and completed from the source (dtype, target); the plan's defaults (strategy,
-    # tolerance, cutoff: emulation.resolve) are not recorded, so verify derives them again, never from DST
-    assert record.request["dtype"] == "bfloat16" and record.request["target"] == "gpt-neox"
-    assert record.request["strategy"] is record.request["tolerance"] is record.request["cutoff"] is None
+    assert "jobs" not in record.asked and "progress" not in record.asked and "jobs" not in record.resolved
+    # the request as asked (what verify resolves again from SRC) and as resolved (every choice made)
+    assert record.asked["dtype"] == "bfloat16" and record.asked["target"] is None
+    assert record.asked["strategy"] is record.asked["tolerance"] is record.asked["cutoff"] is None
+    assert (record.resolved["target"], record.resolved["strategy"], record.resolved["engine"]) == (
+        "gpt-neox", "ladder", "transformers")
+    assert None not in (record.resolved[k] for k in ("tolerance", "cutoff", "kernel", "head_dim"))
 
 
 def test_the_request_of_a_record_and_of_an_older_one_give_the_same_plan(converted):
     src, dst = converted
     record = ConversionRecord.read(dst)
-    a, _ = plan_checkpoint(src, record.plan_request())
-    b, _ = plan_checkpoint(src, dataclasses.replace(record, request=None).plan_request())  # 0.1: no request
-    assert first_difference(b.to_dict(), a.to_dict()) is None
+    a, _, _ = plan_checkpoint(src, record.plan_request())
+    b, _, _ = plan_checkpoint(src, dataclasses.replace(record, asked=None).plan_request())  # 0.1: no request
+    c, _, _ = plan_checkpoint(src, dataclasses.replace(record, asked=None, request=record.asked).plan_request())  # 0.2
+    assert first_difference(b.to_dict(), a.to_dict()) is None and first_difference(c.to_dict(), a.to_dict()) is None
     assert first_difference(record.plan, {**a.to_dict(), "source": record.source}) is None
 
 

@@ -85,8 +85,12 @@ def test_the_per_family_table_has_every_form_and_names_natives_first():
 
 
 def test_the_request_takes_the_engines_kernel_and_refuses_a_target_it_does_not_run():
-    assert PlanRequest(engine="trtllm").kernel == "trtllm" and PlanRequest(engine="vllm").kernel == "vllm-cpu"
-    assert PlanRequest(engine="trtllm", kernel="fa3").kernel == "fa3"
+    from ropebridge.checkpoint.config import from_heads
+    from ropebridge.emulation import resolve
+
+    kernel = lambda **kw: resolve(from_heads(4, 64), PlanRequest(dtype="bfloat16", **kw)).kernel  # noqa: E731
+    assert kernel(engine="trtllm", target="llama") == "trtllm" and kernel(engine="vllm") == "vllm-cpu"
+    assert kernel(engine="trtllm", kernel="fa3", target="llama") == "fa3" and kernel() == "any"
     assert PlanRequest(engine="vllm", target="gpt-neox").target == "gpt-neox"  # its backend runs it
     with pytest.raises(ValueError, match="--engine vllm: vLLM 0.34.0 does not run --target persimmon"):
         PlanRequest(engine="vllm", target="persimmon")

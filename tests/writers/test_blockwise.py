@@ -46,7 +46,7 @@ def test_blockwise_and_whole_tensor_conversion_write_the_same_bytes(tmp_path, mo
 def largest_block(src, target, block_bytes, monkeypatch, tmp_path):
     """Bytes of the largest block any producer yields when the converter writes ``src`` with ``block_bytes``."""
     monkeypatch.setattr(tensor_io, "BLOCK_BYTES", block_bytes)
-    plan, model = plan_checkpoint(src, PlanRequest(window=128, dtype="float32", target=target))
+    plan, _, model = plan_checkpoint(src, PlanRequest(window=128, dtype="float32", target=target))
     code = writer_for(TARGETS[target])
     layout = code.layout(model, plan, TARGETS[target])
     tmp_path.mkdir()

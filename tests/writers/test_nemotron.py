@@ -18,7 +18,7 @@ def src(tmp_path_factory):
 
 def _config(src, **kw):
     target = TARGETS["nemotron"]
-    plan, model = plan_checkpoint(src, PlanRequest(window=512, target="nemotron", **kw))
+    plan, _, model = plan_checkpoint(src, PlanRequest(window=512, target="nemotron", **kw))
     writer = writer_for(target)
     return plan, writer.config(model, writer.layout(model, plan, target), plan)
 

@@ -14,7 +14,7 @@ from ropebridge.writers import writer_for
 def test_the_single_pair_is_a_proportional_rope_that_transformers_turns_at_theta(tmp_path):
     src = build(tmp_path / "bloom", "bloom-4heads")
     target = TARGETS["starcoder2"]
-    plan, model = plan_checkpoint(src, PlanRequest(window=512, target="starcoder2", dtype="float32"))
+    plan, _, model = plan_checkpoint(src, PlanRequest(window=512, target="starcoder2", dtype="float32"))
     writer = writer_for(target)
     layout = writer.layout(model, plan, target)
     config = writer.config(model, layout, plan)

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from ..convert.pipeline import convert
-from ..emulation.request import float32_ladder_note
+from ..emulation.resolved import float32_ladder_note
 from ..emulation.strategies import STRATEGIES
 from ..targets import TARGETS
 from ..targets.engines import describe
@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
         "rope_base": res.plan.base, "rotary_dim": res.plan.rotary_dim, "strategy": res.plan.strategy,
         "theta_rule": res.plan.theta_rule, "seconds": res.seconds,
         "bytes_written": res.bytes_written, "worst_head": worst.head, "worst_predicted_error": worst.predicted_error,
+        "resolved": res.resolved.to_dict(),
     }
     if args.json:
         print(json.dumps(summary, indent=1))
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {args.dst} ({res.target}, {res.dtype}, {res.bytes_written / 2**20:.1f} MiB) in "
               f"{res.seconds:.1f} s; window {res.plan.window}, {res.plan.strategy_label} strategy, {rope}; worst head "
               f"{worst.head}: predicted max |error| {worst.predicted_error:.3e} logits")
-        why = float32_ladder_note(res.plan, TARGETS[res.target], request)
+        why = float32_ladder_note(res.plan, res.resolved)
         if why is not None:
             print(why)
         print(f"{res.target} runs in {TARGETS[res.target].engines}"

@@ -1,5 +1,6 @@
 """``ropebridge plan``: preview the emulation ``convert`` would write, with predicted errors (calls
-``planning.plan_checkpoint`` with ``--model``, as convert does, or ``planning.plan_source`` with ``--heads``)."""
+``planning.plan_checkpoint`` with ``--model``, as convert does, or ``planning.plan_source`` with ``--heads``); its
+``--json`` is the plan with the resolved request (``resolved``) that convert records."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ import argparse
 from .. import reports
 from ..checkpoint.config import FAMILIES, from_heads
 from ..emulation.fixed_base import max_window_for_phase
-from ..emulation.request import float32_ladder_note
-from ..planning import plan_and_request, plan_source, what_would_fit
-from ..targets import TARGETS
+from ..emulation.resolved import float32_ladder_note
+from ..planning import plan_checkpoint, plan_source, what_would_fit
 from ..targets.engines import describe
 from ..serving import kv_cost
 from ..targets.kernels import engine_kernels
@@ -36,30 +36,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+PHASE = 0.1  # the phase the fixed base's report measures windows by: the source text's rule
+
+
 def run(args: argparse.Namespace) -> int:
     check_plot(args)
     if args.model is None and args.calibration_text is not None:
         raise ValueError("--calibration-text needs --model (a checkpoint with weights)")
-    # with a fixed base, --max-phase is the phase the report measures windows by, not a planning option
-    planning = argparse.Namespace(**{**vars(args), "max_phase": None}) if args.rope_base is not None else args
-    request = plan_request(planning, progress=not args.json)
+    request = plan_request(args, progress=not args.json)
     if args.model is not None:
-        plan, completed, _ = plan_and_request(args.model, request)
+        plan, resolved, _ = plan_checkpoint(args.model, request)
     else:
         if args.head_dim is None:
             raise ValueError("--heads needs --head-dim")
-        plan = plan_source(from_heads(args.heads, args.head_dim, args.family), request)
-    # a checkpoint's plan names the target convert takes (--target, else --engine's choice, else the family's)
-    target = TARGETS[completed.target] if args.model is not None else None
+        plan, resolved, _ = plan_source(from_heads(args.heads, args.head_dim, args.family), request)
     if plan.strategy == "ladder":
-        return _show_ladder(plan, args, target, request)
+        return _show_ladder(plan, args, resolved)
     phase_window = None
     if plan.strategy == "fixed-base":
-        phase_window = max_window_for_phase(plan.base, plan.rotary_dim, args.max_phase or 0.1)
+        phase_window = max_window_for_phase(plan.base, plan.rotary_dim, PHASE)
     def data() -> dict:
-        out = plan.to_dict()
+        out = {**plan.to_dict(), "resolved": resolved.to_dict()}
         if phase_window is not None:
-            out["max_window_at_phase"] = {"phase": args.max_phase or 0.1, "window": phase_window}
+            out["max_window_at_phase"] = {"phase": PHASE, "window": phase_window}
         return out
 
     if plot_and_json(args, lambda: reports.emulation_figure(plan), data):
@@ -76,15 +75,16 @@ def run(args: argparse.Namespace) -> int:
             print("     pairs: " + ", ".join(f"r={p.index} theta={p.theta:.4e} N={p.N:.4e}" for p in h.pairs))
         if h.split != 1.0:
             print(f"     split: q = (-N/{h.split:.6g}, 0), k = (0, {h.split:.6g})")
-    _verdict(plan, args, target, request)
+    _verdict(plan, args, resolved)
     if plan.max_window is not None:
         print(f"longest window within {plan.tolerance:g} logits at base {plan.base:g}: {plan.max_window} tokens; "
-              f"phase {args.max_phase or 0.1:g} on the slowest pair: {phase_window} tokens")
+              f"phase {PHASE:g} on the slowest pair: {phase_window} tokens")
     return 0
 
 
-def _show_ladder(plan, args: argparse.Namespace, target, request) -> int:
-    if plot_and_json(args, lambda: reports.ladder_figure(plan), plan.to_dict):
+def _show_ladder(plan, args: argparse.Namespace, resolved) -> int:
+    if plot_and_json(args, lambda: reports.ladder_figure(plan), lambda: {**plan.to_dict(),
+                                                                        "resolved": resolved.to_dict()}):
         return 0
     print(f"{plan.family}: {len(plan.heads)} heads, head_dim {plan.head_dim} -> {plan.head_dim + plan.rotary_dim}, "
           f"window {plan.window}, {plan.dtype}, ladder of {plan.pairs_per_head} pairs, base {plan.base:.6g}")
@@ -94,26 +94,28 @@ def _show_ladder(plan, args: argparse.Namespace, target, request) -> int:
         amp = sum(abs(p.N) + abs(p.M) for p in h.pairs) * plan.scale  # logits
         print(f"{h.head:>4} {h.slope:>10.4g} {h.ladder.floor:>8.4g} {h.ladder.exact_distance:>7} {h.ladder.shift:>8.4g} {amp:>9.4g} {h.approximation_error:>10.3e} "
               f"{h.rounding_error:>10.3e} {h.predicted_error:>10.3e}")
-    _verdict(plan, args, target, request)
+    _verdict(plan, args, resolved)
     return 0
 
 
-def _verdict(plan, args: argparse.Namespace, target, request) -> None:
+def _verdict(plan, args: argparse.Namespace, resolved) -> None:
     """The worst head against the tolerance, what would fit where the plan misses it (as convert says), and for a
-    checkpoint the target convert writes (``target``, a ``targets.Target``) and its engines."""
+    checkpoint (``--model``) the target convert writes (``resolved.target``) and its engines."""
     w = plan.worst_head
     verdict = "meets" if plan.meets_tolerance else "does NOT meet"
     print(f"worst head {w.head}: predicted max |error| {w.predicted_error:.3e} logits; the plan {verdict} "
           f"the tolerance {plan.tolerance:g}")
     if not plan.meets_tolerance:
-        print(f"what would fit: {what_would_fit(plan, request.kernel)}")  # --kernel, else --engine's
-    if target is not None:
-        why = float32_ladder_note(plan, target, request)
-        if why is not None:
-            print(why)
-        print(f"target {target.name} ({target.architecture}): {target.engines}")
-        if args.engine is not None:
-            print(f"--engine {args.engine}: {describe(target.name, args.engine)}")
-        served = target.served_head_dim(plan.head_dim, plan.rotary_dim, plan.strategy)
-        print(f"head dim {served} runs on: " + "; ".join(f"{e} {k}" for e, k in engine_kernels(served, plan.dtype).items()))
-        print(f"serving cost: {kv_cost(plan.head_dim, served)}")
+        print(f"what would fit: {what_would_fit(plan, resolved)}")
+    if args.model is None:
+        return
+    target = resolved.target_spec
+    why = float32_ladder_note(plan, resolved)
+    if why is not None:
+        print(why)
+    print(f"target {target.name} ({target.architecture}): {target.engines}")
+    if args.engine is not None:
+        print(f"--engine {args.engine}: {describe(target.name, args.engine)}")
+    served = target.served_head_dim(plan.head_dim, plan.rotary_dim, plan.strategy)
+    print(f"head dim {served} runs on: " + "; ".join(f"{e} {k}" for e, k in engine_kernels(served, plan.dtype).items()))
+    print(f"serving cost: {kv_cost(plan.head_dim, served)}")

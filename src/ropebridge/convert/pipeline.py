@@ -9,7 +9,6 @@ into place at the end, so a failure leaves nothing half-written; an existing DST
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import json
 import os
@@ -20,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import _log
-from .. import __version__, _checks, _interrupt, emulation
+from .. import __version__, _checks, _interrupt
 from .._progress import progress_bar
 from ..checkpoint.model import SourceModel
 from ..checkpoint.tensor_io import ShardWriter
-from ..emulation import EmulationPlan, PlanRequest
+from ..emulation import EmulationPlan, PlanRequest, Resolved
 from ..numerics import DTYPES
-from ..planning import advantage_doubt, prepare, what_would_fit
-from ..targets import TARGETS, Target
+from ..planning import plan_checkpoint, what_would_fit
+from ..targets import Target
 from ..writers import describe_checkpoint
 from .card import model_card
 from .record import FILE as RECORD_FILE
@@ -43,12 +42,22 @@ COPIED_FILES = (
 
 @dataclass(frozen=True)
 class ConversionResult:
+    """What ``convert`` wrote: where, the plan, the request resolved (``resolved.target``, ``resolved.dtype``),
+    how long it took and how many bytes of tensors it wrote."""
+
     destination: Path
     plan: EmulationPlan
-    target: str
-    dtype: str
+    resolved: Resolved
     seconds: float
     bytes_written: int
+
+    @property
+    def target(self) -> str:
+        return self.resolved.target
+
+    @property
+    def dtype(self) -> str:
+        return self.plan.dtype
 
 
 def resolve_source(src: str | Path) -> Path:
@@ -190,13 +199,13 @@ def _publish(tmp: Path, dst: Path, force: bool) -> None:
 @dataclass
 class Derivation:
     """Everything ``convert`` writes for a source and a request, described before any tensor's byte is read:
-    the request as asked (the model card's command reproduces it) and completed for the source (dtype, target,
-    calibrated advantages: what ``ropebridge.json`` records), the plan, the source, the target, the layout numbers
-    recorded in ``ropebridge.json``, the tensors (a ``ShardWriter`` holding each one's name, shape and producer,
-    in the output dtype), config.json and the side files. ``convert`` writes it; ``verify`` derives it again from
-    SRC and compares it with DST, byte for byte."""
+    the request resolved for the source (``emulation.Resolved``: every choice made, and the request as asked,
+    which the model card's command reproduces; ``ropebridge.json`` records both), the plan, the source, the target,
+    the layout numbers recorded in ``ropebridge.json``, the tensors (a ``ShardWriter`` holding each one's name,
+    shape and producer, in the output dtype), config.json and the side files. ``convert`` writes it; ``verify``
+    derives it again from SRC and compares it with DST, byte for byte."""
 
-    request: PlanRequest
+    resolved: Resolved
     plan: EmulationPlan
     model: SourceModel
     target: Target
@@ -204,28 +213,26 @@ class Derivation:
     shards: ShardWriter
     config: dict[str, Any]
     side_files: dict[str, bytes]
-    asked: PlanRequest
 
     def record(self, source_name: str, fingerprint: str) -> ConversionRecord:
         """``ropebridge.json`` for this derivation of ``source_name`` (its fingerprint): ``record.ConversionRecord``."""
-        return ConversionRecord.of(self.request, self.plan, self.target.name, self.model.info.family,
-                                   self.geometry, source_name, fingerprint)
+        return ConversionRecord.of(self.resolved, self.plan, self.model.info.family, self.geometry, source_name,
+                                   fingerprint)
 
 
 def derive(src_dir: Path, request: PlanRequest, source_name: str, max_shard_bytes: int = 2000 * 2**20,
            model: SourceModel | None = None) -> Derivation:
     """The ``Derivation`` of checkpoint directory ``src_dir`` (``model``: already read) for ``request``
-    (``planning.prepare`` then ``emulation.plan``; the target's writer lays out and describes the tensors), whatever
-    its plan predicts."""
-    asked = request
-    request, model, source = prepare(src_dir, request, model)
+    (``planning.plan_checkpoint``: resolved once, then planned; the target's writer lays out and describes the
+    tensors), whatever its plan predicts."""
+    directory = Path(src_dir)
+    plan, resolved, model = plan_checkpoint(directory, request, source_name, model)
     if model is None:
         raise FileNotFoundError(f"no weights (*.safetensors or *.bin) in {src_dir}")
-    plan = dataclasses.replace(emulation.plan(source, request), source=source_name)
-    target = TARGETS[request.target]
+    target = resolved.target_spec
     shards = ShardWriter(DTYPES[plan.dtype], max_shard_bytes)
     geometry, config = describe_checkpoint(model, plan, target, shards)
-    return Derivation(request, plan, model, target, geometry, shards, config, side_files(src_dir), asked)
+    return Derivation(resolved, plan, model, target, geometry, shards, config, side_files(directory))
 
 
 def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None, *, accept_error: bool = False,
@@ -246,20 +253,17 @@ def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None
     if not plan.meets_tolerance:
         miss = (f"the plan predicts a worst error of {plan.worst_head.predicted_error:.3g} logits (head "
                 f"{plan.worst_head.head}), above the {plan.dtype} tolerance {plan.tolerance:g}; "
-                f"{what_would_fit(plan, d.request.kernel)}")
+                f"{what_would_fit(plan, d.resolved)}")
         if not accept_error:
             raise ValueError(miss + ", or pass --accept-error")
         log.warning("%s (accepted with --accept-error)", miss)
-    doubt = advantage_doubt(d.model.info, d.request, plan)
-    if doubt is not None:
-        log.warning(doubt)
     log.info("plan: %s heads, %s, worst predicted error %.3g", len(plan.heads), d.geometry,
              plan.worst_head.predicted_error)
     check_free_space(dst.parent, shards.total_bytes() + sum(len(b) for b in d.side_files.values()))
     with _interrupt.new_directory(dst.parent, f".{dst.name}.tmp-") as tmp:  # removed on any failure
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700; DST gets what a plain mkdir would give
         _write(d, src, src_dir, dst, tmp, force)
-    return ConversionResult(dst, plan, d.target.name, plan.dtype, time.perf_counter() - start, shards.total_bytes())
+    return ConversionResult(dst, plan, d.resolved, time.perf_counter() - start, shards.total_bytes())
 
 
 def _write(d: Derivation, src: str | Path, src_dir: Path, dst: Path, tmp: Path, force: bool) -> None:
@@ -267,7 +271,7 @@ def _write(d: Derivation, src: str | Path, src_dir: Path, dst: Path, tmp: Path, 
     A signal that arrives while DST is published is kept until the rename is done, and then no longer stops
     anything: the conversion stands complete, and is reported as such."""
     plan, shards = d.plan, d.shards
-    bar = progress_bar(shards.total_bytes(), "convert", enabled=d.asked.progress, unit="B", unit_scale=True)
+    bar = progress_bar(shards.total_bytes(), "convert", enabled=d.resolved.progress, unit="B", unit_scale=True)
     try:
         shards.write(tmp, {"ropebridge": __version__}, bar)
     finally:
@@ -275,7 +279,7 @@ def _write(d: Derivation, src: str | Path, src_dir: Path, dst: Path, tmp: Path, 
     (tmp / "config.json").write_text(json.dumps(d.config, indent=1))
     write_side_files(d.side_files, tmp)
     (tmp / RECORD_FILE).write_text(d.record(str(src), source_fingerprint(src_dir)).to_json())
-    (tmp / "README.md").write_text(model_card(str(src), dst.name, plan, d.target, d.asked,
+    (tmp / "README.md").write_text(model_card(str(src), dst.name, plan, d.target, d.resolved.asked,
                                               hub_id=not Path(src).is_dir()))
     published = False
     try:

@@ -1,14 +1,15 @@
 """``ropebridge.json``, the conversion record: the one module that writes, reads, shape-checks and migrates it.
 
-``convert`` writes one beside every checkpoint (``ConversionRecord.of`` then ``to_json``); ``verify`` reads it
-back (``ConversionRecord.read``) and takes from it only the options to derive the checkpoint again
-(``plan_request``). Everything else a record says (its version, target, dtype, layout, plan) is DST's claim
-about itself: ``read`` checks its shape and keeps the values as DST holds them, and the byte check compares
-each with what SRC gives. The record's ``"layout"`` key holds the target's geometry (``writers.Writer.geometry``).
+``convert`` writes one beside every checkpoint (``ConversionRecord.of`` then ``to_json``): the request as asked
+(``asked``) and as resolved for the source (``resolved``, ``emulation.Resolved.to_dict``), the plan, the layout.
+``verify`` reads it back (``ConversionRecord.read``) and takes from it only the options to derive the checkpoint
+again (``plan_request``: the asked request, resolved again from SRC). Everything else a record says (its
+version, target, dtype, resolved request, layout, plan) is DST's claim about itself: ``read`` checks its shape
+and keeps the values as DST holds them, and the byte check compares each with what SRC gives. The record's ``"layout"`` key holds the target's geometry (``writers.Writer.geometry``).
 
 Older records are read in today's names: the plan's through ``emulation.plan.in_current_names`` (the plan owns
-its schema), the request's early-0.2 ``emulation`` as ``strategy``, and a record older than 0.2 (no request) by
-the options its plan shows.
+its schema), the completed ``request`` of 0.2 records (before ``asked`` and ``resolved``) as the asked one, with
+early 0.2's ``emulation`` as ``strategy``, and a record older than 0.2 (no request) by the options its plan shows.
 """
 
 from __future__ import annotations
@@ -22,23 +23,25 @@ from typing import Any
 import torch
 
 from .. import __version__
-from ..emulation import STRATEGIES, EmulationPlan, PlanRequest
+from ..emulation import STRATEGIES, EmulationPlan, PlanRequest, Resolved
 from ..emulation.ladder import recorded_floors
 from ..emulation.plan import in_current_names
+from ..emulation.resolved import UNRECORDED
 
 FILE = "ropebridge.json"
-UNRECORDED = ("jobs", "progress")  # how the ladder is fitted, not what: the plan is the same whatever they are
 _KEYS = ("ropebridge_version", "source", "source_family", "source_fingerprint", "target", "dtype",
-         "torch_version", "request", "layout", "plan", "accepted_error")  # in the order they are written
+         "torch_version", "asked", "resolved", "layout", "plan", "accepted_error")  # in the order they are written
+_OLDER = ("request",)  # read from records that hold it, never written
 
 
 @dataclass(frozen=True)
 class ConversionRecord:
     """What ``ropebridge.json`` holds, field for key (``geometry`` is the key ``"layout"``): the writing
     versions, the source's name, family and fingerprint (``pipeline.source_fingerprint``), the target and
-    dtype, the request (every ``PlanRequest`` field the plan and the tensors depend on; None in a record older
-    than 0.2), the layout, the plan (``EmulationPlan.to_dict``) and whether its error was accepted. Read from
-    DST, every field but ``plan`` is as DST holds it (any JSON value, None where the key is missing)."""
+    dtype, the request as asked (``asked``: every ``PlanRequest`` field the plan and the tensors depend on) and as
+    resolved (``resolved``), the layout, the plan (``EmulationPlan.to_dict``) and whether its error was accepted;
+    ``request``: a 0.2 record's completed request (None in the others). Read from DST, every field but ``plan`` is
+    as DST holds it (any JSON value, None where the key is missing)."""
 
     plan: dict[str, Any]
     ropebridge_version: Any = None
@@ -48,20 +51,21 @@ class ConversionRecord:
     target: Any = None
     dtype: Any = None
     torch_version: Any = None
-    request: Any = None
+    asked: Any = None
+    resolved: Any = None
     geometry: Any = None
     accepted_error: Any = None
+    request: Any = None
 
     @classmethod
-    def of(cls, request: PlanRequest, plan: EmulationPlan, target: str, family: str, geometry: dict[str, Any],
+    def of(cls, resolved: Resolved, plan: EmulationPlan, family: str, geometry: dict[str, Any],
            source: str, fingerprint: str) -> ConversionRecord:
-        """The record ``convert`` writes for a conversion of ``source`` (its fingerprint) with ``request`` (the
-        completed one) into ``plan`` on ``target`` with ``geometry``, by this ropebridge and torch."""
-        recorded = {k: v for k, v in request.to_dict().items() if k not in UNRECORDED}
+        """The record ``convert`` writes for a conversion of ``source`` (its fingerprint) with ``resolved`` into
+        ``plan`` with ``geometry``, by this ropebridge and torch."""
         return cls(plan=plan.to_dict(), ropebridge_version=__version__, source=source, source_family=family,
-                   source_fingerprint=fingerprint, target=target, dtype=plan.dtype,
-                   torch_version=torch.__version__, request=recorded, geometry=geometry,
-                   accepted_error=not plan.meets_tolerance)
+                   source_fingerprint=fingerprint, target=resolved.target, dtype=plan.dtype,
+                   torch_version=torch.__version__, asked=resolved.asked_dict(), resolved=resolved.to_dict(),
+                   geometry=geometry, accepted_error=not plan.meets_tolerance)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as ``ropebridge.json`` holds it, its keys in the written order."""
@@ -90,7 +94,7 @@ class ConversionRecord:
                 isinstance(h, dict) and isinstance(h.get("slope"), (int, float)) for h in heads):
             raise ValueError(f"{path}: its plan's heads are malformed (a list of objects, each with a numeric "
                              "slope)")
-        fields = {k: data.get(k) for k in _KEYS if k != "layout"}
+        fields = {k: data.get(k) for k in (*_KEYS, *_OLDER) if k != "layout"}
         return cls(**fields, geometry=data.get("layout"))
 
     def current_plan(self) -> dict[str, Any]:
@@ -98,13 +102,15 @@ class ConversionRecord:
         return in_current_names(self.plan)
 
     def plan_request(self) -> PlanRequest:
-        """The ``PlanRequest`` DST was converted with: the recorded request (0.2 on), or, for an older record, the
-        options its plan shows (window, dtype, target, strategy, fixed base, rotary dim, pairs, per-head floors,
-        cutoff, tolerance). ``jobs`` is this machine's core count. ``ValueError`` naming what is malformed."""
-        if self.request is not None:
-            if not isinstance(self.request, dict):
+        """The ``PlanRequest`` DST was converted with: the recorded ``asked`` (a 0.2 record's ``request``), or, for
+        a record older than 0.2, the options its plan shows (window, dtype, target, strategy, fixed base, rotary
+        dim, pairs, per-head floors, cutoff, tolerance). ``jobs`` is this machine's core count. ``ValueError``
+        naming what is malformed."""
+        asked = self.asked if self.asked is not None else self.request
+        if asked is not None:
+            if not isinstance(asked, dict):
                 raise ValueError("its record's request is not an object")
-            recorded = {("strategy" if k == "emulation" else k): v for k, v in self.request.items()}
+            recorded = {("strategy" if k == "emulation" else k): v for k, v in asked.items()}
             fields = {k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()
                       if k in PlanRequest.__dataclass_fields__ and k not in (*UNRECORDED, "calibration_text")}
             try:

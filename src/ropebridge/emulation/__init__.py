@@ -2,7 +2,7 @@
 
 ``STRATEGIES[name]`` is a ``strategy.Strategy`` (``strategies``): ``.plan(source, request) -> EmulationPlan``,
 ``source`` anything with ``slopes`` ``(h,)``, ``head_dim`` and ``family`` (``checkpoint.AlibiSource``), ``request``
-a ``PlanRequest`` with its dtype known:
+a ``resolved.Resolved`` (a ``PlanRequest`` is resolved first, ``resolved.resolve``):
 
 - ``single``: one slow pair per head at one theta (``single``);
 - ``fixed-base``: each head on its best consecutive pairs of a fixed ``base^(-2r/R)`` (``fixed_base``);
@@ -12,18 +12,19 @@ a ``PlanRequest`` with its dtype known:
 from __future__ import annotations
 
 from .plan import EmulationPlan, HeadPlan, LadderHead, PairTerm
-from .request import PlanRequest, resolve
+from .request import PlanRequest
+from .resolved import Resolved, resolve
 from .strategies import STRATEGIES
 
 
-def plan(source, request: PlanRequest) -> EmulationPlan:
-    """The plan of ``source`` for ``request`` (whose dtype must be known: ``PlanRequest.with_dtype``), completed
-    once by ``request.resolve`` (target, strategy, tolerance, cutoff; refused where the target cannot carry the
-    source or the kernel does not run the dtype), by its strategy. A plan whose served head dim the request's
-    kernel does not run is refused (``targets.kernels``)."""
+def plan(source, request: PlanRequest | Resolved) -> EmulationPlan:
+    """The plan of ``source`` for ``request`` (a ``PlanRequest`` is completed for ``source`` first by
+    ``resolved.resolve``, where every choice is made), by its strategy. A plan whose served head dim the
+    request's kernel does not run is refused (``targets.kernels``)."""
     from ..targets.kernels import check_head_dim
 
-    request = resolve(source, request)
+    if isinstance(request, PlanRequest):
+        request = resolve(source, request)
     result = STRATEGIES[request.strategy].plan(source, request)
     forced = "" if request.rotary_dim is None else f" with --rotary-dim {request.rotary_dim}"
     served = request.target_spec.served_head_dim(result.head_dim, result.rotary_dim, result.strategy)
@@ -42,4 +43,5 @@ def plan(source, request: PlanRequest) -> EmulationPlan:
     return result
 
 
-__all__ = ["STRATEGIES", "EmulationPlan", "HeadPlan", "LadderHead", "PairTerm", "PlanRequest", "plan", "resolve"]
+__all__ = ["STRATEGIES", "EmulationPlan", "HeadPlan", "LadderHead", "PairTerm", "PlanRequest", "Resolved", "plan",
+           "resolve"]

@@ -130,7 +130,7 @@ def fixed_base_max_window(slopes: Sequence[float], base: float, rotary_dim: int,
 
 
 def plan_fixed_base(source, request) -> EmulationPlan:
-    """The fixed-base plan of ``source`` for a ``PlanRequest`` (``rope_base``, ``rotary_dim``, ``pairs``): every
+    """The fixed-base plan of ``source`` for a ``resolved.Resolved`` (``rope_base``, ``rotary_dim``, ``pairs``): every
     head on its best run of pairs, and the longest window within the tolerance (``max_window``)."""
     num = Numerics.of(source, request)
     base, r, k = request.rope_base, request.rotary_dim or ROTARY_DIM, request.pairs

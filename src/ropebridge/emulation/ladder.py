@@ -224,11 +224,10 @@ def ladder_on(source, request, rotary_dim: int, floors: Sequence[float], cutoff:
 
 
 def plan_ladder(source, request) -> EmulationPlan:
-    """The ladder plan of ``source`` for a ``PlanRequest``: R = ``rotary_dim``, or ``rotary_dim_for(hd, kernel)``
+    """The ladder plan of ``source`` for a ``resolved.Resolved``: R = ``rotary_dim``, or ``rotary_dim_for(hd, kernel)``
     and, where that plan misses the tolerance, the next size the kernel runs if it does better; floors from
     ``floor`` or ``advantage`` (``head_floors``); the cutoff ``default_cutoff`` unless given."""
-    cutoff = request.cutoff  # resolved: default_cutoff unless given
-    floors = head_floors(len(source.slopes), cutoff, request.floor, request.advantage)
+    cutoff, floors = request.cutoff, request.floors  # resolved: default_cutoff unless given; ``head_floors``
     if request.rotary_dim is not None:
         sizes = [request.rotary_dim]
     else:

@@ -1,9 +1,10 @@
 """``PlanRequest``: everything a user asks of a plan, built once (from argparse or Python) and validated once.
 
 ``ropebridge plan`` and ``ropebridge convert`` build the same request from the same options
-(``cli/_options.py``), and ``planning.plan_checkpoint`` turns it into the plan a converted checkpoint carries.
-Field names are the CLI's option names. ``dtype`` None means the checkpoint's own; the request is completed by
-``with_dtype`` once that is known, and every rule that depends on the strategy is checked then.
+(``cli/_options.py``); ``resolved.resolve`` completes it for a source into a ``resolved.Resolved`` (every choice
+made), from which ``planning.plan_checkpoint`` makes the plan a converted checkpoint carries. Field names are the
+CLI's option names; None leaves the choice to ``resolve``. Each value is checked here, alone; what depends on the
+source (its dtype, family, head dim) is checked by ``resolve``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from .. import _checks
 from ..numerics import DTYPES
-from ..targets import DEFAULT_TARGET, TARGETS, Target, carrying
+from ..targets import TARGETS
 from ..targets.engines import support
 from ..targets.support import ENGINES
 from ..targets.kernels import KERNELS
@@ -43,19 +44,18 @@ def _per_head(key: str, value: Any, low: float) -> float | tuple[float, ...] | N
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """A plan as the user asks for it (the CLI's planning options).
+    """A plan as the user asks for it (the CLI's planning options); None, ``any`` or 1 where the user left the
+    choice to ``resolved.resolve``, which makes it (its module doc says how).
 
-    window: longest context served, extrapolation included. dtype: of the converted model (None: the checkpoint's).
-    target: an entry of ``targets.TARGETS`` (None: the source family's ``default_target``, ``for_family``). strategy: ``ladder``, ``single`` or ``fixed-base`` (None: chosen by
-    ``chosen_strategy``). theta / max_phase: the single pair's theta (theta = max_phase / window). rope_base,
-    rotary_dim, pairs: a fixed RoPE base, the rotary dims per head, pairs per head (fixed base). split: the k value s
-    of the single pair (a number or "sqrt"). floor / advantage: the ladder's floor C, or the content advantage added
-    to the cutoff (one or per head); calibration_text: text to measure the advantages on. kernel: the attention
-    kernel served on (``targets.kernels``): the ladder's R makes hd + R a size it runs natively, and a served
-    head dim it does not run is refused. engine: the engine served on (``targets.engines``): the target, where
-    none is named, is the one it runs natively for the source (``engines.choose``), and the kernel, where none is
-    named, the engine's. cutoff, tolerance: logits (None: the strategy's, ``plan_tolerance``).
-    jobs, progress: how the ladder is fitted, not what (the plan is the same whatever they are).
+    window: longest context served, extrapolation included. dtype: of the converted model. target: an entry of
+    ``targets.TARGETS``. strategy: ``ladder``, ``single`` or ``fixed-base``. theta / max_phase: the single pair's
+    theta (theta = max_phase / window). rope_base, rotary_dim, pairs: a fixed RoPE base, the rotary dims per head,
+    pairs per head (fixed base). split: the k value s of the single pair (a number or "sqrt"). floor / advantage:
+    the ladder's floor C, or the content advantage added to the cutoff (one or per head); calibration_text: text to
+    measure the advantages on. kernel: the attention kernel served on (``targets.kernels``): the ladder's R makes
+    hd + R a size it runs natively, and a served head dim it does not run is refused. engine: the engine served on
+    (``targets.support.ENGINES``), which chooses the target and the kernel where none is named. cutoff, tolerance:
+    logits. jobs, progress: how the ladder is fitted, not what (the plan is the same whatever they are).
     """
 
     window: int = DEFAULT_WINDOW
@@ -86,8 +86,6 @@ class PlanRequest:
         _checks.choice("kernel", self.kernel, tuple(KERNELS))
         if self.engine is not None:
             engine = ENGINES[_checks.choice("engine", self.engine, tuple(ENGINES))]
-            if self.kernel == "any":  # the kernel whose sizes the engine must run
-                fix("kernel", engine.kernel)
             if self.target is not None and support(self.target, self.engine).kind == "none":
                 raise ValueError(f"--engine {self.engine}: {engine.label} does not run --target {self.target} "
                                  f"({support(self.target, self.engine).how or 'no form of it'}); leave --target out "
@@ -122,25 +120,9 @@ class PlanRequest:
             raise ValueError("give --floor or --calibration-text, not both")
         fix("floor", _per_head("floor", self.floor, 0.0))
         fix("advantage", _per_head("advantage", self.advantage, 0.0))
-        name = self.chosen_strategy
-        source_decides = name == "single" and self.strategy is None and not self.single_flags and self.kernel != "any"
-        if name is not None and not source_decides:  # else checked once resolved (``resolve``, _default_or_ladder)
-            self._check_strategy(name)
-
-    @property
-    def target_spec(self) -> Target:
-        """The target's row: the one asked for, else ``targets.DEFAULT_TARGET`` until ``for_family`` names one."""
-        return TARGETS[self.target or DEFAULT_TARGET]
-
-    def for_family(self, family: str | None) -> PlanRequest:
-        """The request with the target completed where it named none: ``family``'s ``default_target`` (the RMSNorm
-        families take ``llama``), ``targets.DEFAULT_TARGET`` without a family."""
-        if self.target is not None:
-            return self
-        from ..checkpoint.config import FAMILIES
-
-        spec = FAMILIES.get(family) if family is not None else None
-        return dataclasses.replace(self, target=spec.default_target if spec is not None else DEFAULT_TARGET)
+        name = self.named_strategy  # its options checked now; the target's carrying it, once resolved
+        if name is not None:
+            STRATEGIES["fixed-base" if name == "single" and self.rope_base is not None else name].check(self)
 
     @property
     def single_flags(self) -> bool:
@@ -148,35 +130,10 @@ class PlanRequest:
         return self.theta is not None or self.max_phase is not None or self.pairs != 1 or self.split is not None
 
     @property
-    def chosen_strategy(self) -> str | None:
-        """The strategy of ``STRATEGIES`` this request asks for (None while the dtype decides and is not known):
-        ``strategy`` if given (``single`` with --rope-base is ``fixed-base``); else ``single`` when a single-pair flag
-        is given, else the target's default for the dtype (``Target.default_strategy``)."""
-        name = self.strategy
-        if name is None:
-            if self.single_flags:
-                name = "single"
-            elif self.dtype is None:
-                return None
-            else:
-                name = self.target_spec.default_strategy(self.dtype)
-        return "fixed-base" if name == "single" and self.rope_base is not None else name
-
-    def _check_strategy(self, strategy: str) -> None:
-        target = self.target_spec
-        if strategy not in target.strategies:
-            takes = " or ".join(target.strategies)
-            carriers = " or ".join(carrying(strategy))
-            if strategy == "ladder":
-                raise ValueError(f"--target {self.target} takes the {takes} strategy; the ladder needs --target "
-                                 f"{carriers} (or --strategy single)")
-            raise ValueError(f"--target {self.target} takes the {takes} strategy (its single pair turns at a free "
-                             f"theta): --rope-base and --pairs with the single pair are for {carriers}")
-        STRATEGIES[strategy].check(self)
-
-    def with_dtype(self, dtype: str) -> PlanRequest:
-        """The request completed with the checkpoint's dtype where it named none (validated again)."""
-        return self if self.dtype is not None else dataclasses.replace(self, dtype=dtype)
+    def named_strategy(self) -> str | None:
+        """The strategy this request names: ``strategy``, else ``single`` where a single-pair flag is given, else
+        None (``resolved.resolve`` chooses it for the target and the dtype)."""
+        return self.strategy if self.strategy is not None else "single" if self.single_flags else None
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -185,58 +142,3 @@ class PlanRequest:
             out.pop("engine")
         return out
 
-
-def resolve(source, request: PlanRequest) -> PlanRequest:
-    """``request`` completed for ``source`` (``slopes`` ``(h,)``, ``family``), once, as every strategy plans from
-    it: the dtype must be known (``with_dtype``) and the kernel must run it; the target, where it names none, the
-    family's (``for_family``), refused where it cannot carry the source (``Target.check_source``); the strategy
-    chosen (``chosen_strategy``); the tolerance ``numerics.plan_tolerance`` and the cutoff the strategy's default
-    (``Strategy.cutoff``) where none is given."""
-    from ..numerics import plan_tolerance
-    from ..targets.kernels import check_dtype
-
-    if request.dtype is None:
-        raise ValueError("the request names no dtype: complete it with PlanRequest.with_dtype")
-    check_dtype(request.kernel, request.dtype)
-    request = request.for_family(getattr(source, "family", None))
-    target = request.target_spec
-    target.check_source(source)
-    strategy = STRATEGIES[_default_or_ladder(request, target, source.head_dim)]
-    tolerance = request.tolerance
-    if tolerance is None:
-        tolerance = plan_tolerance(request.dtype, source.slopes, request.window)
-    cutoff = strategy.cutoff(request.window, request.dtype) if request.cutoff is None else request.cutoff
-    return dataclasses.replace(request, strategy=strategy.name, tolerance=tolerance, cutoff=cutoff)
-
-
-def _default_or_ladder(request: PlanRequest, target: Target, head_dim: int) -> str:
-    """``request.chosen_strategy``, except where it is the single pair by default (float32, no strategy or
-    single-pair flag given) and the kernel does not run the head dim the single pair serves at while the target
-    carries the ladder (``single_pair_unserved``): then the ladder, planned for float32, which takes a rotary width
-    whose head dim the kernel runs."""
-    name = request.chosen_strategy
-    if (name == "single" and request.strategy is None and not request.single_flags and "ladder" in target.strategies
-            and single_pair_unserved(target, head_dim, request.kernel) is not None):
-        return "ladder"
-    return name
-
-
-def float32_ladder_note(plan, target: Target, request: PlanRequest) -> str | None:
-    """The one line ``plan`` and ``convert`` print where float32 took the ladder by default
-    (``_default_or_ladder``) for ``request`` as asked: why the single pair could not be served; None elsewhere."""
-    if plan.dtype != "float32" or plan.strategy != "ladder" or request.strategy is not None or request.single_flags:
-        return None
-    return single_pair_unserved(target, plan.head_dim, request.kernel)
-
-
-def single_pair_unserved(target: Target, head_dim: int, kernel: str) -> str | None:
-    """Why the single pair cannot be served on ``kernel`` (``Target.single_head_dim``: hd + 2 or hd + 4 is not a
-    size it runs; vLLM's CPU attention runs none of them for hd 32, 64, 80 or 128), in one line; None where it
-    can."""
-    from ..targets.kernels import KERNELS
-
-    served, k = target.single_head_dim(head_dim), KERNELS[kernel]
-    if k.runs(served):
-        return None
-    return (f"float32 takes the ladder planned for float32: the single pair would serve head dim {served} on "
-            f"--target {target.name}, which --kernel {k.name} does not run ({k.sizes})")

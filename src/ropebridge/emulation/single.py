@@ -86,7 +86,7 @@ def shared_theta(slopes: Sequence[float], num: Numerics) -> float:
 
 
 def choose_theta(request, slopes: Sequence[float], num: Numerics) -> tuple[str, float]:
-    """(rule, theta) of ``THETA_RULES`` for the request (``PlanRequest``: ``theta``, ``max_phase``, ``dtype``)."""
+    """(rule, theta) of ``THETA_RULES`` for the request (``resolved.Resolved``: ``theta``, ``max_phase``, ``dtype``)."""
     if request.theta is not None:
         rule, theta = "theta", request.theta
     elif request.max_phase is not None:
@@ -102,7 +102,7 @@ def choose_theta(request, slopes: Sequence[float], num: Numerics) -> tuple[str, 
 
 
 def plan_single(source, request) -> EmulationPlan:
-    """The single-pair plan of ``source`` (``slopes`` ``(h,)``, ``head_dim``, ``family``) for a ``PlanRequest``;
+    """The single-pair plan of ``source`` (``slopes`` ``(h,)``, ``head_dim``, ``family``) for a ``resolved.Resolved``;
     the target places it (``Target.single_pair``): pair 1 of a rotary block at base theta^-2, one free pair, or the
     whole head's two opposed pairs."""
     num = Numerics.of(source, request)

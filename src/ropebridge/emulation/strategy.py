@@ -4,8 +4,9 @@ the recorded request shows, and its rope in words.
 Each strategy module holds one (``single.STRATEGY``, ``fixed_base.STRATEGY``, ``ladder.STRATEGY``), named from
 ``STRATEGY_NAMES``, the one list of their names (the default first), which a plan's ``strategy`` is checked
 against; ``strategies.STRATEGIES`` is their registry in that order. This module sits below the plan types
-(``plan`` imports it), so it names them only in words: ``request`` below is a ``PlanRequest``
-(``emulation.request``, which checks a request against its strategy's ``check``), ``plan`` an ``EmulationPlan``.
+(``plan`` imports it), so it names them only in words: ``request`` below is a ``resolved.Resolved`` where a
+strategy plans, the ``PlanRequest`` as asked where it checks (``resolved.resolve`` and the request's own
+construction call ``check``), ``plan`` an ``EmulationPlan``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ STRATEGY_NAMES = ("ladder", "single", "fixed-base")
 
 @dataclass(frozen=True)
 class Strategy:
-    """``plan(source, request) -> EmulationPlan`` (``source``: ``slopes`` ``(h,)``, ``head_dim``, ``family``;
-    the request's dtype known); ``check(request)``: ``ValueError`` naming the option where the request gives
+    """``plan(source, resolved) -> EmulationPlan`` (``source``: ``slopes`` ``(h,)``, ``head_dim``, ``family``;
+    every choice made); ``check(request)``: ``ValueError`` naming the option where the asked request gives
     one this strategy does not take, or lacks one it needs; ``options_of(plan)``: the ``PlanRequest`` options
     of this strategy that a plan record (in today's names) shows; ``rope(plan)``: the rope it serves, in words
     (``RoPE base 370, rotary dim 32``); ``cutoff(window, dtype)``: the cutoff (logits) it plans with where a

@@ -276,5 +276,3 @@ TARGETS = {t.name: t for t in (
             "ctranslate2": Support(X, "no converter"),
            },),
 )}
-
-DEFAULT_TARGET = "gpt-neox"  # of a plan without a source family (a family's own: ``Family.default_target``)

@@ -81,6 +81,14 @@ def choose_for_family(family: str, engine: str) -> Choice:
     return choose(SimpleNamespace(family=family, block=block, parallel=False), engine)
 
 
+def choose_for(source, engine: str) -> Choice:
+    """``choose`` for any source: a checkpoint's (``SourceInfo``: its ``block`` and residual), or one known by its
+    family alone (``checkpoint.AlibiSource``, ``plan --heads``: ``choose_for_family``)."""
+    if getattr(source, "block", None) is None:
+        return choose_for_family(source.family, engine)
+    return choose(source, engine)
+
+
 def describe(target: str, engine: str) -> str:
     """How ``engine`` runs ``target``, in one line."""
     e, how_run = ENGINES[engine], support(target, engine)
