@@ -24,10 +24,9 @@ import torch
 from . import _log
 from . import _checks
 from ._progress import progress_bar
-from .checkpoint.config import from_config
+from .checkpoint.config import FAMILIES, from_config
 
 log = _log.logger(__name__)
-FAMILY_NAMES = {"bloom": "BLOOM", "mpt": "MPT", "falcon": "Falcon-RW"}
 DATA_FILES = ("config.json", "model.safetensors", "tokenizer.json", "heldout.txt", "training.json")
 PROMPT = "The json module"
 EVAL_TOKENS = 16384  # held-out tokens scored at every context
@@ -124,7 +123,7 @@ def run_demo(out: str | Path | None = None, *, context: int | None = None, model
     model_dir = Path(model_dir) if model_dir is not None else data_dir()
     record = _check_data(model_dir)
     family = from_config(model_dir).family
-    if family not in FAMILY_NAMES:
+    if FAMILIES[family].attention is None:
         raise ValueError(f"the demo runs the ALiBi model in transformers, which has no {family} class (remote code); "
                          f"convert and verify {model_dir} instead")
     train_context = int(record["train_context"])
@@ -199,7 +198,7 @@ def _run(model_dir, out, record, train_context, eval_context, greedy_tokens, ste
     finally:
         shutil.rmtree(work, ignore_errors=True)
     info = from_config(model_dir)
-    shape = (f"{FAMILY_NAMES[info.family]}, {info.n_layers} layers, hidden {info.hidden_size}, "
+    shape = (f"{info.spec.label}, {info.n_layers} layers, hidden {info.hidden_size}, "
              f"{info.n_heads} heads")
     report = DemoReport(
         source_model=shape, train_context=train_context, eval_context=eval_context, vocab_size=len(tokenizer), heldout_tokens=len(ids),

@@ -41,7 +41,7 @@ TOY = Family(name="toy", model_types=("toy_alibi",), heads=("n_head",), hidden=(
              details=lambda c, d, hd: FamilyDetails(max_bias=8.0, eps=c.get("layer_norm_epsilon", 1e-5),
                                                     activation="gelu_pytorch_tanh", intermediate_size=4 * d,
                                                     qk_scale=1 / math.sqrt(hd)),
-             block=_toy_block, globals={"emb": "toy.embed.weight", "ln_f": "toy.norm_f", "head": "toy.head.weight"},
+             tensor_names=_toy_block, globals={"emb": "toy.embed.weight", "ln_f": "toy.norm_f", "head": "toy.head.weight"},
              qkv_layout="per-head", attention=None, embedding_norm="toy.embed_norm", label="Toy")
 
 

@@ -10,7 +10,7 @@ from ropebridge.checkpoint.config import FAMILIES
 from ropebridge.cli import main
 from ropebridge.emulation import PlanRequest
 from ropebridge.targets import TARGETS
-from ropebridge.targets.engines import FAMILY_FORMS, choose, describe, per_family, support
+from ropebridge.targets.engines import choose, describe, family_forms, per_family, support
 from ropebridge.targets.support import COLUMNS, ENGINES, KINDS
 
 
@@ -79,7 +79,7 @@ def test_an_engine_that_runs_no_form_of_the_family_is_refused_naming_the_carrier
 
 def test_the_per_family_table_has_every_form_and_names_natives_first():
     rows = dict(per_family())
-    assert len(rows) == len(FAMILY_FORMS)
+    assert len(rows) == len(family_forms())
     assert rows["Jais, BTLM (stablelm)"]["vllm"] == "none natively; backend: stablelm"
     assert rows["BLOOM, BLOOMZ, Poro (gpt-neox)"]["vllm"].startswith("nemotron; backend: gpt-neox")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import _checks, alibi
-from .families import FAMILIES, Family, _first, declared_biases
+from .families import FAMILIES, Family, _first, declared_biases, model_types
 
 __all__ = ["FAMILIES", "AlibiSource", "Family", "SourceInfo", "declared_biases", "family_slopes", "from_config",
            "from_heads", "load_config"]
@@ -105,8 +105,8 @@ def load_config(path: str | Path) -> dict[str, Any]:
 
 
 def from_config(config: Mapping[str, Any] | str | Path) -> SourceInfo:
-    """The ``SourceInfo`` of a BLOOM, MPT, Falcon (``alibi=True``), Baichuan 13B, Refact, Jais or BTLM config; ``ValueError`` for
-    anything else or a variant without a stock RoPE equivalent."""
+    """The ``SourceInfo`` of a config of any family of ``FAMILIES``; ``ValueError`` for anything else or a variant
+    without a stock RoPE equivalent."""
     path = None
     if isinstance(config, (str, Path)):
         path = str(config)
@@ -116,9 +116,7 @@ def from_config(config: Mapping[str, Any] | str | Path) -> SourceInfo:
     model_type = config.get("model_type")
     spec = next((f for f in FAMILIES.values() if model_type in f.model_types), None)
     if spec is None:
-        raise ValueError(
-            f"model_type {model_type!r} is not an ALiBi model ropebridge knows (bloom, mpt, replit_lm, falcon with "
-            "alibi=true, baichuan, gpt_refact, jais, btlm)")
+        raise ValueError(f"model_type {model_type!r} is not an ALiBi model ropebridge knows ({model_types()})")
     heads = _checks.positive_int("number of heads", _first(config, spec.heads))
     hidden = _checks.positive_int("hidden size", _first(config, spec.hidden))
     if hidden % heads:

@@ -1,4 +1,4 @@
-"""Source adapters: BLOOM, MPT, Falcon, Baichuan, Refact, Jais and BTLM (ALiBi) checkpoints as one canonical pre-norm
+"""Source adapters: an ALiBi checkpoint of any family of ``checkpoint.families.FAMILIES`` as one canonical pre-norm
 transformer.
 
 Canonical block (float64 tensors), with x the residual stream (D), N a LayerNorm or an RMSNorm
@@ -8,27 +8,8 @@ Canonical block (float64 tensors), with x the residual stream (D), N a LayerNorm
     sequential: x <- x + a; x <- x + MLP(N2(x))      parallel: x <- x + a + MLP(N1(x))
     attention logits per head = qk_scale * q.k - slope * (i - j), causal
 
-Per-family facts (transformers 5.x, read from its modelling code):
-
-- BLOOM: fused QKV laid out per head as (h, 3, hd); an embedding LayerNorm (folded here into the
-  embedding rows); scores = q.k/sqrt(hd) + m*j (alibi unscaled, j from the cumulative attention mask);
-  output head tied to the raw embedding; GELU with the tanh approximation.
-- MPT: Wqkv as [Q | K | V] blocks, no biases, LayerNorms without bias; logits = q.k*softmax_scale +
-  alibi (after the scale); exact GELU; ``clip_qkv`` and ``qk_ln`` have no stock equivalent (refused).
-- Falcon (``alibi=True``): fused QKV per head (h, 3, hd) (multi-query: h query heads, then one k and
-  one v head, replicated here per head, which is exact); logits = (q.k + m_bf16*j)/sqrt(hd); exact
-  GELU; ``parallel_attn`` shares one LayerNorm between attention and MLP.
-- Baichuan 13B (its ``modeling_baichuan.py``): ``W_pack`` as [Q | K | V] blocks, RMSNorms (weight only), the MLP
-  down(silu(gate x) * up x), no biases, an untied head (Baichuan2's rows normalised: ``head_rows``); logits =
-  q.k/sqrt(hd) + m_f32*j.
-- Refact (its ``modeling_gpt_refact.py``): q alone and k, v fused (one kv head), read through ``views`` as the
-  multi-query QKV (h query heads, one k, one v, replicated here per head: exact); LayerNorms without bias; the
-  MLP down(silu(gate x) * up x) from one fused ``gate_up_proj``; no biases; logits = q.k/sqrt(hd) + m_f32*(j + 1).
-- Jais and BTLM (their ``modeling_jais.py``, ``modeling_btlm.py``): every block weight stored transposed (GPT-2's
-  ``Conv1D``, read through ``views.TransposedReader``), ``c_attn`` as [Q | K | V]; LayerNorms and linears with
-  biases; the MLP c_proj(c_fc x * silu(c_fc2 x)): ``c_fc2`` is the gate; logits = q.k * qk_scale - (m/f)|i - j|
-  with m the stored ``relative_pe.slopes``; muP's embedding and logit scales folded into ``embedding_rows`` and
-  ``head_rows``.
+Per-family facts: each family's module in ``checkpoint.families`` (its docstring says how the canonical model
+reads it).
 """
 
 from __future__ import annotations
@@ -88,7 +69,7 @@ def expected_shapes(info: SourceInfo) -> dict[str, tuple[tuple[int, ...], bool]]
         out[info.spec.embedding_norm + ".weight"] = ((d,), True)
         out[info.spec.embedding_norm + ".bias"] = ((d,), False)
     for i in range(info.n_layers):
-        n = info.spec.block(i)
+        n = info.spec.tensor_names(i)
         norms = ("ln1",) if info.parallel else ("ln1", "ln2")
         out.update({n[k] + ".weight": ((d,), True) for k in norms})
         out.update({n[k] + ".bias": ((d,), False) for k in norms})
@@ -114,7 +95,7 @@ def transposed_names(info: SourceInfo) -> list[str]:
     if not info.spec.transposed:
         return []
     linears = ("qkv", "o", "up", "down") + (("gate",) if info.gated else ())
-    return [info.spec.block(i)[k] + ".weight" for i in range(info.n_layers) for k in linears]
+    return [info.spec.tensor_names(i)[k] + ".weight" for i in range(info.n_layers) for k in linears]
 
 
 def stored_shapes(info: SourceInfo) -> dict[str, tuple[tuple[int, ...], bool]]:
@@ -187,7 +168,7 @@ class SourceModel:
         self.info = dataclasses.replace(info, slopes=tuple((stored / info.alibi_factor).tolist()))
 
     def _names(self, i: int) -> dict[str, str]:
-        return self.info.spec.block(i)
+        return self.info.spec.tensor_names(i)
 
     def _global_names(self) -> Mapping[str, str]:
         return self.info.spec.globals

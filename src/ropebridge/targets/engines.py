@@ -22,18 +22,6 @@ def support(target: str, engine: str) -> Support:
     return TARGETS[target].support[engine]
 
 
-# The families as the per-family table shows them: (label, family, block, parallel residual).
-FAMILY_FORMS = (
-    ("BLOOM, BLOOMZ, Poro", "bloom", "layernorm", False),
-    ("MPT, Replit", "mpt", "layernorm", False),
-    ("Falcon-RW, sequential as published", "falcon", "layernorm", False),
-    ("Falcon with `parallel_attn`", "falcon", "layernorm", True),
-    ("Baichuan-13B, Baichuan2-13B", "baichuan", "rmsnorm-gated", False),
-    ("Refact-1.6B", "refact", "unbiased-layernorm-gated", False),
-    ("Jais, BTLM", "jais", "layernorm-gated", False),
-)
-
-
 @dataclass(frozen=True)
 class Choice:
     """The target ``choose`` picked for an engine, how the engine runs it, and the sentence that says so."""
@@ -71,14 +59,10 @@ def choose(info, engine: str) -> Choice:
 
 def choose_for_family(family: str, engine: str) -> Choice:
     """``choose`` for a checkpoint of ``family`` as published, known by its family alone (``plan --heads``): its
-    block is the first its default target carries (LayerNorm and a plain MLP for BLOOM, MPT, Replit, Falcon; RMSNorm
-    and a gated MLP for Baichuan and Refact; LayerNorm with bias and a gated MLP for Jais and BTLM), its residual
-    sequential."""
+    block as published (``Family.block``), its residual sequential."""
     from ..checkpoint.config import FAMILIES
-    from . import TARGETS
 
-    block = TARGETS[FAMILIES[family].default_target].blocks[0]
-    return choose(SimpleNamespace(family=family, block=block, parallel=False), engine)
+    return choose(SimpleNamespace(family=family, block=FAMILIES[family].block, parallel=False), engine)
 
 
 def choose_for(source, engine: str) -> Choice:
@@ -97,13 +81,16 @@ def describe(target: str, engine: str) -> str:
 
 
 def family_forms() -> list[tuple[str, SimpleNamespace]]:
-    """``FAMILY_FORMS`` as (label, a source as ``choose`` takes it: ``family``, ``block``, ``parallel``)."""
-    return [(label, SimpleNamespace(family=family, block=block, parallel=parallel))
-            for label, family, block, parallel in FAMILY_FORMS]
+    """The rows of the docs' per-family engine tables (``Family.forms``), as (label, a source as ``choose`` takes
+    it: ``family``, its ``block`` as published, ``parallel``)."""
+    from ..checkpoint.config import FAMILIES
+
+    return [(label, SimpleNamespace(family=name, block=f.block, parallel=parallel))
+            for name, f in FAMILIES.items() for label, parallel in f.forms]
 
 
 def per_family() -> list[tuple[str, dict[str, str]]]:
-    """Per family form (``FAMILY_FORMS``), the targets each engine runs natively for it and those its Transformers
+    """Per family form (``family_forms``), the targets each engine runs natively for it and those its Transformers
     backend runs: ``label (default target)`` -> ``{engine: words}``."""
     from ..checkpoint.config import FAMILIES
 

@@ -1,5 +1,5 @@
-"""The family rows (``checkpoint.families``): Jais and BTLM read from either spelling of their keys, their
-attention scale, muP scales and fixed ALiBi scaling; the variants without a stock RoPE form refused in one line."""
+"""Jais and BTLM read from either spelling of their keys, their attention scale, muP scales and fixed ALiBi
+scaling; the variants without a stock RoPE form refused in one line."""
 
 import pytest
 from oracles import press_reference
@@ -65,26 +65,5 @@ def test_what_has_no_stock_form_is_refused_in_one_line(change, match):
 
 def test_both_rows_are_one_reading():
     jais, btlm = FAMILIES["jais"], FAMILIES["btlm"]
-    assert jais.details is btlm.details and jais.block(3) == btlm.block(3)
-    assert jais.block(3)["gate"] == "transformer.h.3.mlp.c_fc2"  # c_proj(c_fc(x) * silu(c_fc2(x)))
-
-
-def test_every_family_has_a_label_of_its_own_for_the_docs():
-    from ropebridge.checkpoint.families import FAMILIES
-
-    labels = [f.label for f in FAMILIES.values()]
-    assert all(labels) and len(set(labels)) == len(labels), labels
-
-
-def test_a_family_s_details_are_typed_and_give_the_source_s_fields():
-    from ropebridge.checkpoint.config import SourceInfo
-    from ropebridge.checkpoint.families import FamilyDetails
-
-    details = FamilyDetails(max_bias=8, eps="1e-5", intermediate_size=256.0, qk_scale=1, kv_heads=1.0)
-    assert (details.eps, details.intermediate_size, details.qk_scale, details.kv_heads) == (1e-5, 256, 1.0, 1)
-    assert type(details.intermediate_size) is int and FamilyDetails(max_bias=8, eps=1, intermediate_size=1,
-                                                                   qk_scale=1).kv_heads is None
-    given = details.source_fields()
-    assert "max_bias" not in given and "kv_heads" not in given and set(given) <= set(SourceInfo.__dataclass_fields__)
-    with pytest.raises(TypeError):
-        FamilyDetails(8.0, 1e-5, 256, 1.0)  # keywords only, as a family's row gives them
+    assert jais.details is btlm.details and jais.tensor_names(3) == btlm.tensor_names(3)
+    assert jais.tensor_names(3)["gate"] == "transformer.h.3.mlp.c_fc2"  # c_proj(c_fc(x) * silu(c_fc2(x)))
