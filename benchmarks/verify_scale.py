@@ -148,7 +148,7 @@ def run_shape(shape: str, cache: Path, greedy: int) -> dict:
             "verify_over_convert": verify_s / convert_s, "memory_need_mb": report["cost"]["memory_need"] / 2**20,
             "stage_seconds": report["cost"]["stage_seconds"], "byte_check_seconds": report["byte_check"].get("seconds"),
             "converted_vs_exact": report["reference_converted_max_err"], "native_vs_exact": report["reference_native_max_err"],
-            "limit": report["thresholds"]["limit"], "floor": report.get("floor_max_err"), "greedy_tokens": len(report["greedy_native"]),
+            "limit": report["thresholds"]["limit"], "baseline": report.get("baseline_max_err"), "greedy_tokens": len(report["greedy_native"]),
             "greedy_bound": report["greedy_bound"], "passed": report["passed"],
             "damaged": zeroed, "damaged_exit": d_code, "damaged_seconds": damaged_s, "damaged_peak_rss_mb": damaged_rss,
             "damaged_converted_vs_exact": json.loads(d_out)["reference_converted_max_err"] if d_out.strip() else None,

@@ -101,7 +101,7 @@ def target_names(targets: str, src: Path) -> list[str]:
     """The targets named in TARGETS (comma-separated) for the model at SRC, ``default`` being its family's."""
     from ropebridge.checkpoint.config import from_config
 
-    return [from_config(src).spec.default_target if t == "default" else t for t in targets.split(",")]
+    return [from_config(src).family_row.default_target if t == "default" else t for t in targets.split(",")]
 
 
 def exact_logprobs(src: Path, ids: list[int]) -> list[float]:

@@ -39,31 +39,6 @@ def test_yarn_correction_range():
     assert turns(low) == pytest.approx(32, rel=1e-12) and turns(high) == pytest.approx(1, rel=1e-12)
 
 
-def test_interpolation_vs_extrapolation_bound():
-    # Chen et al. 2023 Theorem 2.1: d max|h| / (32 ln c) at the midpoint; 64 ln c ~ 589 times smaller
-    assert analysis.interpolation_bound(128, 10000.0) == pytest.approx(128 / (32 * math.log(10000)))
-    assert 32 * math.log(10000) == pytest.approx(294.73, abs=0.01)
-    assert analysis.interpolation_advantage(10000.0) == pytest.approx(589.46, abs=0.01)
-    assert analysis.interpolation_bound(128, 10000.0, s=0.0) == 0.0
-
-
-
-def test_extrapolation_b_against_its_definition():
-    # B(s) = sum_k |A_{k+1}(s)|, A_k(s) = sum_{j<k} e^{i s theta_j} (Chen et al. 2023, eq. 5), written out in Python
-    import cmath
-
-    for s, d in ((0.0, 8), (3000.5, 128), (17.25, 64)):
-        theta = [10000.0 ** (-2 * j / d) for j in range(d // 2)]
-        partial, total = 0j, 0.0
-        for t in theta:
-            partial += cmath.exp(1j * s * t)
-            total += abs(partial)
-        assert analysis.extrapolation_b(s, d, 10000.0) == pytest.approx(total, rel=1e-12)
-    # at s = 0 every term is 1: B = 1 + 2 + ... + d/2; past training lengths B(s)/d is ~1 or more (the 589x)
-    assert analysis.extrapolation_b(0.0, 8, 10000.0) == 10.0
-    assert analysis.extrapolation_b(3000.5, 128, 10000.0) / 128 > 1
-
-
 def test_json_dict_has_required_fields():
     d = analysis.analyse(8, {"rope_theta": 100.0}, 10).to_dict()
     assert {"pairs", "pairs_without_full_turn"} <= set(d)

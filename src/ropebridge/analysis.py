@@ -1,4 +1,4 @@
-"""What RoPE's pairs do over a context: wavelengths, turns, scaling effects, and error bounds.
+"""What RoPE's pairs do over a context: wavelengths, turns and scaling effects.
 
 Pair i turns at theta_i rad/token, so its wavelength is ``2*pi/theta_i`` tokens and it makes
 ``L*theta_i/(2*pi)`` turns in a context of L tokens. Pairs with wavelength > L never complete a
@@ -122,41 +122,3 @@ def analyse(head_dim: int, rope_parameters: Mapping[str, Any], context: int, *, 
             )
         )
     return RopeAnalysis(head_dim, context, dict(rope_parameters), attention_factor, tuple(rows))
-
-
-def interpolation_bound(head_dim: int, base: float, *, max_h: float = 1.0, s: float = 0.5) -> float:
-    """Position Interpolation bound, Chen et al. 2023, Theorem 2.1 (§2.3).
-
-    For a(s) = Re[sum_j h_j e^{i s theta_j}], theta_j = c^(-2j/d), and s in [s1, s2] = [0, 1]:
-    ``|a(s) - a_linear(s)| <= d * max_j|h_j| * (s - s1)(s2 - s) / (8 ln c)``; worst at s = 1/2,
-    where it is ``d * max|h| / (32 ln c)``.
-    """
-    head_dim = _checks.positive_int("head_dim", head_dim, even=True)
-    base = _checks.number("base", base)
-    if base <= 1:
-        raise ValueError(f"base must be > 1, got {base!r}")
-    if not 0.0 <= s <= 1.0:
-        raise ValueError(f"s must be in [0, 1] (the fraction between two integer positions), got {s!r}")
-    return head_dim * max_h * s * (1 - s) / (8 * math.log(base))
-
-
-def extrapolation_b(s: float, head_dim: int, base: float) -> float:
-    """``B(s) = sum_{k=0}^{d/2-1} |A_{k+1}(s)|``, ``A_k(s) = sum_{j<k} e^{i s theta_j}`` (Chen et al. 2023 §2.2, eq. 5).
-
-    Extrapolation bound: ``|a(s)| <= (max_j |h_j - h_{j+1}|) * B(s)``; B(s)/d can be ~1 or more beyond training.
-    """
-    theta = inv_freq(head_dim, {"rope_theta": base})[0]
-    partial = torch.cumsum(torch.exp(1j * s * theta.to(torch.complex128)), dim=0)  # A_1 .. A_{d/2}
-    return float(partial.abs().sum())
-
-
-def interpolation_advantage(base: float) -> float:
-    """How much smaller the interpolation bound is than the extrapolation bound (Chen et al. 2023 §2.3).
-
-    With B(s)/d >= 1 (extrapolation) and max|h_j - h_{j+1}| ~ 2 max|h_j|, the extrapolation bound is
-    ``>= 2 d max|h|``; the interpolation bound is ``d max|h|/(32 ln c)``; the ratio is ``64 ln c``,
-    ~589 at c = 10000 ("2 x 294.73 ~ 600 times smaller").
-    """
-    head_dim = 2  # the ratio does not depend on d
-    extrapolation = 2.0 * head_dim
-    return extrapolation / interpolation_bound(head_dim, base, s=0.5)

@@ -198,7 +198,7 @@ def _run(model_dir, out, record, train_context, eval_context, greedy_tokens, ste
     finally:
         shutil.rmtree(work, ignore_errors=True)
     info = from_config(model_dir)
-    shape = (f"{info.spec.label}, {info.n_layers} layers, hidden {info.hidden_size}, "
+    shape = (f"{info.family_row.label}, {info.n_layers} layers, hidden {info.hidden_size}, "
              f"{info.n_heads} heads")
     report = DemoReport(
         source_model=shape, train_context=train_context, eval_context=eval_context, vocab_size=len(tokenizer), heldout_tokens=len(ids),

@@ -102,9 +102,9 @@ def shape_only_checkpoint(config: Mapping[str, Any], directory: str | Path) -> i
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     info = from_config(config)
-    if info.spec.attention is None:  # remote code: the tensors of its layout
-        tied = config.get("tie_word_embeddings", info.spec.tied_by_default)
-        head = None if tied else info.spec.globals["head"]
+    if info.family_row.attention is None:  # remote code: the tensors of its layout
+        tied = config.get("tie_word_embeddings", info.family_row.tied_by_default)
+        head = None if tied else info.family_row.globals["head"]
         biases = declared_biases(info.family, config)[1]  # the biases its code builds
         shapes = {n: shape for n, (shape, required) in stored_shapes(info).items()
                   if required or n == head or (biases and n.endswith(".bias"))}
@@ -140,7 +140,7 @@ def converted_checkpoint(src_dir: str | Path, request) -> tuple[int, dict]:
     from .writers import describe_checkpoint
 
     shards = ShardWriter(torch.bfloat16, 2**62)  # never written: only its descriptions count
-    _, config = describe_checkpoint(model, plan, resolved.target_spec, shards)
+    _, config = describe_checkpoint(model, plan, resolved.target_row, shards)
     return sum(torch.Size(p.shape).numel() for p in shards.pending), config
 
 

@@ -30,7 +30,7 @@ def test_a_config_gives_the_whole_geometry_once():
     info = from_config({"model_type": "falcon", "alibi": True, "num_attention_heads": 12, "hidden_size": 768,
                         "num_hidden_layers": 3, "vocab_size": 100, "parallel_attn": False})
     assert (info.n_layers, info.vocab_size, info.intermediate_size, info.parallel) == (3, 100, 3072, False)
-    assert info.spec is FAMILIES["falcon"] and info.qk_scale == 1 / 8
+    assert info.family_row is FAMILIES["falcon"] and info.qk_scale == 1 / 8
     mpt = from_config({"model_type": "mpt", "n_heads": 4, "d_model": 256, "n_layers": 2, "vocab_size": 50,
                        "expansion_ratio": 2, "attn_config": {"alibi": True, "softmax_scale": 0.5}})
     assert (mpt.intermediate_size, mpt.qk_scale, mpt.activation) == (512, 0.5, "gelu")
@@ -43,7 +43,6 @@ def test_a_family_is_one_row(monkeypatch):
     # every per-family fact the reader uses is a field of its FAMILIES row: a new row needs no name check elsewhere
     import dataclasses
 
-    from ropebridge.checkpoint.config import declared_biases
 
     twice = dataclasses.replace(FAMILIES["bloom"], name="twice", model_types=("twice",),
                                 per_logit=lambda m, hd: 2 * m, biases=lambda c: ("use_bias", bool(c["use_bias"]), False),

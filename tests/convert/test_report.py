@@ -19,5 +19,5 @@ def test_the_report_holds_the_rows_the_json_and_both_figures(tmp_path):
                                                "attention_by_layer.png"}
     text = (out / "report.md").read_text()
     assert text.startswith("# ropebridge verify: PASSED")
-    assert all(f"| {what} |" in text for what, _, _ in rows(report) if "|" not in what) and "| floor |" in text
-    assert json.loads((out / "report.json").read_text())["floor_max_err"] == report.floor_max_err
+    assert all(f"| {what} |" in text for what, _, _ in rows(report) if "|" not in what) and "| baseline |" in text
+    assert json.loads((out / "report.json").read_text())["baseline_max_err"] == report.baseline_max_err

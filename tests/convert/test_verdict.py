@@ -6,7 +6,7 @@ import math
 import pytest
 
 from ropebridge.convert.verdict import (
-    FLOOR_FACTOR,
+    BASELINE_FACTOR,
     LOGIT_FACTOR,
     READING_TOKENS,
     VerifyReport,
@@ -74,14 +74,14 @@ def test_zero_greedy_tokens_is_no_failure():
     assert judge(_report(greedy_identical=None)) == []
 
 
-def test_in_half_precision_the_floor_times_its_factor_is_allowed_and_a_non_finite_floor_is_not():
-    report = _report("bfloat16", floor_max_err=0.5)
-    assert limit_of(report) == FLOOR_FACTOR * 0.5 and "3 x floor 0.5" in report.limit_why
-    assert judge(_report("bfloat16", floor_max_err=0.5, reference_converted_max_err=1.4)) == []
-    assert judge(_report("bfloat16", floor_max_err=0.5, reference_converted_max_err=1.6))
-    assert limit_of(_report("bfloat16", floor_max_err=math.inf)) == 1e-3
-    assert limit_of(_report("bfloat16", floor_max_err=1e-5)) == 1e-3  # a small floor changes nothing
-    assert any(what == "floor" for what, _, _ in rows(_report("bfloat16", floor_max_err=0.5)))
+def test_in_half_precision_the_baseline_times_its_factor_is_allowed_and_a_non_finite_baseline_is_not():
+    report = _report("bfloat16", baseline_max_err=0.5)
+    assert limit_of(report) == BASELINE_FACTOR * 0.5 and "3 x baseline 0.5" in report.limit_why
+    assert judge(_report("bfloat16", baseline_max_err=0.5, reference_converted_max_err=1.4)) == []
+    assert judge(_report("bfloat16", baseline_max_err=0.5, reference_converted_max_err=1.6))
+    assert limit_of(_report("bfloat16", baseline_max_err=math.inf)) == 1e-3
+    assert limit_of(_report("bfloat16", baseline_max_err=1e-5)) == 1e-3  # a small baseline changes nothing
+    assert any(what == "baseline" for what, _, _ in rows(_report("bfloat16", baseline_max_err=0.5)))
 
 
 def test_a_failing_ladder_names_the_head_whose_content_advantage_its_floor_does_not_cover():

@@ -245,7 +245,7 @@ def _jais_unscaled(tmp_path):
 def test_unscaled_jais_its_default_ladder_fails_naming_the_advantage_and_a_calibrated_one_passes(tmp_path):
     # neither side ignores the key (float32, the exact pair, passes); the ladder's default floor does not cover
     # this source's content advantage, which verify names, and calibrated on text the conversion passes, judged
-    # above float16's own floor (the source in float16, 1.2 logits from exact here)
+    # above float16's own baseline (the source in float16, 1.2 logits from exact here)
     src = _jais_unscaled(tmp_path)
     dst = convert(src, tmp_path / "default", PlanRequest(window=512, dtype="float16")).destination
     failed = verify(src, dst, context=512, greedy_tokens=0)
@@ -257,7 +257,7 @@ def test_unscaled_jais_its_default_ladder_fails_naming_the_advantage_and_a_calib
     text_file.write_text(text[:8000])
     report = verify(src, calibrated, context=512, greedy_tokens=0, text=text_file.read_text())
     assert report.passed, report.failures
-    assert report.floor_max_err > report.thresholds["max_abs_logit_diff"] and report.content_advantage
+    assert report.baseline_max_err > report.thresholds["max_abs_logit_diff"] and report.content_advantage
 
 
 def test_a_half_precision_dst_run_in_float32_is_judged_by_its_prediction_there(tmp_path):
@@ -266,7 +266,7 @@ def test_a_half_precision_dst_run_in_float32_is_judged_by_its_prediction_there(t
     dst = convert(src, tmp_path / "dst", PlanRequest(window=256, dtype="bfloat16")).destination
     report = verify(src, dst, context=128, greedy_tokens=0, dtype="float32")
     assert report.passed and report.reference_converted_max_err > report.thresholds["max_abs_logit_diff"], report
-    assert report.predicted_error < TOLERANCE["bfloat16"] and report.floor_max_err is None
+    assert report.predicted_error < TOLERANCE["bfloat16"] and report.baseline_max_err is None
 
 
 def test_a_float32_dst_unfit_for_bfloat16_fails_naming_its_prediction_there(tmp_path):

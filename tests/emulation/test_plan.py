@@ -1,4 +1,4 @@
-"""Plan types: frozen, JSON round trips (today's records and ropebridge 0.1's), and refusals on construction."""
+"""Plan types: frozen, JSON round trips, and refusals on construction."""
 
 import dataclasses
 import json
@@ -41,16 +41,6 @@ def test_the_opposed_pairs_round_trip_and_only_they_say_so():
     assert all("opposed" not in pair for h in single["heads"] for pair in h["pairs"])
 
 
-def test_records_of_ropebridge_0_1_are_read():
-    p = plan(from_heads(2, 64), REQUESTS["ladder"])
-    old = p.to_dict()
-    old["rope_dim"] = old.pop("rotary_dim")
-    for row in old["heads"]:
-        row["sine_error"] = row.pop("approximation_error")
-        row.update(row.pop("ladder"), phase=0.0)
-    assert EmulationPlan.from_dict(old) == p
-
-
 def test_construction_refuses_what_cannot_be_served():
     pair = PairTerm(1e-3, 100.0)
     head = HeadPlan(0, 0.5, (pair,), 1.0, 0.0, 0.0, 0.0)
@@ -70,14 +60,6 @@ def test_construction_refuses_what_cannot_be_served():
         EmulationPlan(64, 1000, "float32", "ladder", (head,), theta_rule="theta")
 
 
-def test_older_records_read_mode_as_strategy_and_theta_rule():
-    # ropebridge 0.1 and early 0.2 named both in one field, "mode"
-    for strategy, request in REQUESTS.items():
-        p = plan(from_heads(2, 64), request)
-        old = {k: v for k, v in p.to_dict().items() if k not in ("strategy", "theta_rule")}
-        old["mode"] = p.theta_rule or strategy
-        assert EmulationPlan.from_dict(old) == p
-    with pytest.raises(ValueError, match="mode"):
-        EmulationPlan.from_dict({**old, "mode": "guess"})
-    assert p.strategy_label == "ladder" and plan(from_heads(2, 64), REQUESTS["single"]).strategy_label == (
-        "single (error-optimal)")
+def test_the_strategy_label_names_the_single_pair_s_rule():
+    assert plan(from_heads(2, 64), REQUESTS["ladder"]).strategy_label == "ladder"
+    assert plan(from_heads(2, 64), REQUESTS["single"]).strategy_label == "single (error-optimal)"

@@ -10,7 +10,7 @@ from ropebridge.emulation.strategy import STRATEGY_NAMES, Strategy, base_words, 
 def test_a_strategy_is_named_from_the_one_list_of_names():
     assert STRATEGY_NAMES[0] == "ladder"  # the default first (--strategy's help lists it first)
     with pytest.raises(ValueError, match="'guess' is not one of STRATEGY_NAMES"):
-        Strategy("guess", print, print, dict, str)
+        Strategy("guess", print, print, str)
 
 
 @pytest.mark.parametrize("given", [{"floor": 40.0}, {"advantage": 5.0}, {"calibration_text": "text"}])

@@ -125,4 +125,4 @@ def test_only_the_targets_and_writers_read_how_a_target_s_rope_turns():
              for p in sorted(PACKAGE.rglob("*.py")) if p.relative_to(PACKAGE).parts[0] not in ("targets", "writers")
              and target_fact_tests(p.read_text())]
     assert found == []
-    assert target_fact_tests("if request.target_spec.rope_form == 'llama3': pass") == ["rope_form"]  # it can fail
+    assert target_fact_tests("if request.target_row.rope_form == 'llama3': pass") == ["rope_form"]  # it can fail

@@ -9,7 +9,12 @@ from ropebridge.targets.support import COLUMNS, ENGINES, Support, runs_in
 def test_a_cell_refuses_an_unknown_kind_and_says_how_it_was_established():
     with pytest.raises(ValueError, match="support kind must be one of"):
         Support("maybe", "read")
+    with pytest.raises(ValueError, match="support evidence must be one of"):
+        Support("native", "heard")
     assert Support("backend", "read").cell() == "Transformers backend (read)" and Support("none", "").cell() == "no"
+    cell = Support("native", "read", "`llama.py`", "reads `head_dim`").cell()
+    assert cell == "native (read: `llama.py`; reads `head_dim`)"
+    assert Support("none", "read", note="no converter").cell() == "no (read: no converter)"
 
 
 def test_a_row_in_one_line_names_natives_then_backends():
@@ -21,5 +26,9 @@ def test_a_row_in_one_line_names_natives_then_backends():
     assert runs_in(row).endswith("through their Transformers backends: vLLM 0.34.0, SGLang 0.5.23")
 
 
-def test_every_engine_is_a_column():
+def test_every_engine_is_a_column_and_its_version_is_written_once():
+    from ropebridge.targets.support import TITLES
+
     assert set(ENGINES) <= set(COLUMNS)
+    assert all(TITLES[name] == engine.label for name, engine in ENGINES.items())  # generated, never re-typed
+    assert TITLES["vllm"] == "vLLM 0.34.0" and TITLES["transformers-4"] == "transformers 4.57"

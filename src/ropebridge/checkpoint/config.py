@@ -55,7 +55,8 @@ class SourceInfo(AlibiSource):
     config: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
-    def spec(self) -> Family:
+    def family_row(self) -> Family:
+        """The family's row of ``FAMILIES`` (``family`` is its name)."""
         return FAMILIES[self.family]
 
     @property
@@ -71,7 +72,7 @@ class SourceInfo(AlibiSource):
     @property
     def max_positions(self) -> int | None:
         """The longest input the source accepts (MPT: ``max_seq_len``, its ALiBi table); None for no limit."""
-        key = self.spec.max_positions_key
+        key = self.family_row.max_positions_key
         return int(self.config[key]) if key is not None and self.config.get(key) else None
 
 

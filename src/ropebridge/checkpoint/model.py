@@ -60,16 +60,16 @@ def expected_shapes(info: SourceInfo) -> dict[str, tuple[tuple[int, ...], bool]]
     required). Biases and the untied output head are optional; a fused QKV may also have Falcon's multi-query
     rows (h + 2) hd."""
     d, f, v, hd_all = info.hidden_size, info.intermediate_size, info.vocab_size, info.n_heads * info.head_dim
-    g = info.spec.globals
+    g = info.family_row.globals
     out: dict[str, tuple[tuple[int, ...], bool]] = {g["emb"]: ((v, d), True), g["head"]: ((v, d), False),
                                                      g["ln_f"] + ".weight": ((d,), True), g["ln_f"] + ".bias": ((d,), False)}
-    if info.spec.slopes_tensor:
-        out[info.spec.slopes_tensor] = ((info.n_heads, 1), False)
-    if info.spec.embedding_norm:
-        out[info.spec.embedding_norm + ".weight"] = ((d,), True)
-        out[info.spec.embedding_norm + ".bias"] = ((d,), False)
+    if info.family_row.slopes_tensor:
+        out[info.family_row.slopes_tensor] = ((info.n_heads, 1), False)
+    if info.family_row.embedding_norm:
+        out[info.family_row.embedding_norm + ".weight"] = ((d,), True)
+        out[info.family_row.embedding_norm + ".bias"] = ((d,), False)
     for i in range(info.n_layers):
-        n = info.spec.tensor_names(i)
+        n = info.family_row.tensor_names(i)
         norms = ("ln1",) if info.parallel else ("ln1", "ln2")
         out.update({n[k] + ".weight": ((d,), True) for k in norms})
         out.update({n[k] + ".bias": ((d,), False) for k in norms})
@@ -79,8 +79,8 @@ def expected_shapes(info: SourceInfo) -> dict[str, tuple[tuple[int, ...], bool]]
         for key, (rows, cols) in linears.items():
             out[n[key] + ".weight"] = ((rows, cols), True)
             out[n[key] + ".bias"] = ((rows,), False)
-        if info.spec.views is not None:  # the stored tensors a family's fused canonical ones are read from
-            views = info.spec.views(info, i)
+        if info.family_row.views is not None:  # the stored tensors a family's fused canonical ones are read from
+            views = info.family_row.views(info, i)
             cols = {s.name: out[canonical][0][1:] for canonical, segs in views.items() for s in segs}
             for canonical in views:
                 del out[canonical], out[canonical.removesuffix(".weight") + ".bias"]
@@ -92,10 +92,10 @@ def expected_shapes(info: SourceInfo) -> dict[str, tuple[tuple[int, ...], bool]]
 
 def transposed_names(info: SourceInfo) -> list[str]:
     """The block weights a family stores input x output (``Family.transposed``: GPT-2's Conv1D), else none."""
-    if not info.spec.transposed:
+    if not info.family_row.transposed:
         return []
     linears = ("qkv", "o", "up", "down") + (("gate",) if info.gated else ())
-    return [info.spec.tensor_names(i)[k] + ".weight" for i in range(info.n_layers) for k in linears]
+    return [info.family_row.tensor_names(i)[k] + ".weight" for i in range(info.n_layers) for k in linears]
 
 
 def stored_shapes(info: SourceInfo) -> dict[str, tuple[tuple[int, ...], bool]]:
@@ -119,15 +119,15 @@ class SourceModel:
         if not self.info.n_layers or not self.info.vocab_size:
             raise ValueError(f"the {self.info.family} config lacks the layer count or vocab_size")
         self.reader = CheckpointReader(directory)
-        if self.info.spec.transposed:  # GPT-2's Conv1D: block weights stored input x output
+        if self.info.family_row.transposed:  # GPT-2's Conv1D: block weights stored input x output
             self.reader = TransposedReader(self.reader, transposed_names(self.info))
-        if self.info.spec.views is not None:  # its fused tensors, read as the canonical ones
-            views = self.info.spec.views
+        if self.info.family_row.views is not None:  # its fused tensors, read as the canonical ones
+            views = self.info.family_row.views
             self.reader = ViewReader(self.reader, {k: v for i in range(self.info.n_layers)
                                                    for k, v in views(self.info, i).items()})
         self._check_shapes()
         self._check_biases()
-        for name, why in self.info.spec.refused_tensors.items():
+        for name, why in self.info.family_row.refused_tensors.items():
             if name in self.reader:
                 raise ValueError(f"tensor {name!r} is {why}: this {self.info.family} model has no stock RoPE form")
         self._check_variant()
@@ -136,7 +136,7 @@ class SourceModel:
     def _check_variant(self) -> None:
         """Refuse a source whose tensors belong to another variant of its family (``families.FOREIGN_TENSORS``)
         while its config says ALiBi: the one line names the tensor and the config key."""
-        key = self.info.spec.alibi_key
+        key = self.info.family_row.alibi_key
         value: Any = self.config
         for part in key.split("."):
             value = value.get(part) if isinstance(value, Mapping) else None
@@ -152,7 +152,7 @@ class SourceModel:
         against Press et al.'s formula as the family builds it (float32), rounded to the stored dtype, to within one
         unit in the last place of that dtype, and taken as stored (divided by ``alibi_factor``); a slope further off
         (trained or edited) is refused, naming the head. Absent, the formula's values stand (the code builds them)."""
-        name = self.info.spec.slopes_tensor
+        name = self.info.family_row.slopes_tensor
         if name is None or name not in self.reader:
             return
         info, dtype = self.info, self.reader.dtype(name)
@@ -168,10 +168,10 @@ class SourceModel:
         self.info = dataclasses.replace(info, slopes=tuple((stored / info.alibi_factor).tolist()))
 
     def _names(self, i: int) -> dict[str, str]:
-        return self.info.spec.tensor_names(i)
+        return self.info.family_row.tensor_names(i)
 
     def _global_names(self) -> Mapping[str, str]:
-        return self.info.spec.globals
+        return self.info.family_row.globals
 
     def expected_shapes(self) -> dict[str, tuple[tuple[int, ...], bool]]:
         """``expected_shapes`` of this checkpoint's config."""
@@ -237,8 +237,8 @@ class SourceModel:
         return self._embedded(rows)[inverse]
 
     def _embedded(self, rows: torch.Tensor) -> torch.Tensor:
-        if self.info.spec.embedding_norm:
-            w, b = self._ln(self.info.spec.embedding_norm)
+        if self.info.family_row.embedding_norm:
+            w, b = self._ln(self.info.family_row.embedding_norm)
             rows = torch.nn.functional.layer_norm(rows, (rows.shape[-1],), w, b, self.info.eps)  # float64
         return rows * self.info.embedding_scale if self.info.embedding_scale != 1 else rows
 
@@ -277,17 +277,17 @@ class SourceModel:
                 return self.reader.read(name + suffix, (start, stop), dtype)
             return torch.zeros(stop - start, *rest, dtype=dtype)
 
-        if total == 3 * h * hd and info.spec.qkv_layout == "blocks":  # [Q | K | V]
+        if total == 3 * h * hd and info.family_row.qkv_layout == "blocks":  # [Q | K | V]
             return rows((part * h + a) * hd, (part * h + b) * hd).view(b - a, hd, *rest)
         if total == 3 * h * hd:  # per head (h, 3, hd): one read per head
             return torch.stack([rows((3 * j + part) * hd, (3 * j + part + 1) * hd) for j in range(a, b)])
-        if total == (h + 2) * hd and info.spec.qkv_layout in ("per-head-or-multi-query", "multi-query"):  # h q, 1 k, 1 v
+        if total == (h + 2) * hd and info.family_row.qkv_layout in ("per-head-or-multi-query", "multi-query"):  # h q, 1 k, 1 v
             if part == 0:
                 return rows(a * hd, b * hd).view(b - a, hd, *rest)
             one = h + part - 1
             return rows(one * hd, (one + 1) * hd).view(1, hd, *rest).expand(b - a, hd, *rest)  # replicated (exact)
         raise ValueError(f"{name}.weight has {total} rows; expected {3 * h * hd}"
-                         + (f" or {(h + 2) * hd}" if "multi-query" in info.spec.qkv_layout else ""))
+                         + (f" or {(h + 2) * hd}" if "multi-query" in info.family_row.qkv_layout else ""))
 
     def qkv(self, i: int) -> tuple[torch.Tensor, ...]:
         """Block i's (q_w, k_w, v_w) ``(h, hd, D)`` and (q_b, k_b, v_b) ``(h, hd)``, float64."""

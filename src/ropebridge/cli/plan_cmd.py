@@ -109,7 +109,7 @@ def _verdict(plan, args: argparse.Namespace, resolved) -> None:
         print(f"what would fit: {what_would_fit(plan, resolved)}")
     if args.model is None:
         return
-    target = resolved.target_spec
+    target = resolved.target_row
     why = float32_ladder_note(plan, resolved)
     if why is not None:
         print(why)

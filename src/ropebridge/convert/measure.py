@@ -11,8 +11,8 @@ Measured, on ``context`` tokens and a left-padded batch of them (2, s):
 
 - judged: the converted model's max |logit error| from exact on the tokens and on the batch's real positions,
   KL(exact || converted), top-1 agreement and greedy tokens (float32);
-- in half precision, the floor: the source in that dtype with attention and bias exact (``reference_states``
-  with ``round_to``) against exact, which the limit allows for (``verdict.FLOOR_FACTOR``);
+- in half precision, the baseline: the source in that dtype with attention and bias exact (``reference_states``
+  with ``round_to``) against exact, which the limit allows for (``verdict.BASELINE_FACTOR``);
 - each head's content advantage on the tokens (``calibration.AdvantageTracker``), which a ladder's floors cover;
 - reported: the source run as defined (``native.as_defined``) against exact and against the converted model,
   transformers' own numbers where it deviates, and, on the first ``READING_TOKENS`` tokens alone, the source as
@@ -152,7 +152,7 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
     tick = lambda: bar.update()  # noqa: E731
     device = request.device
     conv = LayeredModel(dst, dtype, on_layer=tick, device=device)
-    runs = info.spec.attention is not None  # transformers has a class for the source
+    runs = info.family_row.attention is not None  # transformers has a class for the source
     native = LayeredModel(src, dtype, on_layer=tick, device=device) if runs else None
     ids = _tokens(src, request.text, request.context, info.vocab_size, request.seed)  # (1, s)
     n = ids.shape[1]
@@ -163,7 +163,7 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
     deviations = native_deviations(info.family, source.config) if runs else ()
     exact = (lambda: as_defined(native.model, source)) if runs else nullcontext  # noqa: E731
     head = ids[:, :READING_TOKENS]  # (1, m)
-    half = request.dtype != "float32"  # the dtype's floor is measured (one more reference pass)
+    half = request.dtype != "float32"  # the dtype's baseline is measured (one more reference pass)
     passes = 3 + half + (2 + 2 * bool(deviations) if runs else 0)
     bar.reset(total=passes * info.n_layers + 1)
 
@@ -181,8 +181,8 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
         ref = reference_states(source, batch, mask, query_block=QUERY_BLOCK, on_layer=lambda i: tick(),
                                device=device, observe=advantage)  # (2, s, D)
         if half:
-            bar.set_postfix_str(f"floor: SRC in {request.dtype}, attention and bias exact, {n} tokens")
-            floor = reference_states(source, ids, query_block=QUERY_BLOCK, round_to=dtype, on_layer=lambda i: tick(),
+            bar.set_postfix_str(f"baseline: SRC in {request.dtype}, attention and bias exact, {n} tokens")
+            baseline = reference_states(source, ids, query_block=QUERY_BLOCK, round_to=dtype, on_layer=lambda i: tick(),
                                      device=device)  # (1, s, D)
         stage("reference")
         if runs:
@@ -195,18 +195,18 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
     models = {"conv": conv, "conv_batch": conv, "native": native, "native_head": native, "hf": native,
               "hf_head": native}
     sides: dict[str, logit_stats.Side] = {"exact": lambda a, c: ref @ source.head_rows(a, c).T.to(device)}
-    if half:  # the floor's head rows in the dtype too
-        sides["floor"] = lambda a, c: floor @ source.head_rows(a, c).T.to(device).to(dtype).double()
+    if half:  # the baseline's head rows in the dtype too
+        sides["baseline"] = lambda a, c: baseline @ source.head_rows(a, c).T.to(device).to(dtype).double()
     for name, h in hidden.items():
         sides[name] = lambda a, c, h=h, m=models[name]: m.logits_block(h, a, c).double()
-    pairs = [("exact0", "conv"), ("exact", "conv_batch")] + ([("exact0", "floor")] if half else [])
+    pairs = [("exact0", "conv"), ("exact", "conv_batch")] + ([("exact0", "baseline")] if half else [])
     if runs:
         pairs += [("native", "conv"), ("native", "exact0"), ("native_head", "exact_head")]
         pairs += [("hf", "conv"), ("hf_head", "exact_head")] if deviations else []
     views = {"exact0": ("exact", (slice(0, 1),)), "exact_head": ("exact", (slice(0, 1), slice(0, head.shape[1])))}
-    held = (ref, *hidden.values(), *([floor] if half else []))
+    held = (ref, *hidden.values(), *([baseline] if half else []))
     rows = [h.shape[:-1].numel() for h in held]  # each side's positions, b * s
-    # each row of a block, an upper bound (the sides run one after another): the exact head's (and the floor's) in
+    # each row of a block, an upper bound (the sides run one after another): the exact head's (and the baseline's) in
     # float64, each model's as read and as cast
     widths = [info.hidden_size] * (1 + half) + [2 * m.head_width for m in (conv, native) if m is not None]
     block = logit_stats.vocab_block(sum(rows), max(rows), LOGIT_BYTES, row_bytes=8 * sum(widths))
@@ -231,20 +231,20 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
 def _report(source, paths: tuple[Path, Path], request, stats: tuple[dict, dict], mask: torch.Tensor,
             deviations) -> VerifyReport:
     """The report of the compared logits ``stats`` (sides, pairs: ``measure``) of ``paths`` (SRC, DST)."""
-    (src, dst), (s, p), runs = paths, stats, source.info.spec.attention is not None
+    (src, dst), (s, p), runs = paths, stats, source.info.family_row.attention is not None
     text = request.text is not None
     judged, padded = p["exact0", "conv"], p["exact", "conv_batch"]
     agree = (s["conv"].argmax == s["exact"].argmax[:1]).double().mean()
     report = VerifyReport(
         source=str(src), converted=str(dst), family=source.info.family, dtype=request.dtype,
-        context=int(mask.shape[1]), source_attention=source.info.spec.attention or "not run", native_ran=runs,
+        context=int(mask.shape[1]), source_attention=source.info.family_row.attention or "not run", native_ran=runs,
         reference_converted_max_err=float(judged.max_abs_diff.max()), mean_kl=float(judged.kl.mean()),
         padded_max_abs_logit_diff=float(padded.max_abs_diff[mask.bool()].max()), top1_agreement=float(agree),
         error_by_position=judged.max_abs_diff[0].tolist(),
         ppl_reference=_ppl(s["exact0"]) if text else None, ppl_converted=_ppl(s["conv"]) if text else None,
         thresholds={"max_abs_logit_diff": request.max_logit_diff, "greedy_identical": request.dtype == "float32"})
-    if ("exact0", "floor") in p:
-        report.floor_max_err = float(p["exact0", "floor"].max_abs_diff.max())
+    if ("exact0", "baseline") in p:
+        report.baseline_max_err = float(p["exact0", "baseline"].max_abs_diff.max())
     if runs:
         report.max_abs_logit_diff = float(p["native", "conv"].max_abs_diff.max())
         report.reference_native_max_err = float(p["native", "exact0"].max_abs_diff.max())

@@ -229,7 +229,7 @@ def derive(src_dir: Path, request: PlanRequest, source_name: str, max_shard_byte
     plan, resolved, model = plan_checkpoint(directory, request, source_name, model)
     if model is None:
         raise FileNotFoundError(f"no weights (*.safetensors or *.bin) in {src_dir}")
-    target = resolved.target_spec
+    target = resolved.target_row
     shards = ShardWriter(DTYPES[plan.dtype], max_shard_bytes)
     geometry, config = describe_checkpoint(model, plan, target, shards)
     return Derivation(resolved, plan, model, target, geometry, shards, config, side_files(directory))

@@ -7,9 +7,8 @@ again (``plan_request``: the asked request, resolved again from SRC). Everything
 version, target, dtype, resolved request, layout, plan) is DST's claim about itself: ``read`` checks its shape
 and keeps the values as DST holds them, and the byte check compares each with what SRC gives. The record's ``"layout"`` key holds the target's geometry (``writers.Writer.geometry``).
 
-Older records are read in today's names: the plan's through ``emulation.plan.in_current_names`` (the plan owns
-its schema), the completed ``request`` of 0.2 records (before ``asked`` and ``resolved``) as the asked one, with
-early 0.2's ``emulation`` as ``strategy``, and a record older than 0.2 (no request) by the options its plan shows.
+A record of an older release is read in today's schema by ``convert.older``, the one module that knows an
+older name (its plan, and the request it asked).
 """
 
 from __future__ import annotations
@@ -23,10 +22,9 @@ from typing import Any
 import torch
 
 from .. import __version__
-from ..emulation import STRATEGIES, EmulationPlan, PlanRequest, Resolved
-from ..emulation.ladder import recorded_floors
-from ..emulation.plan import in_current_names
+from ..emulation import EmulationPlan, PlanRequest, Resolved
 from ..emulation.resolved import UNRECORDED
+from . import older
 
 FILE = "ropebridge.json"
 _KEYS = ("ropebridge_version", "source", "source_family", "source_fingerprint", "target", "dtype",
@@ -98,45 +96,32 @@ class ConversionRecord:
         return cls(**fields, geometry=data.get("layout"))
 
     def current_plan(self) -> dict[str, Any]:
-        """The recorded plan in today's names (``in_current_names``); ``ValueError`` where it cannot be."""
-        return in_current_names(self.plan)
+        """The recorded plan in today's names (``older.plan``); ``ValueError`` where it cannot be."""
+        return older.plan(self.plan)
 
     def plan_request(self) -> PlanRequest:
-        """The ``PlanRequest`` DST was converted with: the recorded ``asked`` (a 0.2 record's ``request``), or, for
-        a record older than 0.2, the options its plan shows (window, dtype, target, strategy, fixed base, rotary
-        dim, pairs, per-head floors, cutoff, tolerance). ``jobs`` is this machine's core count. ``ValueError``
-        naming what is malformed."""
-        asked = self.asked if self.asked is not None else self.request
-        if asked is not None:
-            if not isinstance(asked, dict):
-                raise ValueError("its record's request is not an object")
-            recorded = {("strategy" if k == "emulation" else k): v for k, v in asked.items()}
-            fields = {k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()
-                      if k in PlanRequest.__dataclass_fields__ and k not in (*UNRECORDED, "calibration_text")}
-            try:
-                return PlanRequest(**fields, jobs=os.cpu_count() or 1)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"its record's request is not one convert takes: {exc}") from None
+        """The ``PlanRequest`` DST was converted with: the recorded ``asked``, or what an older record asked
+        (``older.asked``). ``jobs`` is this machine's core count. ``ValueError`` naming what is malformed."""
+        request = self.asked if self.asked is not None else self.request
         try:
-            return PlanRequest(**_options_shown(self.current_plan(), self.target), jobs=os.cpu_count() or 1)
+            fields = older.asked(request, self.plan, self.target)
         except (KeyError, TypeError, IndexError, ValueError) as exc:
+            if request is not None:
+                raise
             raise ValueError(f"its record's plan does not say how it was made ({type(exc).__name__}: {exc})") \
                 from None
-
-
-def _options_shown(plan: dict[str, Any], target: Any) -> dict[str, Any]:
-    """The ``PlanRequest`` options a plan record older than 0.2 shows: those every plan holds, and its strategy's
-    own (``Strategy.options_of``)."""
-    options: dict[str, Any] = dict(window=plan["window"], dtype=plan["dtype"],
-                                   target="gpt-neox" if target is None else target, strategy=plan["strategy"],
-                                   cutoff=plan.get("cutoff"), tolerance=plan.get("tolerance"))
-    return {**options, **STRATEGIES[plan["strategy"]].options_of(plan)}
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()
+                  if k in PlanRequest.__dataclass_fields__ and k not in (*UNRECORDED, "calibration_text")}
+        try:
+            return PlanRequest(**fields, jobs=os.cpu_count() or 1)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"its record's request is not one convert takes: {exc}") from None
 
 
 def floors_in(data: dict[str, Any]) -> tuple[float, ...]:
-    """The ladder's per-head floors C a plan, or a record holding one, carries (``ladder.recorded_floors``);
+    """The ladder's per-head floors C a plan, or a record holding one, of any release carries (``older.floors``);
     ``KeyError``, ``TypeError`` or ``AttributeError`` where it carries none."""
-    return recorded_floors(data["plan"] if isinstance(data.get("plan"), dict) else data)
+    return older.floors(data)
 
 
 def written_by_older(version) -> bool:

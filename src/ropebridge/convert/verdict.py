@@ -1,7 +1,7 @@
 """The verdict of ``verify``: the report of everything it checked and measured, and the rule that judges it.
 
 The limit is the largest of the dtype's default tolerance at the plan's window, ``LOGIT_FACTOR`` times the plan's
-predicted worst score error and, in half precision, ``FLOOR_FACTOR`` times the dtype's floor (the source itself in
+predicted worst score error and, in half precision, ``BASELINE_FACTOR`` times the dtype's baseline (the source itself in
 that dtype, measured by verify from SRC); native's own error is never an allowance. In float32 the
 source run as defined must also agree with the exact reference over its first ``READING_TOKENS`` positions.
 """
@@ -18,11 +18,11 @@ DIFFERENCE_ROWS = 8  # tensors whose bytes differ (``--accept-older``) named in 
 # error model's tests hold measurement <= prediction <= 4 x measurement for the scores, and the logits measured
 # up to 2.6x the predicted score error on the real-text models (docs/verify.md, benchmarks/verdicts.py).
 LOGIT_FACTOR = 3.0
-# In half precision the dtype's own rounding of the source (the floor: SRC in that dtype with attention and the
+# In half precision the dtype's own rounding of the source (the baseline: SRC in that dtype with attention and the
 # ALiBi bias exact, ``reference_states(round_to=...)``) is measured; the converted model's error may reach this many
 # times it, since a conversion rounds its own ops once more and its attention in the dtype too. Measured
-# converted / floor where the emulation's share is small: 0.95 to 2.2 (benchmarks/fidelity.py, docs/verify.md).
-FLOOR_FACTOR = 3.0
+# converted / baseline where the emulation's share is small: 0.95 to 2.2 (benchmarks/fidelity.py, docs/verify.md).
+BASELINE_FACTOR = 3.0
 READING_TOKENS = 256  # the tokens on which the source as transformers runs it is held to the reference
 
 
@@ -42,7 +42,7 @@ class VerifyReport:
     source_attention: str
     byte_check: dict[str, Any] = field(default_factory=dict)
     predicted_error: float | None = None  # the plan's worst predicted score error, derived again from SRC
-    floor_max_err: float | None = None  # half precision: SRC in the dtype, attention and bias exact, vs exact
+    baseline_max_err: float | None = None  # half precision: SRC in the dtype, attention and bias exact, vs exact
     content_advantage: list[float] = field(default_factory=list)  # per head, on the tokens (calibration module)
     advantage_allowed: list[float] | None = None  # per head, what the ladder's floor covers (C - cutoff)
     functional_skipped: str | None = None
@@ -90,8 +90,8 @@ class VerifyReport:
         why = f"tolerance {self.thresholds['max_abs_logit_diff']:g}"
         if self.predicted_error is not None:
             why += f", {LOGIT_FACTOR:g} x predicted {self.predicted_error:.3g}"
-        if self.floor_max_err is not None:
-            why += f", {FLOOR_FACTOR:g} x floor {self.floor_max_err:.3g}"
+        if self.baseline_max_err is not None:
+            why += f", {BASELINE_FACTOR:g} x baseline {self.baseline_max_err:.3g}"
         return why
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,14 +124,14 @@ def describe(check: dict[str, Any]) -> str:
 
 def limit_of(report: VerifyReport) -> float:
     """The largest logit error the functional check accepts: the largest of the threshold, ``LOGIT_FACTOR`` times
-    the plan's predicted worst score error and, in half precision, ``FLOOR_FACTOR`` times the dtype's floor (module
-    doc); each where known. A non-finite floor (SRC overflows in the dtype) is reported and no allowance."""
+    the plan's predicted worst score error and, in half precision, ``BASELINE_FACTOR`` times the dtype's baseline (module
+    doc); each where known. A non-finite baseline (SRC overflows in the dtype) is reported and no allowance."""
     limit = report.thresholds["max_abs_logit_diff"]
     if report.predicted_error is not None:
         limit = max(limit, LOGIT_FACTOR * report.predicted_error)
-    floor = report.floor_max_err
-    if floor is not None and math.isfinite(floor):
-        limit = max(limit, FLOOR_FACTOR * floor)
+    baseline = report.baseline_max_err
+    if baseline is not None and math.isfinite(baseline):
+        limit = max(limit, BASELINE_FACTOR * baseline)
     return limit
 
 
@@ -196,8 +196,8 @@ def rows(report: VerifyReport) -> list[tuple[str, str, str]]:
     bar = f"judged: <= {limit:.3g} ({report.limit_why})"
     out += [("converted vs exact", f"{report.reference_converted_max_err:.3e}", bar),
             ("left-padded batch", f"{report.padded_max_abs_logit_diff:.3e}", bar),
-            *([("floor", f"{report.floor_max_err:.3e}", f"reported: SRC in {report.dtype} vs exact, attention and "
-                "bias exact")] if report.floor_max_err is not None else []),
+            *([("baseline", f"{report.baseline_max_err:.3e}", f"reported: SRC in {report.dtype} vs exact, attention and "
+                "bias exact")] if report.baseline_max_err is not None else []),
             ("mean KL(exact||conv)", f"{report.mean_kl:.3e}", ""),
             ("top-1 agreement", f"{report.top1_agreement:.4f}", "with exact")]
     if report.advantage_allowed and report.content_advantage:

@@ -17,7 +17,7 @@ Four checks, in this order, each independent of what DST says of itself:
    within the limit (``verdict.limit_of``: the largest of the dtype's default tolerance at the plan's window,
    ``verdict.LOGIT_FACTOR`` times the plan's predicted worst score error in the dtype it runs in
    (``cross_dtype.predicted_in``; none for a plan unfit for that dtype) and, in half precision,
-   ``verdict.FLOOR_FACTOR`` times the floor measured from SRC; the plan derived again from SRC, so a
+   ``verdict.BASELINE_FACTOR`` times the floor measured from SRC; the plan derived again from SRC, so a
    ``--tolerance`` DST's record names is never the limit). Native's own error is reported beside, never used as
    an allowance.
 4. **One reading of the source** (float32): the source run as defined on the first ``verdict.READING_TOKENS``
@@ -70,12 +70,12 @@ def check_device(device: str) -> None:
 log = _log.logger(__name__)
 
 
-def source_attention(spec) -> str:
+def source_attention(row) -> str:
     """How the source runs beside the conversion: its transformers attention implementation (``Family.attention``),
     or, for a remote-code family, that it is not run and the exact reference stands for it."""
-    if spec.attention is None:
+    if row.attention is None:
         return "not run: no transformers class (remote code); the exact reference stands for it"
-    return spec.attention
+    return row.attention
 
 
 def _check_pair(info: SourceInfo, src: Path, dst: Path, record: ConversionRecord) -> None:
@@ -191,7 +191,7 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
                         f"older than this {__version__}")
     if checked.failures:
         report = VerifyReport(source=str(src), converted=str(dst), family=source.info.family, dtype=dtype,
-                              context=request.context, source_attention=source_attention(source.info.spec),
+                              context=request.context, source_attention=source_attention(source.info.family_row),
                               byte_check=checked.to_dict(), predicted_error=allowance,
                               functional_skipped="DST is not what convert writes from SRC",
                               failures=list(checked.failures))
@@ -202,7 +202,7 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
             report, ids = measure(source, src, dst, request, bar)
         finally:
             bar.close()
-        report.source_attention = source_attention(source.info.spec)
+        report.source_attention = source_attention(source.info.family_row)
         report.byte_check, report.predicted_error = checked.to_dict(), allowance
         if plan.strategy == "ladder":
             report.advantage_allowed = [h.ladder.floor - plan.cutoff for h in plan.heads]

@@ -27,13 +27,13 @@ def plan(source, request: PlanRequest | Resolved) -> EmulationPlan:
         request = resolve(source, request)
     result = STRATEGIES[request.strategy].plan(source, request)
     forced = "" if request.rotary_dim is None else f" with --rotary-dim {request.rotary_dim}"
-    served = request.target_spec.served_head_dim(result.head_dim, result.rotary_dim, result.strategy)
+    served = request.target_row.served_head_dim(result.head_dim, result.rotary_dim, result.strategy)
     try:
         check_head_dim(request.kernel, served, f"the {result.strategy} plan on --target {request.target}{forced}")
     except ValueError as exc:
         if request.dtype != "float32" or result.strategy == "ladder":
             raise
-        if "ladder" in request.target_spec.strategies:
+        if "ladder" in request.target_row.strategies:
             raise ValueError(f"{exc}: the {result.strategy} strategy fixes the head dim at {served}; leave out "
                              "--strategy and the single pair's flags to take the ladder planned for float32, on a "
                              "size it runs") from None

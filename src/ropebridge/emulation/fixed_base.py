@@ -155,9 +155,4 @@ def check_fixed_base(request) -> None:
                          "targets.kernels)")
 
 
-def fixed_base_options(plan: dict) -> dict:
-    """A recorded fixed-base plan's own options: its base, rotary dim and pairs per head."""
-    return {"rope_base": plan["base"], "rotary_dim": plan.get("rotary_dim"), "pairs": plan.get("pairs_per_head", 1)}
-
-
-STRATEGY = Strategy("fixed-base", plan_fixed_base, check_fixed_base, fixed_base_options, base_words)
+STRATEGY = Strategy("fixed-base", plan_fixed_base, check_fixed_base, base_words)

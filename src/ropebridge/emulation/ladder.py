@@ -206,7 +206,7 @@ def ladder_on(source, request, rotary_dim: int, floors: Sequence[float], cutoff:
     window, dtype, base = request.window, request.dtype, request.rope_base
     b = free_base(window, rotary_dim) if base is None else base
     try:
-        rope, thetas = request.target_spec.ladder_frequencies(b, rotary_dim, source.head_dim + rotary_dim, window)
+        rope, thetas = request.target_row.ladder_frequencies(b, rotary_dim, source.head_dim + rotary_dim, window)
     except ValueError as exc:
         raise ValueError(f"--rope-base {b:g}: {exc}" if base is not None else str(exc)) from None
     scale, stored = 1 / math.sqrt(source.head_dim), 1 / math.sqrt(source.head_dim + rotary_dim)
@@ -254,19 +254,4 @@ def check_ladder(request) -> None:
                          f"head, {request.rotary_dim} would take days)")
 
 
-def recorded_floors(plan: dict) -> tuple[float, ...]:
-    """The floors C a recorded ladder plan carries per head (0.1 kept them on the head itself); ``KeyError``,
-    ``TypeError`` or ``AttributeError`` where it carries none."""
-    return tuple(float((h.get("ladder") or h)["floor"]) for h in plan["heads"])
-
-
-def ladder_options(plan: dict) -> dict:
-    """A recorded ladder plan's own options: its rotary dim, its floors and, where it is not the free base of its
-    window and rotary dim, its base."""
-    options = {"rotary_dim": plan.get("rotary_dim"), "floor": recorded_floors(plan)}
-    if plan.get("base") is not None and not math.isclose(plan["base"], free_base(plan["window"], plan["rotary_dim"])):
-        options["rope_base"] = plan["base"]
-    return options
-
-
-STRATEGY = Strategy("ladder", plan_ladder, check_ladder, ladder_options, base_words, default_cutoff)
+STRATEGY = Strategy("ladder", plan_ladder, check_ladder, base_words, default_cutoff)

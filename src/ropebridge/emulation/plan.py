@@ -22,8 +22,6 @@ from .error_model import PairSpec
 from .strategy import STRATEGY_NAMES
 
 THETA_RULES = ("theta", "max-phase", "exact-rotation", "error-optimal")  # how the single pair's theta is chosen
-# ropebridge 0.1 and early 0.2 records named strategy and rule in one field, ``mode``
-_MODES = {**{r: ("single", r) for r in THETA_RULES}, "fixed-base": ("fixed-base", None), "ladder": ("ladder", None)}
 HALF_PI = math.pi / 2
 
 
@@ -92,17 +90,6 @@ class HeadPlan:
 
     def specs(self) -> list[PairSpec]:
         return [PairSpec(p.theta, p.N, p.opposed) for p in self.pairs]
-
-
-def in_current_names(record: dict[str, Any]) -> dict[str, Any]:
-    """A plan record with today's names for its top-level fields: 0.1's ``rope_dim`` as ``rotary_dim``, and the
-    ``mode`` of 0.1 and early 0.2 records as ``strategy`` and ``theta_rule`` (their values unchanged)."""
-    out = {("rotary_dim" if k == "rope_dim" else k): v for k, v in record.items() if k != "mode"}
-    if "mode" in record and "strategy" not in record:
-        if record["mode"] not in _MODES:
-            raise ValueError(f"mode must be one of {tuple(_MODES)}, got {record['mode']!r}")
-        out["strategy"], out["theta_rule"] = _MODES[record["mode"]]
-    return out
 
 
 @dataclass(frozen=True)
@@ -193,15 +180,10 @@ class EmulationPlan:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EmulationPlan:
-        """The plan of ``to_dict``; also reads the records of ropebridge 0.1 checkpoints and the ``mode`` of early 0.2
-        ones (``docs/decisions.md``)."""
-        data = in_current_names(data)
+        """The plan of ``to_dict`` (a record of an older release: ``convert.older.plan`` first)."""
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         heads = []
         for row in data["heads"]:
-            row = {("approximation_error" if k == "sine_error" else k): v for k, v in row.items()}
-            if row.get("floor") is not None:  # 0.1 kept the ladder's part on the head itself
-                row["ladder"] = {k: row[k] for k in ("floor", "exact_distance", "shift")}
             pairs = tuple(PairTerm(**p) for p in row["pairs"])
             keep = {k: v for k, v in row.items() if k in HeadPlan.__dataclass_fields__ and k not in ("pairs", "ladder")}
             ladder = LadderHead(**row["ladder"]) if row.get("ladder") else None

@@ -76,7 +76,7 @@ class Resolved:
     progress: bool = False
 
     @property
-    def target_spec(self) -> Target:
+    def target_row(self) -> Target:
         return TARGETS[self.target]
 
     def to_dict(self) -> dict[str, Any]:
@@ -167,7 +167,7 @@ def float32_ladder_note(plan, resolved: Resolved) -> str | None:
     asked = resolved.asked
     if plan.dtype != "float32" or plan.strategy != "ladder" or asked.named_strategy is not None:
         return None
-    return single_pair_unserved(resolved.target_spec, plan.head_dim, resolved.kernel)
+    return single_pair_unserved(resolved.target_row, plan.head_dim, resolved.kernel)
 
 
 def single_pair_unserved(target: Target, head_dim: int, kernel: str) -> str | None:

@@ -107,7 +107,7 @@ def plan_single(source, request) -> EmulationPlan:
     whole head's two opposed pairs."""
     num = Numerics.of(source, request)
     rule, theta = choose_theta(request, source.slopes, num)
-    pair = request.target_spec.single_pair(theta, source.head_dim, num.window)
+    pair = request.target_row.single_pair(theta, source.head_dim, num.window)
     heads = _PLACED[pair.placement](source.slopes, source.head_dim, pair, num)
     plan = EmulationPlan(source.head_dim, num.window, num.dtype, "single", tuple(heads), num.cutoff, request.tolerance,
                          theta_rule=rule, family=source.family, **pair.plan_fields())
@@ -124,16 +124,6 @@ def check_single(request) -> None:
         raise ValueError("--pairs > 1 needs a fixed base (--rope-base), whose frequency set provides the pairs")
 
 
-def single_options(plan: dict) -> dict:
-    """A recorded single-pair plan's own option: its theta (rule ``theta``) or its phase (rule ``max-phase``)."""
-    rule = plan.get("theta_rule")
-    if rule == "theta":
-        return {"theta": plan["heads"][0]["theta"]}
-    if rule == "max-phase":
-        return {"max_phase": max(p["theta"] for h in plan["heads"] for p in h["pairs"]) * plan["window"]}
-    return {}
-
-
 def single_rope(plan: EmulationPlan) -> str:
     """The single pair in words: as a rotary block's base, one pair's theta, or the llama target's opposed pairs."""
     if plan.base is not None:
@@ -144,4 +134,4 @@ def single_rope(plan: EmulationPlan) -> str:
     return f"thetas {' and '.join(f'{p.theta:.6g}' for p in pairs)} on two opposed pairs"
 
 
-STRATEGY = Strategy("single", plan_single, check_single, single_options, single_rope)
+STRATEGY = Strategy("single", plan_single, check_single, single_rope)

@@ -1,5 +1,4 @@
-"""A strategy as one object: how it plans, what it requires of a request, the options a plan record older than
-the recorded request shows, and its rope in words.
+"""A strategy as one object: how it plans, what it requires of a request, and its rope in words.
 
 Each strategy module holds one (``single.STRATEGY``, ``fixed_base.STRATEGY``, ``ladder.STRATEGY``), named from
 ``STRATEGY_NAMES``, the one list of their names (the default first), which a plan's ``strategy`` is checked
@@ -24,15 +23,13 @@ STRATEGY_NAMES = ("ladder", "single", "fixed-base")
 class Strategy:
     """``plan(source, resolved) -> EmulationPlan`` (``source``: ``slopes`` ``(h,)``, ``head_dim``, ``family``;
     every choice made); ``check(request)``: ``ValueError`` naming the option where the asked request gives
-    one this strategy does not take, or lacks one it needs; ``options_of(plan)``: the ``PlanRequest`` options
-    of this strategy that a plan record (in today's names) shows; ``rope(plan)``: the rope it serves, in words
+    one this strategy does not take, or lacks one it needs; ``rope(plan)``: the rope it serves, in words
     (``RoPE base 370, rotary dim 32``); ``cutoff(window, dtype)``: the cutoff (logits) it plans with where a
     request gives none (``numerics.DEFAULT_CUTOFF`` unless the strategy has its own)."""
 
     name: str
     plan: Callable[[Any, Any], Any]
     check: Callable[[Any], None]
-    options_of: Callable[[dict[str, Any]], dict[str, Any]]
     rope: Callable[[Any], str]
     cutoff: Callable[[int, str], float] = lambda window, dtype: DEFAULT_CUTOFF
 

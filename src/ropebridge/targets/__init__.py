@@ -19,7 +19,7 @@ import numpy as np
 
 from ..frequencies import engine_frequencies
 from . import llama_rope
-from .support import COLUMNS, B, N, Support, X, runs_in
+from .support import COLUMNS, Support, runs_in
 
 LAYER_NORMS = ("layernorm", "layernorm1p", "rmsnorm")  # weight as is; weight - 1 stored (LayerNorm1P); RMSNorm
 PAIR_DIMS = ("block", "first-and-middle", "first-two", "whole-head")  # rotary block; (0, hd'/2); (0, 1); (k, k + hd'/2)
@@ -38,8 +38,8 @@ class Target:
     ``rotary_block``: it rotates a block of ``base^(-2r/R)`` pairs (else its single pair turns at a free theta);
     ``pair_dims``: where a head's single pair sits (``PAIR_DIMS``); ``layer_norm`` (``LAYER_NORMS``) and ``mlp``
     (the up and down projections' names) for its tensors; ``support``: how each engine runs it (one
-    ``support.Support`` per column of ``support.COLUMNS``, read from the engines' sources; ``engines`` says it in
-    one line); ``serving``: how each engine serves it, with ``{dst}``, ``{dtype}``, ``{window}`` and ``{base}``
+    ``support.Support`` per column of ``support.COLUMNS``; its row of the facts table ``engine_facts.SUPPORT``
+    unless given; ``engines`` says it in one line); ``serving``: how each engine serves it, with ``{dst}``, ``{dtype}``, ``{window}`` and ``{base}``
     filled in by the model card; ``blocks``: the source blocks (``BLOCKS``) it carries exactly; ``rope_form`` (``ROPE_FORMS``): how its
     engines compute the pairs' frequencies, which the plan follows."""
 
@@ -52,7 +52,7 @@ class Target:
     layer_norm: str
     mlp: tuple[str, str]
     serving: tuple[str, ...]
-    support: Mapping[str, Support]
+    support: Mapping[str, Support] | None = None  # None: its row of ``engine_facts.SUPPORT``
     blocks: tuple[str, ...] = ("layernorm",)
     rope_form: str = "block"
     parallel_residual: bool = False  # it carries a source whose attention and MLP run in parallel
@@ -63,6 +63,12 @@ class Target:
             raise ValueError(f"target {self.name}: pair_dims {self.pair_dims!r}, layer_norm {self.layer_norm!r}, "
                              f"rope_form {self.rope_form!r} and blocks {self.blocks!r} must be of {PAIR_DIMS}, "
                              f"{LAYER_NORMS}, {ROPE_FORMS} and {tuple(BLOCKS)}")
+        if self.support is None:
+            from .engine_facts import SUPPORT
+
+            if self.name not in SUPPORT:
+                raise ValueError(f"target {self.name}: no row in engine_facts.SUPPORT; add one or pass support")
+            object.__setattr__(self, "support", SUPPORT[self.name])
         if set(self.support) != set(COLUMNS):
             raise ValueError(f"target {self.name}: support must name every engine column {COLUMNS}, got "
                              f"{tuple(self.support)}")
@@ -169,110 +175,29 @@ TARGETS = {t.name: t for t in (
            serving=(_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
             "llama.cpp: `convert_hf_to_gguf.py {dst}` drops the RoPE base; set `gptneox.rope.freq_base` to {base} "
             "in the GGUF, or convert with `--rope-base 10000` (docs/targets.md in ropebridge)"),
-           parallel_residual=True,
-           support={
-            "transformers": Support(N, "tested"),
-            "transformers-4": Support(N, "measured: reads the legacy `rotary_pct`/`rotary_emb_base` keys written "
-                                         "beside `rope_parameters`"),
-            "vllm": Support(B, "its registry maps `GPTNeoXForCausalLM` to `TransformersForCausalLM`; read"),
-            "sglang": Support(B, "no GPT-NeoX model of its own; read"),
-            "trtllm": Support(X, "no GPT-NeoX model; the TensorRT backend that had one was removed"),
-            "llama.cpp": Support(N, "measured, F32 GGUF: set `gptneox.rope.freq_base` in the GGUF, or convert with "
-                                    "`--rope-base 10000 --rotary-dim 32 --pairs 3`; run with `-fa off -ctk f32`"),
-            "ctranslate2": Support(N, "measured, float32: set `rotary_emb_base` and `layer_norm_eps` in the spec and "
-                                      "fold 1/√d into the query projection, or convert with `--rope-base 10000 "
-                                      "--rotary-dim 32 --pairs 3`"),
-           },),
+           parallel_residual=True),
     Target(name="starcoder2", architecture="Starcoder2ForCausalLM", model_type="starcoder2", strategies=("single",),
            rotary_block=False, pair_dims="first-and-middle", layer_norm="layernorm", mlp=("c_fc", "c_proj"),
-           serving=(_HF.format(versions=" 5.x", note=""),),
-           support={
-            "transformers": Support(N, "tested"),
-            "transformers-4": Support(X, "loads silently wrong"),
-            "vllm": Support(B, "registry; read"),
-            "sglang": Support(X, "its own `starcoder2.py` takes head dim = hidden / heads and no rope scaling"),
-            "trtllm": Support(X, "not checked"),
-            "llama.cpp": Support(X, ""),
-            "ctranslate2": Support(X, ""),
-           },),
+           serving=(_HF.format(versions=" 5.x", note=""),)),
     Target(name="nemotron", architecture="NemotronForCausalLM", model_type="nemotron",
            strategies=("ladder", "single"), rotary_block=False, pair_dims="first-two", layer_norm="layernorm1p",
            mlp=("up_proj", "down_proj"),
-           serving=(_HF.format(versions="", note=" (5.x; 4.x with the ladder)"), _VLLM),
-           support={
-            "transformers": Support(N, "tested"),
-            "transformers-4": Support(N, "the ladder: measured, logits identical to 5.x; the single pair loads "
-                                         "silently wrong (ignores `rope_parameters`)"),
-            "vllm": Support(N, "`nemotron.py`, unchanged from 0.33: `head_dim` from the config, "
-                               "`get_act_fn(hidden_act)`, `rope_parameters` to `get_rope`; its rope run on the "
-                               "ladder: frequencies and rotation transformers' bit for bit"),
-            "sglang": Support(B, "no Nemotron model of its own; read"),
-            "trtllm": Support(X, "its Nemotron hard-codes relu²"),
-            "llama.cpp": Support(X, "hard-codes relu², Q/O of n_embd × n_embd"),
-            "ctranslate2": Support(X, "no converter"),
-           },),
+           serving=(_HF.format(versions="", note=" (5.x; 4.x with the ladder)"), _VLLM)),
     Target(name="llama", architecture="LlamaForCausalLM", model_type="llama", strategies=("ladder", "single"),
            rotary_block=False, pair_dims="whole-head", layer_norm="rmsnorm", mlp=("up_proj", "down_proj"),
            serving=(_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
             "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}`"),
-           blocks=("rmsnorm-gated", "unbiased-layernorm-gated"), rope_form="llama3",
-           support={
-            "transformers": Support(N, "tested"),
-            "transformers-4": Support(N, "measured, `benchmarks/engines/hf4_llama.py`: float32 5.x's logits bit for "
-                                         "bit; it reads the `rope_scaling` written beside `rope_parameters`"),
-            "vllm": Support(N, "`llama.py`, unchanged from 0.33, reads `head_dim`, `attention_bias` for q, k, v and "
-                               "o; its rope run: the plan's frequencies and transformers' rotation bit for bit"),
-            "sglang": Support(N, "`llama.py` takes `rope_parameters` as its `rope_scaling`; its rope run, as vLLM's"),
-            "trtllm": Support(N, "read: `Attention` takes `head_dim` from the config and `attention_bias` for q, k, v "
-                                 "and o; `RopeParams.from_config` reads `rope_theta` and the llama3 `rope_scaling`; "
-                                 "NVIDIA/TensorRT-LLM at c6d3bb2 and 51ea5c9"),
-            "llama.cpp": Support(N, "measured, `benchmarks/engines/llamacpp_llama.py`: its converter writes the rope "
-                                    "as `rope_freqs`; F32 GGUF within float32's tolerance"),
-            "ctranslate2": Support(X, "no converter"),
-           },),
+           blocks=("rmsnorm-gated", "unbiased-layernorm-gated"), rope_form="llama3"),
     Target(name="persimmon", architecture="PersimmonForCausalLM", model_type="persimmon",
            strategies=("ladder", "single", "fixed-base"), rotary_block=True, pair_dims="block",
            layer_norm="layernorm", mlp=("dense_h_to_4h", "dense_4h_to_h"),
            serving=(_HF.format(versions="", note=" (4.x and 5.x)"),
             "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}` (transformers 5.19, as SGLang "
-            "0.5.23 pins it)"),
-           support={
-            "transformers": Support(N, "tested"),
-            "transformers-4": Support(N, "read: its Persimmon reads the top-level `partial_rotary_factor` and "
-                                         "`rope_theta` written beside `rope_parameters`; a one-off run on a BLOOM "
-                                         "pico gave 5.x's logits bit for bit in float32 and bfloat16"),
-            "vllm": Support(X, "removed in 0.25: `PersimmonForCausalLM` in its registry's previously supported models"),
-            "sglang": Support(N, "`persimmon.py`: head dim hidden / heads, `get_rope` with "
-                                 "`config.partial_rotary_factor` and `rope_parameters[\"rope_theta\"]`, biases on the "
-                                 "fused per-head QKV reordered at load; its rope run with the transformers 5.19 it "
-                                 "pins: the plan's frequencies, transformers' rotation bit for bit. With transformers "
-                                 "5.20 or later the config object no longer has the `partial_rotary_factor` it reads "
-                                 "directly"),
-            "trtllm": Support(X, "not checked"),
-            "llama.cpp": Support(X, "not checked"),
-            "ctranslate2": Support(X, "no converter"),
-           },),
+            "0.5.23 pins it)")),
     Target(name="stablelm", architecture="StableLmForCausalLM", model_type="stablelm",
            strategies=("ladder", "single", "fixed-base"), rotary_block=True, pair_dims="block",
            layer_norm="layernorm", mlp=("up_proj", "down_proj"),
            serving=(_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
             "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}`"),
-           blocks=("layernorm-gated", "unbiased-layernorm-gated"),
-           support={
-            "transformers": Support(N, "tested"),
-            "transformers-4": Support(N, "read: its StableLM reads the top-level `partial_rotary_factor` and "
-                                         "`rope_theta` written beside `rope_parameters`"),
-            "vllm": Support(B, "0.34 maps `StableLmForCausalLM` to `TransformersForCausalLM` and ships no "
-                               "`stablelm.py` (0.33 ran it natively); transformers' StableLM calls the attention "
-                               "interface vLLM sets; read"),
-            "sglang": Support(N, "`stablelm.py`: head dim hidden / heads, `use_qkv_bias`, SiLU and a sequential "
-                                 "residual fixed; it reads `rope_pct`, which the config writes; its rope run with "
-                                 "transformers 5.19 and 5.20.2: the plan's frequencies and transformers' rotation bit "
-                                 "for bit"),
-            "trtllm": Support(X, "no StableLM model; read"),
-            "llama.cpp": Support(N, "read, not run: its converter's StableLM writes no RoPE base, so the GGUF needs "
-                                    "`stablelm.rope.freq_base` set, or a conversion with `--rope-base 10000 "
-                                    "--rotary-dim 32 --pairs 3`"),
-            "ctranslate2": Support(X, "no converter"),
-           },),
+           blocks=("layernorm-gated", "unbiased-layernorm-gated")),
 )}

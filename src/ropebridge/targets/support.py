@@ -1,9 +1,10 @@
-"""How an engine runs a target, as read from the engines' own sources at a named version: the engines
-(``ENGINES``), the columns of the docs' table (``COLUMNS``: those engines and two read but not chosen from,
+"""How an engine runs a target, as data: the engines (``Engine``: name, version, kernel; ``ENGINES`` those
+``--engine`` takes), the columns of the docs' table (``COLUMNS``: those engines and two read but not chosen from,
 transformers 4.57 and CTranslate2), and one cell of it (``Support``: ``native``, the engine's own model class runs
 the target's architecture; ``backend``, its Transformers backend runs transformers' class with the engine's
-attention kernels; or ``none``, with how that was established: tested, measured, run, read). Each row of
-``targets.TARGETS`` holds one ``Support`` per column; ``runs_in`` says a row in one line.
+attention kernels; or ``none``; how that was established, the engine's code, a note). The cells are the table
+``targets.engine_facts.SUPPORT``, each target's row its ``Target.support``; ``runs_in`` and ``Support.cell``
+write them as sentences.
 """
 
 from __future__ import annotations
@@ -16,43 +17,60 @@ KINDS = ("native", "backend", "none")
 
 @dataclass(frozen=True)
 class Engine:
-    """One engine: its name for ``--engine``, its name in words, the version whose source was read, and the
-    attention kernel (``targets.kernels``) whose head sizes it must run (``any`` where it has a fallback for
-    every size)."""
+    """One engine: its name for ``--engine`` and as a column, its name in words, the version whose source was read
+    (or run), the attention kernel (``targets.kernels``) whose head sizes it must run (``any`` where it has a
+    fallback for every size), and whether ``--engine`` takes it (``chosen``; the others are columns of the docs'
+    table only). Bumping an engine's version is this one edit: every sentence naming it reads ``label``."""
 
     name: str
     title: str
     version: str
     kernel: str = "any"
+    chosen: bool = True
 
     @property
     def label(self) -> str:
         return f"{self.title} {self.version}".strip()
 
 
-ENGINES = {e.name: e for e in (
+_ALL = (
     Engine("transformers", "transformers", "5.x"),
+    Engine("transformers-4", "transformers", "4.57", chosen=False),
     Engine("vllm", "vLLM", "0.34.0", kernel="vllm-cpu"),  # its CPU sizes, which its GPU backends run too
     Engine("sglang", "SGLang", "0.5.23"),
     Engine("trtllm", "TensorRT-LLM (PyTorch backend)", "c6d3bb2", kernel="trtllm"),
     Engine("llama.cpp", "llama.cpp", ""),
-)}
-COLUMNS = ("transformers", "transformers-4", "vllm", "sglang", "trtllm", "llama.cpp", "ctranslate2")
-TITLES = {"transformers": "transformers 5.x", "transformers-4": "transformers 4.57", "vllm": "vLLM 0.34.0",
-          "sglang": "SGLang 0.5.23", "trtllm": "TensorRT-LLM (PyTorch backend)", "llama.cpp": "llama.cpp",
-          "ctranslate2": "CTranslate2"}
+    Engine("ctranslate2", "CTranslate2", "", chosen=False),
+)
+COLUMNS = tuple(e.name for e in _ALL)  # the docs' table: every engine, those read but not chosen from among them
+ENGINES = {e.name: e for e in _ALL if e.chosen}
+TITLES = {e.name: e.label for e in _ALL}  # each column's engine in words, its version named
+EVIDENCE = ("tested", "measured", "run", "read", "not checked", "not read", "")
 
 
 @dataclass(frozen=True)
 class Support:
-    """How one engine runs one target: ``kind`` (``KINDS``) and what was established, in words."""
+    """How one engine runs one target: ``kind`` (``KINDS``), how that was established (``evidence``, of
+    ``EVIDENCE``: tested in the suite, measured or run here, read in the engine's source at its version), the
+    engine's code that runs it (``code``: a file or class), and what else a user must know (``note``); ``cell``
+    writes them as one sentence."""
 
     kind: str
-    how: str
+    evidence: str
+    code: str = ""
+    note: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"support kind must be one of {KINDS}, got {self.kind!r}")
+        if self.evidence not in EVIDENCE:
+            raise ValueError(f"support evidence must be one of {EVIDENCE}, got {self.evidence!r}")
+
+    @property
+    def how(self) -> str:
+        """The facts in words: ``evidence: code; note``."""
+        facts = "; ".join(x for x in (self.code, self.note) if x)
+        return f"{self.evidence}: {facts}" if self.evidence and facts else self.evidence or facts
 
     def cell(self) -> str:
         names = {"native": "native", "backend": "Transformers backend", "none": "no"}

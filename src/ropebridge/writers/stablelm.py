@@ -61,7 +61,7 @@ class StableLmLayout:
 
 
 def _has_bias(src: SourceModel, which: str) -> bool:
-    return any(src.info.spec.tensor_names(i)[which] + ".bias" in src.reader for i in range(src.info.n_layers))
+    return any(src.info.family_row.tensor_names(i)[which] + ".bias" in src.reader for i in range(src.info.n_layers))
 
 
 def layout(src: SourceModel, plan: EmulationPlan, target: Target) -> StableLmLayout:

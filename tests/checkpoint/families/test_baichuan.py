@@ -18,7 +18,7 @@ def test_baichuan_13b_and_baichuan2_13b_are_read_from_their_published_configs():
     assert (info.family, info.n_heads, info.head_dim, info.n_layers) == ("baichuan", 40, 128, 40)
     assert (info.norm, info.gated, info.activation, info.block) == ("rmsnorm", True, "silu", "rmsnorm-gated")
     assert info.intermediate_size == 13696 and info.eps == 1e-6 and info.qk_scale == 1 / math.sqrt(128)
-    assert not info.head_norm and info.spec.default_target == "llama" and info.spec.attention is None
+    assert not info.head_norm and info.family_row.default_target == "llama" and info.family_row.attention is None
     # the slopes as its code builds them: Press et al.'s (40 heads: 32, then every other of 64), float32 values
     exact = press_slopes(40).tolist()
     assert list(info.slopes) == [float(__import__("numpy").float32(m)) for m in exact]
@@ -37,3 +37,8 @@ def test_baichuan_7b_and_other_variants_are_refused_in_one_line():
         with pytest.raises(ValueError, match=match) as exc:
             from_config(bad)
         assert "\n" not in str(exc.value)
+
+
+def test_the_block_as_published_is_the_one_its_config_gives():
+    info = from_config(BAICHUAN_13B)
+    assert info.block == info.family_row.block == "rmsnorm-gated"

@@ -26,7 +26,7 @@ def test_every_list_of_families_is_read_from_the_table():
     assert all(f.forms or any(f.label in label for label, _ in family_forms()) for f in FAMILIES.values())
     for name in ("demo", "demo-mpt", "demo-falcon", "demo-baichuan", "demo-jais"):  # the block as published
         info = from_config(data_dir(name))
-        assert info.block == info.spec.block, name
+        assert info.block == info.family_row.block, name
 
 
 def test_each_family_is_its_own_module():

@@ -18,8 +18,8 @@ def test_jais_13b_reads_its_own_spelling():
     info = from_config(JAIS_13B)
     assert (info.family, info.n_heads, info.head_dim, info.intermediate_size) == ("jais", 40, 128, 13653)
     assert info.qk_scale == 1 / 128 and info.embedding_scale == 14.6 and info.logit_scale == 0.11100000000000002
-    assert (info.block, info.activation, info.spec.default_target) == ("layernorm-gated", "silu", "stablelm")
-    assert info.spec.transposed and info.spec.slopes_tensor == "transformer.relative_pe.slopes"
+    assert (info.block, info.activation, info.family_row.default_target) == ("layernorm-gated", "silu", "stablelm")
+    assert info.family_row.transposed and info.family_row.slopes_tensor == "transformer.relative_pe.slopes"
     # without weights, the slopes are the formula's as its torch.tensor builds them: float32 values
     import torch
 
@@ -67,3 +67,9 @@ def test_both_rows_are_one_reading():
     jais, btlm = FAMILIES["jais"], FAMILIES["btlm"]
     assert jais.details is btlm.details and jais.tensor_names(3) == btlm.tensor_names(3)
     assert jais.tensor_names(3)["gate"] == "transformer.h.3.mlp.c_fc2"  # c_proj(c_fc(x) * silu(c_fc2(x)))
+
+
+def test_the_block_as_published_is_the_one_its_config_gives():
+    for config in (JAIS_13B, BTLM_3B):
+        info = from_config(config)
+        assert info.block == info.family_row.block == "layernorm-gated"

@@ -11,7 +11,7 @@ def test_refact_1_6b_is_read_from_its_published_config():
     assert (info.family, info.n_heads, info.head_dim, info.n_layers, info.kv_heads) == ("refact", 32, 64, 32, 1)
     assert info.intermediate_size == 5632  # 256 * ceil(int(2 * 8192 / 3) / 256), its MLP's width
     assert (info.norm, info.norm_bias, info.gated, info.block) == ("layernorm", False, True, "unbiased-layernorm-gated")
-    assert info.qk_scale == 1 / math.sqrt(64) and info.eps == 1e-5 and info.spec.default_target == "llama"
+    assert info.qk_scale == 1 / math.sqrt(64) and info.eps == 1e-5 and info.family_row.default_target == "llama"
     # its _get_slopes: torch.pow(2^(-1/4), k) in float32, up to 6 float32 ulps (5e-7) from Press et al.'s
     exact = press_slopes(32).tolist()
     assert all(abs(a - b) <= 6 * 2**-23 * b for a, b in zip(info.slopes, exact))
@@ -27,3 +27,8 @@ REFACT_1_6B = {"architectures": ["GPTRefactForCausalLM"], "model_type": "gpt_ref
 
 
 # replit/replit-code-v1-3b's config.json as first published (replit_lm, MosaicGPT's keys), as ggml's converter read it
+
+
+def test_the_block_as_published_is_the_one_its_config_gives():
+    info = from_config(REFACT_1_6B)
+    assert info.block == info.family_row.block == "unbiased-layernorm-gated"  # plan --heads --family refact's

@@ -1,5 +1,5 @@
-"""The package's layers (docs/architecture.md): no module imports one above its own layer (relative or absolute,
-at module level, inside functions or for type checking), and within a layer the imports form no cycle."""
+"""The package's levels (docs/architecture.md): no module imports one above its own level (relative or absolute,
+at module level, inside functions or for type checking), and within a level the imports form no cycle."""
 
 import ast
 import re
@@ -9,20 +9,20 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "ropebridge"
 
 
-def read_layers(doc: Path = ROOT / "docs" / "architecture.md") -> list[set[str]]:
-    """The layers of the table under "## Layers", lowest first: the backticked names of each row's modules."""
-    section = doc.read_text().split("## Layers", 1)[1].split("\n## ", 1)[0]
+def read_levels(doc: Path = ROOT / "docs" / "architecture.md") -> list[set[str]]:
+    """The levels of the table under "## Levels", lowest first: the backticked names of each row's modules."""
+    section = doc.read_text().split("## Levels", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|") for line in section.splitlines() if re.match(r"\|\s*\d+\s*\|", line)]
     return [set(re.findall(r"`([\w.]+)`", row[2])) for row in rows]
 
 
-LAYERS = read_layers()
+LEVELS = read_levels()
 
 
-def _layer(module: str, layers: list[set[str]]) -> int:
+def _level(module: str, levels: list[set[str]]) -> int:
     top = module.split(".")[0]
-    found = [i for i, names in enumerate(layers) if top in names]
-    assert found, f"{top} is on no layer of docs/architecture.md"
+    found = [i for i, names in enumerate(levels) if top in names]
+    assert found, f"{top} is on no level of docs/architecture.md"
     return found[0]
 
 
@@ -58,20 +58,20 @@ def _module(path: Path, package: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 1 else parts)
 
 
-def violations(package: Path = PACKAGE, layers: list[set[str]] = LAYERS) -> list[str]:
-    """Every import that runs up a layer, and every cycle of imports within a layer."""
+def violations(package: Path = PACKAGE, levels: list[set[str]] = LEVELS) -> list[str]:
+    """Every import that runs up a level, and every cycle of imports within a level."""
     graph = {}
     for path in sorted(package.rglob("*.py")):
         graph[_module(path, package)] = {t for t in imports(path, package) if t != _module(path, package)}
     wrong = [f"{m} imports {t}" for m, targets in graph.items() for t in sorted(targets)
-             if _layer(t, layers) > _layer(m, layers)]
-    # a cycle: a module that reaches itself through imports within its own layer
+             if _level(t, levels) > _level(m, levels)]
+    # a cycle: a module that reaches itself through imports within its own level
     for start in graph:
         seen, stack = set(), [(start, (start,))]
         while stack:
             node, trail = stack.pop()
             for t in graph.get(node, ()):
-                if _layer(t, layers) != _layer(start, layers):
+                if _level(t, levels) != _level(start, levels):
                     continue
                 if t == start:
                     wrong.append("cycle: " + " -> ".join((*trail, t)))
@@ -85,7 +85,7 @@ def violations(package: Path = PACKAGE, layers: list[set[str]] = LAYERS) -> list
 
 def package_cycles(graph: dict[str, set[str]]) -> list[str]:
     """Every cycle between top-level packages (``convert`` importing ``reports`` while ``reports`` imports
-    ``convert``), from the module graph: an arrow between two packages of one layer may run one way only."""
+    ``convert``), from the module graph: an arrow between two packages of one level may run one way only."""
     top = lambda m: m.split(".")[0]  # noqa: E731
     edges = {}
     for m, targets in graph.items():
@@ -117,17 +117,17 @@ def test_packages_form_no_cycle_and_the_check_sees_one(tmp_path):
     assert violations(pkg, [{"__init__", "conv", "rep"}]) == []
 
 
-def test_no_module_imports_a_layer_above_its_own_and_no_layer_has_a_cycle():
+def test_no_module_imports_a_level_above_its_own_and_no_level_has_a_cycle():
     assert violations() == []
 
 
-def test_every_module_is_on_a_layer():
+def test_every_module_is_on_a_level():
     for path in PACKAGE.rglob("*.py"):
-        _layer(_module(path, PACKAGE), LAYERS)
+        _level(_module(path, PACKAGE), LEVELS)
 
 
 def test_the_check_can_fail(tmp_path):
-    # a package with an upward import under TYPE_CHECKING, an absolute one in a function, and a cycle in a layer
+    # a package with an upward import under TYPE_CHECKING, an absolute one in a function, and a cycle in a level
     pkg = tmp_path / "ropebridge"
     (pkg / "low").mkdir(parents=True)
     files = {
@@ -151,5 +151,5 @@ def test_the_check_can_fail(tmp_path):
     assert violations(pkg, [{"__init__", "low"}, {"high"}]) == []
 
 
-def test_the_layers_come_from_the_architecture_page():
-    assert LAYERS[0] >= {"numerics", "_checks", "alibi", "rope"} and {"cli", "__main__"} <= LAYERS[-1]
+def test_the_levels_come_from_the_architecture_page():
+    assert LEVELS[0] >= {"numerics", "_checks", "alibi", "rope"} and {"cli", "__main__"} <= LEVELS[-1]
