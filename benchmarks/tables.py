@@ -449,7 +449,24 @@ def rotary_width() -> str:
     return "\n".join(out) + "\n"
 
 
-TABLES = {"window-guide": window_guide, "rotary-width": rotary_width, "engines-per-target": engines_per_target,
+def library_choices() -> str:
+    """``library_choices.py``: ropebridge's own code beside the library that does the same, BLOOM-560M shape."""
+    data = json.loads((RESULTS / "library_choices.json").read_text())
+    rows = data["rows"]
+    out = ["| what | ropebridge | the library | time (library / ropebridge) | peak RSS, ropebridge / library |",
+           "|---|---|---|---:|---:|"]
+    for what, ours, theirs, name in (("a model built without weights", "build:ropebridge", "build:accelerate",
+                                      "accelerate `init_empty_weights`"),
+                                     ("every tensor read in 64 MiB blocks, as float64", "read:ropebridge",
+                                      "read:safe_open", "safetensors `safe_open().get_slice()`")):
+        a, b = rows[ours], rows[theirs]
+        out.append(f"| {what} | {a['seconds']:.2f} s | {name}: {b['seconds']:.2f} s | {b['seconds'] / a['seconds']:.2f}× | "
+                   f"{a['rss_mb']:.0f} / {b['rss_mb']:.0f} MB |")
+    return "\n".join(out) + f"\n\n{data['rounds']} rounds interleaved, median time, largest peak; {data['cores']} cores, " \
+        f"load {data['load_average_1min_at_start']:.1f} at the start; `{data['command']}`.\n"
+
+
+TABLES = {"window-guide": window_guide, "library-choices": library_choices, "rotary-width": rotary_width, "engines-per-target": engines_per_target,
           "engines-per-family": engines_per_family, "engine-choice": engine_choice, "kernels": kernels,
           "default-targets": default_targets, "targets": targets, "verdicts": verdicts, "verdicts-8k": verdicts_8k,
           "default-shapes": default_shapes, "verify-scale": verify_scale,

@@ -40,6 +40,7 @@ from ..numerics import DTYPES
 from . import logit_stats
 from .layered import LayeredModel
 from .native import as_defined, native_deviations
+from .stages import Converted, Reference, Side, Source, held, sides, views
 from .verdict import READING_TOKENS, VerifyReport
 
 GREEDY_STREAM_BYTES = 96 << 30  # weights streamed by greedy generation, at most: fewer tokens beyond
@@ -132,9 +133,9 @@ def _reference_greedy(source: SourceModel, prompt: torch.Tensor, n: int, block: 
     seq, out = prompt.cpu(), []
     for _ in range(n):
         h = reference_states(source, seq, query_block=QUERY_BLOCK, device=device)[:, -1:]  # (1, 1, D)
-        side = {"exact": lambda a, c: h @ source.head_rows(a, c).T.to(device)}
+        side = {Side.EXACT: lambda a, c: h @ source.head_rows(a, c).T.to(device)}
         stats, _ = logit_stats.compare(side, [], source.info.vocab_size, block)
-        out.append(int(stats["exact"].argmax[0, 0]))
+        out.append(int(stats[Side.EXACT].argmax[0, 0]))
         seq = torch.cat([seq, torch.tensor([[out[-1]]])], 1)
     return out
 
@@ -171,41 +172,33 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
         seconds[name] = time.perf_counter() - started - sum(seconds.values())
         bar.set_postfix_str(name)
 
-    hidden: dict[str, torch.Tensor] = {}
     with torch.no_grad():
         bar.set_postfix_str(f"converted, {n} tokens")
-        hidden["conv"], hidden["conv_batch"] = conv.hidden(ids), conv.hidden(batch, mask)  # (1, s, D), (2, s, D)
+        converted = Converted(conv.hidden(ids), conv.hidden(batch, mask))  # (1, s, D'), (2, s, D')
         stage("converted")
         bar.set_postfix_str(f"exact float64 reference, 2 x {n} tokens")
         advantage = AdvantageTracker(info.slopes)  # what the ladder's floors must cover, on these tokens
-        ref = reference_states(source, batch, mask, query_block=QUERY_BLOCK, on_layer=lambda i: tick(),
-                               device=device, observe=advantage)  # (2, s, D)
+        states = reference_states(source, batch, mask, query_block=QUERY_BLOCK, on_layer=lambda i: tick(),
+                                  device=device, observe=advantage)  # (2, s, D)
+        baseline = None
         if half:
             bar.set_postfix_str(f"baseline: SRC in {request.dtype}, attention and bias exact, {n} tokens")
-            baseline = reference_states(source, ids, query_block=QUERY_BLOCK, round_to=dtype, on_layer=lambda i: tick(),
-                                     device=device)  # (1, s, D)
+            baseline = reference_states(source, ids, query_block=QUERY_BLOCK, round_to=dtype,
+                                        on_layer=lambda i: tick(), device=device)  # (1, s, D)
+        reference = Reference(states, advantage.worst, baseline)
         stage("reference")
+        ran = None
         if runs:
             bar.set_postfix_str(f"native, {n} tokens")
             with exact():
-                hidden["native"], hidden["native_head"] = native.hidden(ids), native.hidden(head)
-            if deviations:
-                hidden["hf"], hidden["hf_head"] = native.hidden(ids), native.hidden(head)
+                own = native.hidden(ids), native.hidden(head)  # (1, s, D), (1, m, D)
+            hf = (native.hidden(ids), native.hidden(head)) if deviations else None
+            ran = Source(*own, hf)
             stage("native")
-    models = {"conv": conv, "conv_batch": conv, "native": native, "native_head": native, "hf": native,
-              "hf_head": native}
-    sides: dict[str, logit_stats.Side] = {"exact": lambda a, c: ref @ source.head_rows(a, c).T.to(device)}
-    if half:  # the baseline's head rows in the dtype too
-        sides["baseline"] = lambda a, c: baseline @ source.head_rows(a, c).T.to(device).to(dtype).double()
-    for name, h in hidden.items():
-        sides[name] = lambda a, c, h=h, m=models[name]: m.logits_block(h, a, c).double()
-    pairs = [("exact0", "conv"), ("exact", "conv_batch")] + ([("exact0", "baseline")] if half else [])
-    if runs:
-        pairs += [("native", "conv"), ("native", "exact0"), ("native_head", "exact_head")]
-        pairs += [("hf", "conv"), ("hf_head", "exact_head")] if deviations else []
-    views = {"exact0": ("exact", (slice(0, 1),)), "exact_head": ("exact", (slice(0, 1), slice(0, head.shape[1])))}
-    held = (ref, *hidden.values(), *([baseline] if half else []))
-    rows = [h.shape[:-1].numel() for h in held]  # each side's positions, b * s
+    models = {Side.CONVERTED: conv, Side.CONVERTED_BATCH: conv, Side.SOURCE: native, Side.SOURCE_HEAD: native,
+              Side.TRANSFORMERS: native, Side.TRANSFORMERS_HEAD: native}
+    made, pairs = sides(source, reference, converted, ran, models, dtype, device)
+    rows = [h.shape[:-1].numel() for h in held(reference, converted, ran)]  # each side's positions, b * s
     # each row of a block, an upper bound (the sides run one after another): the exact head's (and the baseline's) in
     # float64, each model's as read and as cast
     widths = [info.hidden_size] * (1 + half) + [2 * m.head_width for m in (conv, native) if m is not None]
@@ -213,13 +206,13 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
     targets = torch.cat([ids[:, 1:], ids[:, :1]], 1)  # (1, s): the next token (the last is ignored)
     bar.set_postfix_str(f"logits, {info.vocab_size} rows in blocks of {block}")
     side_stats, pair_stats = logit_stats.compare(
-        sides, pairs, info.vocab_size, block, views=views,
-        targets={"exact0": targets, "conv": targets, **({"native": targets} if runs else {})})
+        made, pairs, info.vocab_size, block, views=views(head.shape[1]),
+        targets={Side.EXACT0: targets, Side.CONVERTED: targets, **({Side.SOURCE: targets} if runs else {})})
     bar.update()
     stage("logits")
     report = _report(source, (src, dst), request, (side_stats, pair_stats), mask, deviations)
-    report.content_advantage = advantage.worst.cpu().tolist()
-    _greedy_check(report, source, {"conv": conv, "native": native}, ids, request, (block, bar))
+    report.content_advantage = reference.advantage.cpu().tolist()
+    _greedy_check(report, source, (conv, native), ids, request, (block, bar))
     stage("greedy")
     report.cost = {"seconds": time.perf_counter() - started, "stage_seconds": seconds, "max_memory": max_memory,
                    "memory_need": need.total, "reference_layer_bytes": need.reference_layer,
@@ -233,35 +226,36 @@ def _report(source, paths: tuple[Path, Path], request, stats: tuple[dict, dict],
     """The report of the compared logits ``stats`` (sides, pairs: ``measure``) of ``paths`` (SRC, DST)."""
     (src, dst), (s, p), runs = paths, stats, source.info.family_row.attention is not None
     text = request.text is not None
-    judged, padded = p["exact0", "conv"], p["exact", "conv_batch"]
-    agree = (s["conv"].argmax == s["exact"].argmax[:1]).double().mean()
+    judged, padded = p[Side.EXACT0, Side.CONVERTED], p[Side.EXACT, Side.CONVERTED_BATCH]
+    agree = (s[Side.CONVERTED].argmax == s[Side.EXACT].argmax[:1]).double().mean()
     report = VerifyReport(
         source=str(src), converted=str(dst), family=source.info.family, dtype=request.dtype,
         context=int(mask.shape[1]), source_attention=source.info.family_row.attention or "not run", native_ran=runs,
         reference_converted_max_err=float(judged.max_abs_diff.max()), mean_kl=float(judged.kl.mean()),
         padded_max_abs_logit_diff=float(padded.max_abs_diff[mask.bool()].max()), top1_agreement=float(agree),
         error_by_position=judged.max_abs_diff[0].tolist(),
-        ppl_reference=_ppl(s["exact0"]) if text else None, ppl_converted=_ppl(s["conv"]) if text else None,
+        ppl_reference=_ppl(s[Side.EXACT0]) if text else None, ppl_converted=_ppl(s[Side.CONVERTED]) if text else None,
         thresholds={"max_abs_logit_diff": request.max_logit_diff, "greedy_identical": request.dtype == "float32"})
-    if ("exact0", "baseline") in p:
-        report.baseline_max_err = float(p["exact0", "baseline"].max_abs_diff.max())
+    worst = lambda a, b: float(p[a, b].max_abs_diff.max())  # noqa: E731
+    if (Side.EXACT0, Side.BASELINE) in p:
+        report.baseline_max_err = worst(Side.EXACT0, Side.BASELINE)
     if runs:
-        report.max_abs_logit_diff = float(p["native", "conv"].max_abs_diff.max())
-        report.reference_native_max_err = float(p["native", "exact0"].max_abs_diff.max())
-        report.native_reading_max_err = float(p["native_head", "exact_head"].max_abs_diff.max())
-        report.ppl_native = _ppl(s["native"]) if text else None
+        report.max_abs_logit_diff = worst(Side.SOURCE, Side.CONVERTED)
+        report.reference_native_max_err = worst(Side.SOURCE, Side.EXACT0)
+        report.native_reading_max_err = worst(Side.SOURCE_HEAD, Side.EXACT_HEAD)
+        report.ppl_native = _ppl(s[Side.SOURCE]) if text else None
     if deviations:
         report.transformers_native_deviation = "; ".join(d.what for d in deviations)
-        report.transformers_native_max_abs_logit_diff = float(p["hf", "conv"].max_abs_diff.max())
-        report.transformers_reading_max_err = float(p["hf_head", "exact_head"].max_abs_diff.max())
+        report.transformers_native_max_abs_logit_diff = worst(Side.TRANSFORMERS, Side.CONVERTED)
+        report.transformers_reading_max_err = worst(Side.TRANSFORMERS_HEAD, Side.EXACT_HEAD)
     return report
 
 
-def _greedy_check(report: VerifyReport, source, models: dict, ids: torch.Tensor, request, progress: tuple) -> None:
-    """Greedy tokens of the converted model ``models["conv"]`` and of the source (``models["native"]`` run as
+def _greedy_check(report: VerifyReport, source, models: tuple, ids: torch.Tensor, request, progress: tuple) -> None:
+    """Greedy tokens of the converted model ``models[0]`` and of the source (``models[1]``, None or run as
     defined, or the exact reference), bounded so that the weights they stream stay within ``GREEDY_STREAM_BYTES``
     (the report names the bound); ``progress``: the logit block and the bar."""
-    (block, bar), conv, native, asked = progress, models["conv"], models["native"], request.greedy_tokens
+    (block, bar), (conv, native), asked = progress, models, request.greedy_tokens
     pad_id = int(conv.model.config.pad_token_id or 0)
     if not asked:
         return

@@ -144,11 +144,39 @@ class VerifyRequest:
 
 def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = None, *, progress: bool = False,
            **options: Any) -> VerifyReport:
-    """Check DST against SRC (module doc): the pair, the bytes (``byte_check``), then the function (``measure``,
-    judged by ``judge``). ``request`` or its fields as keyword ``options``; ``progress``: a bar on stderr naming
-    each stage."""
+    """Check DST against SRC (module doc): the pair (``_read_pair``), the limits (``_limits``), the bytes
+    (``byte_check``), then the function (``measure``, judged by ``judge``: ``_functional``), and the outputs the
+    request asks for (``_record``). ``request`` or its fields as keyword ``options``; ``progress``: a bar on stderr
+    naming each stage."""
     request = VerifyRequest(**options) if request is None else request
     check_device(request.device)
+    src, dst, record, source = _read_pair(src, dst, request)
+    derived = derive(src, record.plan_request(), str(src if record.source is None else record.source),
+                     model=source)
+    limits = _limits(source.info, derived.plan, request, dst)
+    check_memory(source.info, request.context, request.max_memory)  # before any weight is read
+    request = dataclasses.replace(request, dtype=limits.dtype, max_logit_diff=limits.threshold)
+    older = request.accept_older and written_by_older(record.ropebridge_version)
+    checked = byte_check.compare(derived, dst, record, quick=request.quick, accept_older=older, progress=progress)
+    if request.accept_older and not older:  # nothing older to accept: every byte is compared
+        checked.note = (f"--accept-older ignored: DST's record names ropebridge {record.ropebridge_version}, not "
+                        f"older than this {__version__}")
+    if checked.failures:
+        report = VerifyReport(source=str(src), converted=str(dst), family=source.info.family, dtype=limits.dtype,
+                              context=request.context, source_attention=source_attention(source.info.family_row),
+                              byte_check=checked.to_dict(), predicted_error=limits.allowance,
+                              functional_skipped="DST is not what convert writes from SRC",
+                              failures=list(checked.failures))
+        ids = None
+    else:
+        report, ids = _functional(source, (src, dst), derived.plan, request, (limits, checked), progress)
+    _record(report, request, dst, ids)
+    return report
+
+
+def _read_pair(src, dst, request: VerifyRequest) -> tuple[Path, Path, ConversionRecord, SourceModel]:
+    """SRC and DST as directories (or hub ids fetched), DST's record, SRC read (its shapes checked before anything
+    else), and the pair refused where DST was not converted from SRC (``_check_pair``)."""
     src, dst = resolve_source(src), resolve_source(dst)  # directories, or hub ids as in convert
     for p in (src, dst):
         if not (p / "config.json").is_file():
@@ -160,9 +188,28 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
         raise FileNotFoundError(f"--card: {dst} has no model card (README.md) to record the result in")
     source = SourceModel(src)  # its shapes checked against its config before anything else
     _check_pair(source.info, src, dst, record)
-    derived = derive(src, record.plan_request(), str(src if record.source is None else record.source),
-                     model=source)
-    plan = derived.plan
+    return src, dst, record, source
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the functional check is judged by: the ``dtype`` it runs in, the ``threshold`` (the dtype's default
+    tolerance at the plan's window unless asked), the plan's prediction in that dtype (``predicted``), and whether
+    the plan is fit for it (``fit``: else the prediction is no allowance)."""
+
+    dtype: str
+    threshold: float
+    predicted: float
+    fit: bool
+
+    @property
+    def allowance(self) -> float | None:
+        return self.predicted if self.fit else None
+
+
+def _limits(info: SourceInfo, plan, request: VerifyRequest, dst: Path) -> Limits:
+    """The ``Limits`` of a verify of ``plan`` (derived again from SRC, never DST's claim), after refusing a context
+    or greedy tokens beyond the plan's window or the source's own limit."""
     dtype = plan.dtype if request.dtype is None else request.dtype
     if request.context > plan.window:
         raise ValueError(f"--context {request.context} is beyond the window {plan.window} that {dst} was converted "
@@ -172,48 +219,48 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
         raise ValueError(f"--greedy-tokens {request.greedy_tokens} would generate up to position {reach}, beyond the "
                          f"window {plan.window} that {dst} was converted for; give at most "
                          f"{plan.window - min(GREEDY_PROMPT, request.context)}")
-    positions = source.info.max_positions
+    positions = info.max_positions
     if positions is not None and request.context > positions:
         raise ValueError(f"--context {request.context} is beyond the source's own limit of {positions} positions")
     threshold = request.max_logit_diff
     if threshold is None:  # the dtype's default tolerance at this window: never a --tolerance DST's record names
-        threshold = plan_tolerance(dtype, source.info.slopes, plan.window)
+        threshold = plan_tolerance(dtype, info.slopes, plan.window)
     predicted = predicted_in(plan, dtype)  # in another dtype than DST's: its values as stored, D's arithmetic
-    fit = dtype == plan.dtype or predicted <= max(plan_tolerance(d, source.info.slopes, plan.window)
+    fit = dtype == plan.dtype or predicted <= max(plan_tolerance(d, info.slopes, plan.window)
                                                   for d in (dtype, plan.dtype))
-    allowance = predicted if fit else None  # a plan unfit for the dtype is no allowance there
-    check_memory(source.info, request.context, request.max_memory)  # before any weight is read
-    request = dataclasses.replace(request, dtype=dtype, max_logit_diff=threshold)
-    older = request.accept_older and written_by_older(record.ropebridge_version)
-    checked = byte_check.compare(derived, dst, record, quick=request.quick, accept_older=older, progress=progress)
-    if request.accept_older and not older:  # nothing older to accept: every byte is compared
-        checked.note = (f"--accept-older ignored: DST's record names ropebridge {record.ropebridge_version}, not "
-                        f"older than this {__version__}")
-    if checked.failures:
-        report = VerifyReport(source=str(src), converted=str(dst), family=source.info.family, dtype=dtype,
-                              context=request.context, source_attention=source_attention(source.info.family_row),
-                              byte_check=checked.to_dict(), predicted_error=allowance,
-                              functional_skipped="DST is not what convert writes from SRC",
-                              failures=list(checked.failures))
-        ids = None
-    else:
-        bar = progress_bar(1, "verify", enabled=progress, unit="step")  # layers run and the logits pass; an ETA
-        try:
-            report, ids = measure(source, src, dst, request, bar)
-        finally:
-            bar.close()
-        report.source_attention = source_attention(source.info.family_row)
-        report.byte_check, report.predicted_error = checked.to_dict(), allowance
-        if plan.strategy == "ladder":
-            report.advantage_allowed = [h.ladder.floor - plan.cutoff for h in plan.heads]
-        report.thresholds["limit"] = limit_of(report)
-        report.failures.extend(judge(report))
-        if report.failures and dtype != plan.dtype:  # a DST run in another dtype than it was converted for
-            why = beyond_range(dst, dtype) or (None if fit else f"its emulation in {dtype} is predicted to err by "
-                                               f"{predicted:.3g} logits, beyond {dtype}'s tolerance")
-            if why:
-                report.failures.insert(0, f"DST was converted for {plan.dtype}: {why}; it cannot run in {dtype} "
-                                       f"(convert with --dtype {dtype})")
+    return Limits(dtype, threshold, predicted, fit)
+
+
+def _functional(source: SourceModel, paths: tuple[Path, Path], plan, request: VerifyRequest, judged: tuple,
+                progress: bool) -> tuple[VerifyReport, Any]:
+    """The functional check (``measure``) judged (``judge``) with ``judged``'s limits and byte check: the report and
+    the ids it measured on. A DST run in another dtype than it was converted for that fails says why it cannot run
+    there."""
+    (src, dst), (limits, checked) = paths, judged
+    bar = progress_bar(1, "verify", enabled=progress, unit="step")  # layers run and the logits pass; an ETA
+    try:
+        report, ids = measure(source, src, dst, request, bar)
+    finally:
+        bar.close()
+    report.source_attention = source_attention(source.info.family_row)
+    report.byte_check, report.predicted_error = checked.to_dict(), limits.allowance
+    if plan.strategy == "ladder":
+        report.advantage_allowed = [h.ladder.floor - plan.cutoff for h in plan.heads]
+    report.thresholds["limit"] = limit_of(report)
+    report.failures.extend(judge(report))
+    if report.failures and limits.dtype != plan.dtype:  # a DST run in another dtype than it was converted for
+        why = beyond_range(dst, limits.dtype) or (None if limits.fit else f"its emulation in {limits.dtype} is "
+                                                  f"predicted to err by {limits.predicted:.3g} logits, beyond "
+                                                  f"{limits.dtype}'s tolerance")
+        if why:
+            report.failures.insert(0, f"DST was converted for {plan.dtype}: {why}; it cannot run in {limits.dtype} "
+                                   f"(convert with --dtype {limits.dtype})")
+    return report, ids
+
+
+def _record(report: VerifyReport, request: VerifyRequest, dst: Path, ids) -> None:
+    """What the request asks to keep: the result in DST's model card, report.md/json in ``report_dir`` (a report
+    that cannot be written says why and keeps the verdict)."""
     if request.card:
         from .card import record_verification
 
@@ -226,7 +273,6 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
         except OSError as exc:  # keep the computed result: the caller prints it and says why the report is missing
             report.report_error = str(exc.strerror or exc)
             log.info("cannot write the report into %s: %s", request.report_dir, report.report_error)
-    return report
 
 
 def beyond_range(dst: Path, dtype: str) -> str | None:

@@ -1,0 +1,114 @@
+"""verify's functional check as typed stages: each run of a model a layer at a time gives its final hidden states,
+and ``Side`` names the logits they give, so the comparisons are written between names, not strings.
+
+- ``Converted``: DST as transformers runs it, on the ids ``(1, s, D)`` and on the left-padded batch ``(2, s, D)``;
+- ``Reference``: the exact float64 reference on the batch ``(2, s, D)`` (row 0 is the ids), the content advantage
+  it observed, and in half precision the baseline (SRC in the dtype, attention and bias exact) on the ids;
+- ``Source``: SRC as the family defines it (``native.as_defined``) on the ids and on its first ``READING_TOKENS``,
+  and, where transformers deviates from the definition, transformers' own numbers on both.
+
+``sides`` turns them into the logit producers ``logit_stats.compare`` takes and ``COMPARED`` says which pairs are
+compared (``Comparison``: what it measures, the two sides).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import torch
+
+from . import logit_stats
+
+
+class Side(str, Enum):
+    """The logits a verify forms, by what produced them (a ``str``: ``logit_stats`` keys them)."""
+
+    EXACT = "exact"  # the exact reference on the padded batch (2, s)
+    EXACT0 = "exact0"  # its row 0: the ids
+    EXACT_HEAD = "exact_head"  # its row 0's first READING_TOKENS positions
+    CONVERTED = "conv"  # DST on the ids
+    CONVERTED_BATCH = "conv_batch"  # DST on the padded batch
+    BASELINE = "baseline"  # SRC in the dtype, attention and bias exact
+    SOURCE = "native"  # SRC as the family defines it, on the ids
+    SOURCE_HEAD = "native_head"  # the same on the first READING_TOKENS tokens alone
+    TRANSFORMERS = "hf"  # SRC as transformers' class computes it, where it deviates
+    TRANSFORMERS_HEAD = "hf_head"
+
+
+VIEWS = {Side.EXACT0: (Side.EXACT, (slice(0, 1),))}  # EXACT_HEAD's: ``views``, from the reading's length
+
+
+@dataclass(frozen=True)
+class Converted:
+    ids: torch.Tensor  # (1, s, D')
+    batch: torch.Tensor  # (2, s, D')
+
+
+@dataclass(frozen=True)
+class Reference:
+    states: torch.Tensor  # (2, s, D) float64
+    advantage: torch.Tensor  # (h,) the largest content advantage per head (``calibration.AdvantageTracker``)
+    baseline: torch.Tensor | None  # (1, s, D) in half precision; None in float32
+
+
+@dataclass(frozen=True)
+class Source:
+    ids: torch.Tensor  # (1, s, D)
+    head: torch.Tensor  # (1, m, D)
+    transformers: tuple[torch.Tensor, torch.Tensor] | None  # (ids, head) as transformers computes them
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One comparison ``verify`` reports: ``what`` it measures, the side judged against (``a``) and the other."""
+
+    what: str
+    a: Side
+    b: Side
+
+
+COMPARED = (
+    Comparison("judged: converted vs exact, on the ids", Side.EXACT0, Side.CONVERTED),
+    Comparison("judged: converted vs exact, the padded batch", Side.EXACT, Side.CONVERTED_BATCH),
+    Comparison("baseline: SRC in the dtype vs exact", Side.EXACT0, Side.BASELINE),
+    Comparison("reported: source vs converted", Side.SOURCE, Side.CONVERTED),
+    Comparison("reported: source vs exact", Side.SOURCE, Side.EXACT0),
+    Comparison("the reading of SRC: source vs exact on its first tokens", Side.SOURCE_HEAD, Side.EXACT_HEAD),
+    Comparison("reported: transformers' own vs converted", Side.TRANSFORMERS, Side.CONVERTED),
+    Comparison("transformers' own reading vs exact", Side.TRANSFORMERS_HEAD, Side.EXACT_HEAD),
+)
+
+
+def views(reading: int) -> dict[Side, tuple[Side, tuple[slice, ...]]]:
+    """The sides that are slices of another: row 0 of the exact batch, and its first ``reading`` positions."""
+    return {**VIEWS, Side.EXACT_HEAD: (Side.EXACT, (slice(0, 1), slice(0, reading)))}
+
+
+def sides(source_model, reference: Reference, converted: Converted, source: Source | None, models: dict,
+          dtype: torch.dtype, device) -> tuple[dict[Side, logit_stats.Side], list[tuple[Side, Side]]]:
+    """The logit producers of every side the stages gave (``(a, c) -> (b, s, c - a)`` float64, vocabulary rows
+    ``[a, c)``: the exact side's and the baseline's through SRC's head rows, each model's through its own head,
+    ``models[side]``) and the pairs of ``COMPARED`` whose both sides exist."""
+    made: dict[Side, logit_stats.Side] = {
+        Side.EXACT: lambda a, c: reference.states @ source_model.head_rows(a, c).T.to(device)}
+    if reference.baseline is not None:  # the baseline's head rows in the dtype too
+        made[Side.BASELINE] = lambda a, c: (reference.baseline @ source_model.head_rows(a, c).T.to(device).to(dtype)
+                                            .double())
+    hidden = {Side.CONVERTED: converted.ids, Side.CONVERTED_BATCH: converted.batch}
+    if source is not None:
+        hidden |= {Side.SOURCE: source.ids, Side.SOURCE_HEAD: source.head}
+        if source.transformers is not None:
+            hidden |= {Side.TRANSFORMERS: source.transformers[0], Side.TRANSFORMERS_HEAD: source.transformers[1]}
+    for name, h in hidden.items():
+        made[name] = lambda a, c, h=h, m=models[name]: m.logits_block(h, a, c).double()
+    present = set(made) | set(VIEWS) | {Side.EXACT_HEAD}
+    return made, [(c.a, c.b) for c in COMPARED if c.a in present and c.b in present]
+
+
+def held(reference: Reference, converted: Converted, source: Source | None) -> list[torch.Tensor]:
+    """Every hidden state the logits are formed from (the reference's batch, each model's, the baseline)."""
+    out = [reference.states, converted.ids, converted.batch]
+    if source is not None:
+        out += [source.ids, source.head, *(source.transformers or ())]
+    return out + ([reference.baseline] if reference.baseline is not None else [])
