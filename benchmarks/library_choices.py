@@ -41,7 +41,7 @@ how, directory = sys.argv[1], sys.argv[2]
 config = AutoConfig.from_pretrained(directory)
 t = time.perf_counter()
 if how == "ropebridge":
-    from ropebridge.convert.layered import _parameters_on_meta as empty
+    from ropebridge.verify.layered import _parameters_on_meta as empty
 else:
     from accelerate import init_empty_weights as empty
 with empty(), no_init_weights():

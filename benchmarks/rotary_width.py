@@ -41,7 +41,7 @@ def convert(src: Path, dst: Path, dtype: str, window: int, width: int) -> dict:
 
 
 def main() -> int:
-    from ropebridge.convert.verdict import LOGIT_FACTOR as factor
+    from ropebridge.verify.verdict import LOGIT_FACTOR as factor
 
     assert factor == LOGIT_FACTOR
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -56,7 +56,7 @@ def case(python: str, family: str, dtype: str, work: Path) -> list[dict]:
     from pico import build_remote
 
     from ropebridge.convert import convert
-    from ropebridge.convert.verdict import LOGIT_FACTOR
+    from ropebridge.verify.verdict import LOGIT_FACTOR
     from ropebridge.emulation import PlanRequest
 
     src = build_remote(work / family, family)

@@ -50,7 +50,7 @@ def case(env, family: str, strategy: str, tokenizer: Path, work: Path) -> dict:
     from remote_models import READINGS, greedy_continuation, refact_logits
 
     from ropebridge.convert import convert
-    from ropebridge.convert.verdict import LOGIT_FACTOR
+    from ropebridge.verify.verdict import LOGIT_FACTOR
     from ropebridge.emulation import PlanRequest
 
     vocab = json.loads((tokenizer / "tokenizer.json").read_text())["model"]["vocab"]

@@ -1,7 +1,7 @@
 """``ropebridge verify``'s text: the byte check, each number beside its limit, and the verdict last."""
 
 from ropebridge.cli.verify_cmd import format_report
-from ropebridge.convert.verdict import VerifyReport
+from ropebridge.verify.verdict import VerifyReport
 
 
 def _report(**kw):

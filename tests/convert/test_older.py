@@ -4,7 +4,7 @@ import pytest
 
 from ropebridge.checkpoint.config import from_heads
 from ropebridge.convert import older
-from ropebridge.convert.byte_check import first_difference
+from ropebridge.verify.byte_check import first_difference
 from ropebridge.emulation import EmulationPlan, PlanRequest, plan
 from ropebridge.emulation.strategy import STRATEGY_NAMES
 

@@ -13,7 +13,8 @@ from pico import FAMILIES, build
 from ropebridge.checkpoint.config import load_config
 from ropebridge.checkpoint.model import SourceModel
 from ropebridge.checkpoint.reference import reference_logits
-from ropebridge.convert import convert, verify
+from ropebridge.convert import convert
+from ropebridge.verify import verify
 from ropebridge.emulation import PlanRequest
 from ropebridge.numerics import TOLERANCE
 from ropebridge.emulation.single import exact_rotation_theta
@@ -225,7 +226,7 @@ def test_128_dim_heads_end_to_end_in_float32_and_the_half_precision_default(tmp_
 def test_default_float32_conversion_of_a_real_attention_shape_passes_verify(tmp_path, family, config):
     # one layer, a small vocabulary: the default window (8192) and dtype (float32) are accepted as planned,
     # and verify passes against the exact float64 reference
-    from ropebridge.convert import verify
+    from ropebridge.verify import verify
 
     src = build(tmp_path / "src", family, std=0.02, **config)
     res = convert(src, tmp_path / "rope")
@@ -292,7 +293,7 @@ BLOOMZ_KEYS = dict(offset_alibi=100, seq_length=2048, masked_softmax_fusion=True
 ])
 def test_new_shapes_of_bloom_convert_and_verify_exactly(tmp_path, name, config):
     from ropebridge.checkpoint.config import from_config
-    from ropebridge.convert import verify
+    from ropebridge.verify import verify
 
     src = build(tmp_path / "src", "bloom-4heads", **config)
     raw = json.loads((src / "config.json").read_text())

@@ -8,7 +8,7 @@ import pytest
 from pico import build
 
 from ropebridge.convert import convert
-from ropebridge.convert.byte_check import first_difference
+from ropebridge.verify.byte_check import first_difference
 from ropebridge.convert.record import FILE, ConversionRecord, floors_in
 from ropebridge.emulation import PlanRequest
 from ropebridge.planning import plan_checkpoint

@@ -15,7 +15,8 @@ from ropebridge.checkpoint.families import Family, FamilyDetails
 from ropebridge.checkpoint.model import SourceModel
 from ropebridge.checkpoint.reference import reference_logits
 from ropebridge.checkpoint.tensor_io import row_blocks, single
-from ropebridge.convert import convert, verify
+from ropebridge.convert import convert
+from ropebridge.verify import verify
 from ropebridge.emulation import PlanRequest
 from ropebridge.numerics import TOLERANCE
 from ropebridge.targets import TARGETS, Target

@@ -8,7 +8,8 @@ import transformers as T
 from pico import build
 
 from ropebridge.cli import main
-from ropebridge.convert import convert, verify
+from ropebridge.convert import convert
+from ropebridge.verify import verify
 from ropebridge.emulation import PlanRequest
 from ropebridge.emulation.fixed_base import engine_frequencies
 

@@ -12,7 +12,7 @@ from remote_models import baichuan_logits, embedded_conversion, greedy_continuat
 from ropebridge.convert import convert
 from ropebridge.emulation import PlanRequest
 from ropebridge.numerics import DTYPES
-from ropebridge.convert.verdict import LOGIT_FACTOR
+from ropebridge.verify.verdict import LOGIT_FACTOR
 
 
 def run(directory, ids: torch.Tensor, dtype: str) -> torch.Tensor:

@@ -11,8 +11,9 @@ from pico import build, build_remote
 from ropebridge.checkpoint.model import SourceModel
 from ropebridge.checkpoint.reference import reference_logits
 from ropebridge.checkpoint.tensor_io import CheckpointReader
-from ropebridge.convert import convert, verify
-from ropebridge.convert.verdict import LOGIT_FACTOR
+from ropebridge.convert import convert
+from ropebridge.verify import verify
+from ropebridge.verify.verdict import LOGIT_FACTOR
 from ropebridge.emulation import PlanRequest
 from ropebridge.numerics import DTYPES, TOLERANCE
 from ropebridge.writers import gpt_neox, persimmon

@@ -1,4 +1,4 @@
-"""``ropebridge verify SRC DST``: does the converted checkpoint reproduce the original? (calls ``convert.verify``)."""
+"""``ropebridge verify SRC DST``: does the converted checkpoint reproduce the original? (calls ``verify.verify``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import sys
 from pathlib import Path
 
-from ..convert.verdict import rows
-from ..convert.verify import DEFAULT_MAX_MEMORY, DEVICES, VerifyRequest, verify
+from ..verify.verdict import rows
+from ..verify.run import DEFAULT_MAX_MEMORY, DEVICES, VerifyRequest, verify
 from ..numerics import DTYPES
 from . import silence_stdout
 from ._options import add_verbose, numeric

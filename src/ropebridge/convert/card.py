@@ -4,10 +4,8 @@ engine that runs its target."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
-from .. import __version__, _interrupt
+from .. import __version__
 from ..emulation import EmulationPlan
 from ..emulation.request import PlanRequest
 from ..targets import Target
@@ -81,25 +79,3 @@ compares it with the source and with an exact float64 ALiBi forward pass (exit 1
 
 {serving}
 """
-
-
-VERIFIED = "## Verification"
-
-
-def record_verification(card: Path, report) -> None:
-    """Write ``verify``'s result (a ``VerifyReport``) into the model card at ``card`` as its "Verification"
-    section, replacing an earlier one: the numbers a reader of the checkpoint would ask for first."""
-    text = card.read_text()
-    head, _, rest = text.partition(f"\n{VERIFIED}\n")
-    tail = rest[rest.find("\n## ") + 1:] if "\n## " in rest else ""
-    from .verdict import rows
-
-    table = [f"| verdict | {'PASSED' if report.passed else 'FAILED: ' + '; '.join(report.failures)} | |",
-             f"| tokens, dtype | {report.context}, {report.dtype} | |",
-             *(f"| {what} | {value} | {how} |".replace("||", "\\|\\|") for what, value, how in rows(report))]
-    section = (f"\n{VERIFIED}\n\n`ropebridge verify` against `{report.source}`:\n\n| | | |\n|---|---|---|\n"
-               + "\n".join(table) + "\n")
-    tmp = card.with_name(f".{card.name}.tmp")
-    with _interrupt.removed_if_interrupted(tmp):
-        tmp.write_text(head.rstrip("\n") + "\n" + section + ("\n" + tail if tail else ""))
-        os.replace(tmp, card)  # the card is at every instant the old one or the new one

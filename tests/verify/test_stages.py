@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import torch
 
-from ropebridge.convert.stages import COMPARED, Converted, Reference, Side, Source, held, sides, views
+from ropebridge.verify.stages import COMPARED, Converted, Reference, Side, Source, held, sides, views
 
 
 def _stages(source: bool, baseline: bool, transformers: bool):

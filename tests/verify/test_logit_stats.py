@@ -4,7 +4,7 @@ whatever the block."""
 import pytest
 import torch
 
-from ropebridge.convert.logit_stats import compare, vocab_block
+from ropebridge.verify.logit_stats import compare, vocab_block
 
 EPS = torch.finfo(torch.float64).eps
 

@@ -9,8 +9,9 @@ import torch
 from pico import build
 
 from ropebridge.cli import main
-from ropebridge.convert import convert, verify
-from ropebridge.convert.byte_check import first_difference
+from ropebridge.convert import convert
+from ropebridge.verify import verify
+from ropebridge.verify.byte_check import first_difference
 from ropebridge.emulation import PlanRequest
 
 

@@ -27,9 +27,9 @@ import torch
 
 from .._progress import progress_bar
 from ..checkpoint.tensor_io import CheckpointReader
-from .pipeline import Derivation
-from .record import FILE as RECORD_FILE
-from .record import ConversionRecord
+from ..convert.pipeline import Derivation
+from ..convert.record import FILE as RECORD_FILE
+from ..convert.record import ConversionRecord
 
 FIXED_FILES = ("config.json", RECORD_FILE, "README.md", "model.safetensors.index.json")
 # With accept_older, numbers of the plan and the config agree to this relative difference: both sides compute

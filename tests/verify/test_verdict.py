@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from ropebridge.convert.verdict import (
+from ropebridge.verify.verdict import (
     BASELINE_FACTOR,
     LOGIT_FACTOR,
     READING_TOKENS,

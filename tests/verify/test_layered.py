@@ -7,7 +7,7 @@ from pico import build, build_remote
 from transformers import AutoModelForCausalLM
 
 from ropebridge.convert import convert
-from ropebridge.convert.layered import LayeredModel
+from ropebridge.verify.layered import LayeredModel
 from ropebridge.emulation import PlanRequest
 
 CASES = [("bloom-4heads", "gpt-neox"), ("mpt", "nemotron"), ("falcon-rw", "persimmon"), ("bloom-4heads", "starcoder2"),

@@ -7,7 +7,7 @@ import transformers as T
 from pico import build
 
 from ropebridge.checkpoint.model import SourceModel
-from ropebridge.convert.native import NATIVE_DEVIATIONS, as_defined, native_deviations
+from ropebridge.verify.native import NATIVE_DEVIATIONS, as_defined, native_deviations
 
 
 def _whats(family, config):

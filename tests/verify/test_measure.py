@@ -10,7 +10,9 @@ import torch
 from pico import build
 
 from ropebridge.checkpoint.model import SourceModel
-from ropebridge.convert import convert, measure, verify
+from ropebridge.convert import convert
+from ropebridge.verify import verify
+from ropebridge.verify import measure
 from ropebridge.emulation import PlanRequest
 
 
@@ -115,7 +117,7 @@ def test_the_vocabulary_block_counts_the_heads_rows_each_side_reads(tmp_path, mo
     # at a short context the logits are small and the block large: the heads' rows (the exact head in float64,
     # the baseline's in half precision, each model's as read and as cast) must be in the budget, or a 560M shape
     # at 16 tokens holds 4.2 GB against a need of 1.3 (measured before this rule; 0.6 GB with it)
-    from ropebridge.convert import logit_stats
+    from ropebridge.verify import logit_stats
 
     src = build(tmp_path / "bloom", "bloom-4heads")
     dst = convert(src, tmp_path / "dst", PlanRequest(window=256, dtype=dtype)).destination

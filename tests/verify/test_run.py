@@ -7,8 +7,9 @@ import pytest
 from pico import build
 
 from ropebridge.cli import main
-from ropebridge.convert import convert, verify
-from ropebridge.convert import native
+from ropebridge.convert import convert
+from ropebridge.verify import verify
+from ropebridge.verify import native
 from ropebridge.demo import data_dir
 from ropebridge.emulation import PlanRequest
 from ropebridge.numerics import TOLERANCE
@@ -84,8 +85,8 @@ def test_the_exact_reference_has_no_size_cap(tmp_path, capsys):
 def test_a_converted_model_that_ignores_left_padding_fails(tmp_path, monkeypatch):
     # the padded batch is judged against the exact reference on its real positions: a model that drops the
     # attention mask puts its padded row's tokens after pad tokens it attends to, and is caught
-    from ropebridge.convert import measure
-    from ropebridge.convert.layered import LayeredModel
+    from ropebridge.verify import measure
+    from ropebridge.verify.layered import LayeredModel
 
     src = build(tmp_path / "bloom", "bloom-4heads")
     dst = convert(src, tmp_path / "rope", PlanRequest(window=256)).destination
@@ -138,7 +139,7 @@ def test_a_baichuan_conversion_is_judged_against_the_exact_reference_which_stand
     import torch
     from pico import build_remote
 
-    from convert.test_byte_check import edit_tensor
+    from verify.test_byte_check import edit_tensor
 
     src = build_remote(tmp_path / "b", "baichuan")
     dst = convert(src, tmp_path / "llama", PlanRequest(window=256, dtype="float32")).destination
@@ -158,7 +159,7 @@ def test_a_refact_conversion_verifies_and_its_byte_check_reads_the_fused_tensors
     # the byte check derives DST again through Refact's fused tensors; the reference stands for its code
     from pico import build_remote
 
-    from convert.test_byte_check import edit_tensor
+    from verify.test_byte_check import edit_tensor
 
     src = build_remote(tmp_path / "r", "refact")
     dst = convert(src, tmp_path / "llama", PlanRequest(window=256, dtype="float32")).destination
@@ -176,7 +177,7 @@ def test_a_replit_lm_conversion_verifies_and_a_damaged_one_fails(tmp_path):
     # MosaicGPT names
     from pico import build_remote
 
-    from convert.test_byte_check import edit_tensor
+    from verify.test_byte_check import edit_tensor
 
     src = build_remote(tmp_path / "r", "replit")
     dst = convert(src, tmp_path / "neox", PlanRequest(window=256, dtype="float32")).destination
@@ -199,7 +200,7 @@ def large_vocab(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_a_source_above_50m_parameters_is_judged_against_the_exact_reference(large_vocab, tmp_path, dtype):
-    from convert.test_byte_check import edit_tensor
+    from verify.test_byte_check import edit_tensor
 
     dst = convert(large_vocab, tmp_path / "rope", PlanRequest(window=256, dtype=dtype)).destination
     report = verify(large_vocab, dst, context=128, greedy_tokens=4)
@@ -221,7 +222,7 @@ def test_a_source_above_50m_parameters_is_judged_against_the_exact_reference(lar
 def test_a_dst_run_in_a_dtype_it_overflows_fails_naming_the_tensor_and_the_cure(tmp_path):
     # a float32 plan's exact-rotation pair stores amplitudes beyond float16's range: run in float16 its logits are
     # NaN (a failure), and the report says why; in bfloat16 (float32's range) the same DST is judged as any other
-    from ropebridge.convert.verify import beyond_range
+    from ropebridge.verify.run import beyond_range
 
     src = build(tmp_path / "src", "bloom-4heads")
     dst = convert(src, tmp_path / "dst", PlanRequest(window=256, dtype="float32")).destination

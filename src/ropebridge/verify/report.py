@@ -1,13 +1,16 @@
-"""``verify --report DIR``: the report of one verification as ``report.md`` and ``report.json``, with the error
-by position and the attention probabilities per layer as figures (``reports``' plotting helpers)."""
+"""What verify keeps: ``verify --report DIR``'s ``report.md`` and ``report.json``, with the error
+by position and the attention probabilities per layer as figures (``reports``' plotting helpers), and the
+result in the model card (``record_verification``)."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
 
+from .. import _interrupt
 from ..checkpoint.config import FAMILIES
 from ..reports import label_axes, new_figure
 from .verdict import rows
@@ -85,3 +88,24 @@ def write_report(report, out: Path, ids: torch.Tensor) -> None:
             lines.append(f"transformers' eager {r.family}, the only path that returns attention maps, does not compute "
                          "the family's attention (Falcon adds the bias twice), so its maps are not shown.")
     (out / "report.md").write_text("\n".join(lines) + "\n")
+
+
+VERIFIED = "## Verification"  # the model card's section verify writes
+
+
+def record_verification(card: Path, report) -> None:
+    """Write ``verify``'s result (a ``VerifyReport``) into the model card at ``card`` as its "Verification"
+    section, replacing an earlier one: the numbers a reader of the checkpoint would ask for first."""
+    text = card.read_text()
+    head, _, rest = text.partition(f"\n{VERIFIED}\n")
+    tail = rest[rest.find("\n## ") + 1:] if "\n## " in rest else ""
+
+    table = [f"| verdict | {'PASSED' if report.passed else 'FAILED: ' + '; '.join(report.failures)} | |",
+             f"| tokens, dtype | {report.context}, {report.dtype} | |",
+             *(f"| {what} | {value} | {how} |".replace("||", "\\|\\|") for what, value, how in rows(report))]
+    section = (f"\n{VERIFIED}\n\n`ropebridge verify` against `{report.source}`:\n\n| | | |\n|---|---|---|\n"
+               + "\n".join(table) + "\n")
+    tmp = card.with_name(f".{card.name}.tmp")
+    with _interrupt.removed_if_interrupted(tmp):
+        tmp.write_text(head.rstrip("\n") + "\n" + section + ("\n" + tail if tail else ""))
+        os.replace(tmp, card)  # the card is at every instant the old one or the new one

@@ -53,8 +53,8 @@ from ..emulation.cross_dtype import predicted_in
 from ..numerics import DTYPES, largest, plan_tolerance
 from . import byte_check
 from .measure import GREEDY_PROMPT, check_memory, measure
-from .pipeline import derive, resolve_source, source_fingerprint
-from .record import ConversionRecord, written_by_older
+from ..convert.pipeline import derive, resolve_source, source_fingerprint
+from ..convert.record import ConversionRecord, written_by_older
 from .verdict import VerifyReport, judge, limit_of
 
 DEFAULT_MAX_MEMORY = 8 << 30  # bytes verify may hold: a third of a 24 GB machine
@@ -262,7 +262,7 @@ def _record(report: VerifyReport, request: VerifyRequest, dst: Path, ids) -> Non
     """What the request asks to keep: the result in DST's model card, report.md/json in ``report_dir`` (a report
     that cannot be written says why and keeps the verdict)."""
     if request.card:
-        from .card import record_verification
+        from .report import record_verification
 
         record_verification(dst / "README.md", report)
     if request.report_dir is not None:
