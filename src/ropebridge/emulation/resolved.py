@@ -7,8 +7,8 @@ choice made. ``resolve`` holds every rule that completes a request, in this orde
    ``torch_dtype``), float32 for a source without a config (``plan --heads``).
 2. **engine**: the asked one, else ``transformers``; **kernel**: the asked one, else the engine's
    (``targets.support.Engine.kernel``); the kernel must have a path for the dtype (``kernels.check_dtype``).
-3. **target**: the asked one, else the one the engine runs natively for this source, the family's
-   ``default_target`` first (``targets.engines.choose_for``).
+3. **target**: the asked one, else the first the engine runs natively for this source, the family's
+   ``default_target`` first, else the first its Transformers backend runs (``targets.engines.choose_for``).
 4. **strategy**: the asked one (``single`` with ``--rope-base`` is ``fixed-base``), else ``single`` where a
    single-pair flag is given, else the target's default for the dtype (``Target.default_strategy``), except that a
    float32 default whose served head dim the kernel does not run takes the ladder planned for float32
@@ -16,7 +16,8 @@ choice made. ``resolve`` holds every rule that completes a request, in this orde
    and the target must carry the source's block and residual (``Target.check_source``).
 5. **tolerance** (``numerics.plan_tolerance``) and **cutoff** (``Strategy.cutoff``) where none is asked.
 6. **floors**: the ladder's floor C per head (``ladder.head_floors``: ``--floor``, else the cutoff plus the
-   advantage: ``--advantage``, the one ``--calibration-text`` measures through the model, or the default).
+   advantage: the request's ``advantage``, the one ``--calibration-text`` measures through the model, or the
+   default).
 
 ``Resolved.asked`` is the request as it can be asked again: as asked, with a calibration text replaced by the
 advantages it measured (the text is not kept). The conversion record keeps both (``asked`` and ``resolved``),
