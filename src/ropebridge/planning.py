@@ -43,16 +43,19 @@ def plan_source(source, request: PlanRequest) -> Planned:
 
 
 def plan_checkpoint(src_dir, request: PlanRequest, source_name: str | None = None,
-                    model: SourceModel | None = None) -> Planned:
+                    model: SourceModel | None = None, *, weights: bool = False) -> Planned:
     """The plan of a checkpoint directory (or its config.json) for ``request``: the config read once, the tensors'
-    shapes checked against it (headers only; a directory without weight files is planned from its config), the
-    request resolved for it (``resolve``, which measures a calibration text through the weights), then planned.
-    ``source_name``: the name the plan records (default ``src_dir``); ``model``: the checkpoint already read."""
+    shapes checked against it (headers only; a directory without weight files is planned from its config, or, with
+    ``weights``, refused before anything is planned), the request resolved for it (``resolve``, which measures a
+    calibration text through the weights), then planned. ``source_name``: the name the plan records (default
+    ``src_dir``); ``model``: the checkpoint already read."""
     config = load_config(src_dir) if model is None else model.config
     directory = Path(src_dir)
     if model is None and directory.is_dir() and any(next(directory.glob(p), None) for p in WEIGHT_FILES):
         model = SourceModel(directory, config)
     source = from_config(config) if model is None else model.info
+    if weights and model is None:
+        raise FileNotFoundError(f"no weights (*.safetensors or *.bin) in {src_dir}")
     resolved = resolve(source, request, model)
     plan = emulation.plan(source, resolved)
     doubt = advantage_doubt(source, resolved, plan)

@@ -302,3 +302,19 @@ def test_new_shapes_of_bloom_convert_and_verify_exactly(tmp_path, name, config):
     res = convert(src, tmp_path / "rope", PlanRequest(window=512, dtype="float32"))
     report = verify(src, res.destination, context=256, greedy_tokens=8)
     assert report.passed and report.reference_converted_max_err < 1e-4, report.failures
+
+
+def test_a_directory_without_weights_is_refused_before_anything_is_planned(tmp_path, monkeypatch):
+    import json
+
+    import pytest
+
+    from ropebridge.convert import convert
+
+    src = tmp_path / "config-only"
+    src.mkdir()
+    (src / "config.json").write_text(json.dumps({"model_type": "bloom", "n_layer": 2, "hidden_size": 64,
+                                                 "n_head": 4, "vocab_size": 320}))
+    monkeypatch.setattr("ropebridge.planning.emulation.plan", lambda *a: pytest.fail("planned"))
+    with pytest.raises(FileNotFoundError, match="no weights"):
+        convert(src, tmp_path / "dst")

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if plan.strategy == "fixed-base":
         phase_window = max_window_for_phase(plan.base, plan.rotary_dim, PHASE)
     def data() -> dict:
-        out = {**plan.to_dict(), "resolved": resolved.to_dict()}
+        out = _preview(plan, resolved)
         if phase_window is not None:
             out["max_window_at_phase"] = {"phase": PHASE, "window": phase_window}
         return out
@@ -82,9 +82,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _preview(plan, resolved) -> dict:
+    """``--json``: the plan with the resolved request convert records (``"resolved"``)."""
+    return {**plan.to_dict(), "resolved": resolved.to_dict()}
+
+
 def _show_ladder(plan, args: argparse.Namespace, resolved) -> int:
-    if plot_and_json(args, lambda: reports.ladder_figure(plan), lambda: {**plan.to_dict(),
-                                                                        "resolved": resolved.to_dict()}):
+    if plot_and_json(args, lambda: reports.ladder_figure(plan), lambda: _preview(plan, resolved)):
         return 0
     print(f"{plan.family}: {len(plan.heads)} heads, head_dim {plan.head_dim} -> {plan.head_dim + plan.rotary_dim}, "
           f"window {plan.window}, {plan.dtype}, ladder of {plan.pairs_per_head} pairs, base {plan.base:.6g}")

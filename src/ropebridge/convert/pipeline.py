@@ -208,11 +208,14 @@ class Derivation:
     resolved: Resolved
     plan: EmulationPlan
     model: SourceModel
-    target: Target
     geometry: dict[str, Any]
     shards: ShardWriter
     config: dict[str, Any]
     side_files: dict[str, bytes]
+
+    @property
+    def target(self) -> Target:
+        return self.resolved.target_row
 
     def record(self, source_name: str, fingerprint: str) -> ConversionRecord:
         """``ropebridge.json`` for this derivation of ``source_name`` (its fingerprint): ``record.ConversionRecord``."""
@@ -226,13 +229,10 @@ def derive(src_dir: Path, request: PlanRequest, source_name: str, max_shard_byte
     (``planning.plan_checkpoint``: resolved once, then planned; the target's writer lays out and describes the
     tensors), whatever its plan predicts."""
     directory = Path(src_dir)
-    plan, resolved, model = plan_checkpoint(directory, request, source_name, model)
-    if model is None:
-        raise FileNotFoundError(f"no weights (*.safetensors or *.bin) in {src_dir}")
-    target = resolved.target_row
+    plan, resolved, model = plan_checkpoint(directory, request, source_name, model, weights=True)
     shards = ShardWriter(DTYPES[plan.dtype], max_shard_bytes)
-    geometry, config = describe_checkpoint(model, plan, target, shards)
-    return Derivation(resolved, plan, model, target, geometry, shards, config, side_files(directory))
+    geometry, config = describe_checkpoint(model, plan, resolved.target_row, shards)
+    return Derivation(resolved, plan, model, geometry, shards, config, side_files(directory))
 
 
 def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None, *, accept_error: bool = False,

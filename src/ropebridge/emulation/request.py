@@ -122,7 +122,7 @@ class PlanRequest:
         fix("advantage", _per_head("advantage", self.advantage, 0.0))
         name = self.named_strategy  # its options checked now; the target's carrying it, once resolved
         if name is not None:
-            STRATEGIES["fixed-base" if name == "single" and self.rope_base is not None else name].check(self)
+            STRATEGIES[self.with_base(name)].check(self)
 
     @property
     def single_flags(self) -> bool:
@@ -134,6 +134,10 @@ class PlanRequest:
         """The strategy this request names: ``strategy``, else ``single`` where a single-pair flag is given, else
         None (``resolved.resolve`` chooses it for the target and the dtype)."""
         return self.strategy if self.strategy is not None else "single" if self.single_flags else None
+
+    def with_base(self, name: str) -> str:
+        """Strategy ``name`` as this request takes it: ``single`` with ``--rope-base`` is ``fixed-base``."""
+        return "fixed-base" if name == "single" and self.rope_base is not None else name
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -145,7 +145,7 @@ def _strategy(asked: PlanRequest, target: Target, dtype: str, kernel: str, head_
         if (name == "single" and asked.rope_base is None and "ladder" in target.strategies
                 and single_pair_unserved(target, head_dim, kernel)):
             name = "ladder"
-    return "fixed-base" if name == "single" and asked.rope_base is not None else name
+    return asked.with_base(name)
 
 
 def _check_strategy(asked: PlanRequest, target: Target, strategy: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from .row import Family, FamilyDetails, positive_key
+from .row import Family, FamilyDetails, positive_key, ratio_width
 
 
 def _mpt(c, d, hd) -> FamilyDetails:
@@ -24,11 +24,9 @@ def _mpt(c, d, hd) -> FamilyDetails:
     for key in ("clip_qkv", "qk_ln", "prefix_lm"):
         if attn.get(key):
             raise ValueError(f"MPT with attn_config.{key}={attn[key]!r} has no stock RoPE equivalent")
-    ratio = positive_key(c, "expansion_ratio", 4)
-    if ratio * d != int(ratio * d):
-        raise ValueError(f"config key expansion_ratio {ratio!r} times d_model {d} is not a whole MLP width")
-    return FamilyDetails(max_bias=float(positive_key(attn, "alibi_bias_max", 8)), eps=positive_key(c, "layer_norm_epsilon", 1e-5),
-                         activation="gelu", parallel=False, intermediate_size=int(ratio * d),
+    return FamilyDetails(max_bias=float(positive_key(attn, "alibi_bias_max", 8)),
+                         eps=positive_key(c, "layer_norm_epsilon", 1e-5), activation="gelu", parallel=False,
+                         intermediate_size=ratio_width(c, "expansion_ratio", d),
                          qk_scale=positive_key(attn, "softmax_scale", 1 / math.sqrt(hd), null_is_default=True))
 
 

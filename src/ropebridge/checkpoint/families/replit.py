@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from .row import Family, FamilyDetails, positive_key
+from .row import Family, FamilyDetails, positive_key, ratio_width
 
 
 def _replit(c, d, hd) -> FamilyDetails:
@@ -20,11 +20,8 @@ def _replit(c, d, hd) -> FamilyDetails:
     for key in ("attn_clip_qkv", "attn_qk_ln", "prefix_lm", "logit_scale"):
         if c.get(key):
             raise ValueError(f"replit_lm with {key}={c[key]!r} has no stock RoPE equivalent")
-    ratio = positive_key(c, "mlp_ratio", 4)
-    if ratio * d != int(ratio * d):
-        raise ValueError(f"config key mlp_ratio {ratio!r} times d_model {d} is not a whole MLP width")
-    return FamilyDetails(max_bias=float(positive_key(c, "alibi_bias_max", 8)), eps=1e-5, activation="gelu", parallel=False,
-                         intermediate_size=int(ratio * d),
+    return FamilyDetails(max_bias=float(positive_key(c, "alibi_bias_max", 8)), eps=1e-5, activation="gelu",
+                         parallel=False, intermediate_size=ratio_width(c, "mlp_ratio", d),
                          qk_scale=positive_key(c, "softmax_scale", 1 / math.sqrt(hd), null_is_default=True))
 
 

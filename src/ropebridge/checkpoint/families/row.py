@@ -117,6 +117,15 @@ def positive_key(c: Mapping[str, Any], key: str, default: Any, *, null_is_defaul
     return _checks.positive(key, value)
 
 
+def ratio_width(c: Mapping[str, Any], key: str, d: int) -> int:
+    """The MLP width ``ratio * d`` of MPT's ``expansion_ratio`` or MosaicGPT's ``mlp_ratio`` (``key``, default 4);
+    ``ValueError`` naming the key where it is not a whole width."""
+    ratio = positive_key(c, key, 4)
+    if ratio * d != int(ratio * d):
+        raise ValueError(f"config key {key} {ratio!r} times d_model {d} is not a whole MLP width")
+    return int(ratio * d)
+
+
 def h_names(i: int) -> dict[str, str]:
     p = f"transformer.h.{i}."
     return {"ln1": p + "input_layernorm", "ln2": p + "post_attention_layernorm",
