@@ -77,7 +77,7 @@ def random_bloom(directory: Path, *, layers: int, hidden: int, heads: int, vocab
 
 def full_model_bytes(record: dict, layers: int, vocab: int, itemsize: int) -> int:
     """Output bytes of a converted BLOOM with ``layers`` and ``vocab``, from the converted geometry (``ropebridge.json``)."""
-    lay = record["layout"]
+    lay = record["geometry"]
     d2, hd2, heads = lay["hidden_size"], lay["head_dim"], len(record["plan"]["heads"])
     d = d2 - lay["pad_dims"]
     f = 4 * d
@@ -149,7 +149,7 @@ def main() -> int:
         "largest_output_shard_gib": largest_out / GIB,
         "peak_rss_target_gib": bound, "peak_rss_met": conv_rss / 1024 <= bound,
         "conversion_over_io_floor": (conv_wall - plan_wall) / floor_wall,
-        "head_dim": record["layout"]["head_dim"], "hidden_size": record["layout"]["hidden_size"],
+        "head_dim": record["geometry"]["head_dim"], "hidden_size": record["geometry"]["hidden_size"],
         "predicted_worst_error": max(h["predicted_error"] for h in record["plan"]["heads"]),
         "full_model_output_gib": full_out / GIB,
         "full_model_minutes_extrapolated": (plan_wall + per_byte * full_out) / 60,

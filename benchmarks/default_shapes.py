@@ -73,7 +73,7 @@ def main() -> int:
                 if ver.returncode in (0, 1):
                     report = json.loads(ver.stdout)
                     row.update(converted_vs_exact=report["reference_converted_max_err"],
-                               limit=report["thresholds"]["limit"], native_ran=report["native_ran"],
+                               limit=report["thresholds"]["limit"], source_ran=report["source_ran"],
                                passed=report["passed"])
             else:
                 row["refusal"] = conv.stderr.strip().splitlines()[-1]
@@ -82,7 +82,7 @@ def main() -> int:
             for path in (src, dst):
                 subprocess.run(["rm", "-rf", str(path)])
     print(table(rows, ["shape", "convert_exit", "window", "predicted", "verify_exit", "converted_vs_exact",
-                       "limit", "native_ran", "passed"]))
+                       "limit", "source_ran", "passed"]))
     print(f"wrote {save('default_shapes', {'command': ' '.join(sys.argv), 'rows': rows})}")
     return 0
 

@@ -293,7 +293,7 @@ def main() -> int:
                                             "head": head64.to(dt).double()}
                 record = json.loads((converted(dtype) / "ropebridge.json").read_text())
                 row = {"model": name, "target": record["target"], "kernel": args.kernel,
-                       "rotary_dim": record["layout"].get("rotary_dim"),
+                       "rotary_dim": record["geometry"].get("rotary_dim"),
                        "dtype": dtype, "context": c, **compare(name, runs[dtype], dtype, ids, ref, head64)}
                 rows.append(row)
                 print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)

@@ -47,8 +47,8 @@ def window_guide() -> str:
 
 def verdicts() -> str:
     """Convert's verdict against verify's for the real-text models (``benchmarks/verdicts.py``)."""
-    out = ["| model | dtype | window | convert | predicted | tolerance | verify: converted | baseline | limit | native "
-           "(reported) | verdict |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    out = ["| model | dtype | window | convert | predicted | tolerance | verify: converted | baseline | limit | source vs "
+           "exact (reported) | verdict |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in _rows("verdicts"):
         if not r["accepted"]:
             out.append(f"| {r['model']} | {r['dtype']} | {r['window']:,} | refused | | | | | | | {r['refusal']} |")
@@ -56,7 +56,7 @@ def verdicts() -> str:
         verdict = "PASSED" if r.get("passed") else f"FAILED: {r.get('failures') or r.get('verify_error')}"
         out.append(f"| {r['model']} | {r['dtype']} | {r['window']:,} | accepted (R = {r['rotary_dim']}) | "
                    f"{r['predicted']:.3g} | {r['tolerance']:.3g} | {r.get('measured', float('nan')):.3g} | "
-                   f"{_or_dash(r.get('baseline'))} | {r.get('limit', float('nan')):.3g} | {_or_dash(r.get('native'))} | "
+                   f"{_or_dash(r.get('baseline'))} | {r.get('limit', float('nan')):.3g} | {_or_dash(r.get('source'))} | "
                    f"{verdict} |")
     return "\n".join(out) + "\n"
 
@@ -64,7 +64,7 @@ def verdicts() -> str:
 def verdicts_8k() -> str:
     """verify at the whole 8K window of the real-text models' held-out text (``verdicts.py --context 8192``, the
     rows of ``verdicts_8k``; in half precision the reading of the source is not judged), with verify's seconds."""
-    out = ["| model | dtype | predicted | verify: converted | baseline | limit | native (reported) | reading of SRC "
+    out = ["| model | dtype | predicted | verify: converted | baseline | limit | source vs exact (reported) | reading of SRC "
            "(judged in float32) | verify | verdict |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     rows = _rows("verdicts_8k")
     order = {"demo": 0, "demo-mpt": 1, "demo-falcon": 2, "demo-baichuan": 3, "demo-jais": 4, "float32": 0,
@@ -74,7 +74,7 @@ def verdicts_8k() -> str:
         reading = "not judged" if r["dtype"] != "float32" else _or_dash(r["reading"]) if r["reading"] is not None \
             else "— (no transformers class)"
         out.append(f"| {r['model']} | {r['dtype']} | {r['predicted']:.3g} | {r['measured']:.3g} | "
-                   f"{_or_dash(r.get('baseline'))} | {r['limit']:.3g} | {_or_dash(r['native'])} | {reading} | "
+                   f"{_or_dash(r.get('baseline'))} | {r['limit']:.3g} | {_or_dash(r['source'])} | {reading} | "
                    f"{r['verify_seconds']:.0f} s | {verdict} |")
     return "\n".join(out) + "\n"
 
@@ -89,7 +89,7 @@ def default_shapes() -> str:
             out.append(f"| {r['shape']} | refused: {r.get('refusal', '')} | | | | | |")
             continue
         verdict = "PASSED" if r.get("passed") else f"exit {r.get('verify_exit')}"
-        ran = "transformers" if r.get("native_ran") else "no (remote code): the reference stands for it"
+        ran = "transformers" if r.get("source_ran") else "no (remote code): the reference stands for it"
         out.append(f"| {r['shape']} | accepted at {r['window']:,} | {r['predicted']:.3g} | "
                    f"{r.get('converted_vs_exact', float('nan')):.3g} | {r.get('limit', float('nan')):.3g} | "
                    f"{ran} | {verdict} |")
@@ -234,7 +234,7 @@ def rounding_widths() -> str:
 def verify_scale() -> str:
     """``verify_scale.py``: verify by default at real shapes, time, peak RSS and the verdicts, untouched and damaged."""
     out = ["| shape (bfloat16) | parameters | tokens | convert | verify | verify / convert | verify peak RSS | "
-           "predicted need | converted vs exact (limit) | baseline | native vs exact | greedy | untouched | one MLP zeroed |",
+           "predicted need | converted vs exact (limit) | baseline | source vs exact | greedy | untouched | one MLP zeroed |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in _rows("verify_scale"):
         greedy = f"{r['greedy_tokens']}" + (" (bounded)" if r.get("greedy_bound") else "")
@@ -242,13 +242,13 @@ def verify_scale() -> str:
                    f"{r['verify_seconds']:.0f} s | {r['verify_over_convert']:.2g} | "
                    f"{r['verify_peak_rss_mb'] / 1024:.2f} GB | {r['memory_need_mb'] / 1024:.2f} GB | "
                    f"{r['converted_vs_exact']:.3g} ({r['limit']:.3g}) | {_or_dash(r.get('baseline'))} | "
-                   f"{_or_dash(r['native_vs_exact'])} | {greedy} | "
+                   f"{_or_dash(r['source_vs_exact'])} | {greedy} | "
                    f"{'PASSED' if r['passed'] else 'FAILED'} | {'FAILED' if r['damaged_exit'] == 1 else 'PASSED?!'} |")
     return "\n".join(out) + "\n"
 
 
 def _or_dash(x: float | None) -> str:
-    """``x`` to 3 digits, or an em dash where it was not measured (no native run of a remote-code family)."""
+    """``x`` to 3 digits, or an em dash where it was not measured (no source run of a remote-code family)."""
     return "—" if x is None else f"{x:.3g}"
 
 

@@ -6,8 +6,8 @@ for each dtype and window, then verified in that dtype on its own held-out text.
 
 Each row: the plan's predicted worst error and its tolerance (convert accepts the plan or refuses it), then
 ``ropebridge verify`` at CONTEXT tokens of the held-out text: the converted model's max |logit error| from
-exact float64 ALiBi, native's own (reported), in half precision the baseline (the source in that dtype, attention and
-bias exact), verify's limit (the largest of the dtype's default tolerance, 3x the prediction and 3x the baseline), native's error over its first 256 tokens (the reading of the source, judged in float32) and the
+exact float64 ALiBi, the source's own (reported), in half precision the baseline (the source in that dtype, attention and
+bias exact), verify's limit (the largest of the dtype's default tolerance, 3x the prediction and 3x the baseline), the source's error over its first 256 tokens (the reading of the source, judged in float32) and the
 verdict. The promise
 checked: what convert accepts, verify passes. Prints a table and writes benchmarks/results/verdicts.json;
 ``python benchmarks/tables.py`` puts the table into docs/verify.md.
@@ -47,9 +47,9 @@ def run(src: Path, dtype: str, window: int, context: int, work: Path) -> dict:
     if ver.returncode not in (0, 1):
         return {**row, "verify_error": ver.stderr.strip().splitlines()[-1]}
     report = json.loads(ver.stdout)
-    row.update(measured=report["reference_converted_max_err"], native=report["reference_native_max_err"],
+    row.update(measured=report["reference_converted_max_err"], source=report["reference_source_max_err"],
                threshold=report["thresholds"]["max_abs_logit_diff"], limit=report["thresholds"].get("limit"),
-               reading=report.get("native_reading_max_err"), baseline=report.get("baseline_max_err"),
+               reading=report.get("source_reading_max_err"), baseline=report.get("baseline_max_err"),
                byte_check=report["byte_check"].get("mode"),
                passed=report["passed"],
                failures="; ".join(report["failures"]))
@@ -73,7 +73,7 @@ def main() -> int:
                 for window in (int(w) for w in args.windows.split(",")):
                     rows.append(run(data_dir(name), dtype, window, args.context, Path(work)))
                     print(table(rows[-1:], list(rows[-1])), flush=True)
-    cols = ["model", "dtype", "window", "accepted", "predicted", "tolerance", "measured", "baseline", "native", "limit",
+    cols = ["model", "dtype", "window", "accepted", "predicted", "tolerance", "measured", "baseline", "source", "limit",
             "reading", "passed"]
     print(table(rows, cols))
     print(f"wrote {save(args.out, {'command': ' '.join(sys.argv), 'rows': rows})}")

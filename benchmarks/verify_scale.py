@@ -33,7 +33,7 @@ SHAPES = {
     "bloom-1b7": ("BloomConfig", dict(n_layer=24, hidden_size=2048, n_head=16, vocab_size=250880), 1024),
     "bloom-7b1": ("BloomConfig", dict(n_layer=30, hidden_size=4096, n_head=32, vocab_size=250880), 256),
     # Baichuan-13B's geometry (40 heads of 128, MLP 13696, vocabulary 64000) with 2 of its 40 layers: a
-    # remote-code family, judged against the reference that stands for its code (no native run)
+    # remote-code family, judged against the reference that stands for its code (no source run)
     "baichuan-13b-2l": ("baichuan", dict(hidden_size=5120, num_attention_heads=40, num_hidden_layers=2,
                                          intermediate_size=13696, vocab_size=64000), 1024),
     # Refact-1.6B whole (32 layers, 32 heads of 64, one kv head, vocabulary 49216): a remote-code family at its
@@ -147,8 +147,8 @@ def run_shape(shape: str, cache: Path, greedy: int) -> dict:
             "verify_exit": code, "verify_seconds": verify_s, "verify_peak_rss_mb": verify_rss,
             "verify_over_convert": verify_s / convert_s, "memory_need_mb": report["cost"]["memory_need"] / 2**20,
             "stage_seconds": report["cost"]["stage_seconds"], "byte_check_seconds": report["byte_check"].get("seconds"),
-            "converted_vs_exact": report["reference_converted_max_err"], "native_vs_exact": report["reference_native_max_err"],
-            "limit": report["thresholds"]["limit"], "baseline": report.get("baseline_max_err"), "greedy_tokens": len(report["greedy_native"]),
+            "converted_vs_exact": report["reference_converted_max_err"], "source_vs_exact": report["reference_source_max_err"],
+            "limit": report["thresholds"]["limit"], "baseline": report.get("baseline_max_err"), "greedy_tokens": len(report["greedy_source"]),
             "greedy_bound": report["greedy_bound"], "passed": report["passed"],
             "damaged": zeroed, "damaged_exit": d_code, "damaged_seconds": damaged_s, "damaged_peak_rss_mb": damaged_rss,
             "damaged_converted_vs_exact": json.loads(d_out)["reference_converted_max_err"] if d_out.strip() else None,
@@ -182,7 +182,7 @@ def main() -> int:
         shutil.rmtree(cache / f"{shape}-rope", ignore_errors=True)
     ordered = [rows[s] for s in SHAPES if s in rows]
     print(table(ordered, ["shape", "parameters", "context", "convert_seconds", "verify_seconds", "verify_over_convert",
-                          "verify_peak_rss_mb", "memory_need_mb", "converted_vs_exact", "native_vs_exact", "passed",
+                          "verify_peak_rss_mb", "memory_need_mb", "converted_vs_exact", "source_vs_exact", "passed",
                           "damaged_exit"]))
     print(f"wrote {save('verify_scale', {'rows': ordered, 'seconds': time.time() - started})}")
     return 0

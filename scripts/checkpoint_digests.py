@@ -5,8 +5,8 @@ families onto their default target, llama) and the three
 real-text demo models in float32, bfloat16 and float16, plus the other strategies and targets, through the
 CLI exactly as a user runs it, and records the sha256 of every file each conversion writes. In
 ``ropebridge.json`` and the model card the paths that name this run's temporary directory are blanked first,
-and the plan record is read in the current schema (``_plan_record``: ropebridge 0.1 named some of its fields
-otherwise), so every number in it is compared.
+and the record is read in the current schema (``_plan_record``: ropebridge 0.1 named some of its plan's fields
+otherwise; 0.2 kept the record's geometry under ``layout``), so every number in it is compared.
 
     python scripts/checkpoint_digests.py --write benchmarks/results/checkpoint_digests.json   # before
     python scripts/checkpoint_digests.py --compare benchmarks/results/checkpoint_digests.json # after
@@ -83,6 +83,8 @@ def _digest(directory: Path) -> dict[str, str]:
             data = data.replace(source.encode(), b"<src>")
         if path.name == "ropebridge.json":
             record = json.loads(data)
+            if "layout" in record:  # 0.2 kept the geometry under "layout" (read here, as _plan_record is)
+                record["geometry"] = record.pop("layout")
             record["plan"] = _plan_record(record["plan"])
             if "request" in record:  # early 0.2 recorded the strategy as ``emulation``
                 record["request"] = {("strategy" if k == "emulation" else k): v for k, v in record["request"].items()}

@@ -87,7 +87,7 @@ def config_layers(config: dict) -> int:
 def test_geometry_reads_every_family(converted_112):
     src, dst = converted_112
     native = Geometry.from_config(json.loads((src / "config.json").read_text()))
-    layout = json.loads((dst / "ropebridge.json").read_text())["layout"]
+    layout = json.loads((dst / "ropebridge.json").read_text())["geometry"]
     target = Geometry.from_config(json.loads((dst / "config.json").read_text()))
     assert (native.architecture, native.heads, native.kv_heads, native.head_dim) == ("bloom", 112, 112, 8)
     assert (target.architecture, target.head_dim, target.hidden) == ("gpt-neox", layout["head_dim"], layout["hidden_size"])

@@ -34,4 +34,4 @@ def test_default_shapes_verify_command_gives_the_numbers_it_records(tmp_path):
         assert out.returncode == 0, out.stderr[-500:]
         report = json.loads(out.stdout)
         assert report["passed"] and report["reference_converted_max_err"] <= report["thresholds"]["limit"]
-        assert report["native_ran"] == (family == "falcon-rw")
+        assert report["source_ran"] == (family == "falcon-rw")

@@ -20,7 +20,7 @@ def test_the_canonical_model_computes_what_transformers_computes(tmp_path, famil
     # (Falcon's bias computed as the family defines it: transformers rounds it to bfloat16). transformers builds
     # the ALiBi bias in float32, so the logits agree to float32's rounding of a bias of size m L, not float64's;
     # a layout read wrong moves them by O(1).
-    from ropebridge.verify.native import as_defined
+    from ropebridge.verify.deviations import as_defined
 
     src = build(tmp_path / family, family)
     ids = torch.randint(0, 320, (1, 64), generator=torch.Generator().manual_seed(1))

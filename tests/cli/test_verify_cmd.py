@@ -19,8 +19,8 @@ def test_a_byte_difference_skips_the_models_and_says_so():
 
 def test_a_measured_report_shows_the_reading_in_float32_only():
     measured = dict(byte_check={"mode": "exact", "tensors": 3, "bytes": 2**20}, max_abs_logit_diff=1e-5, mean_kl=0.0,
-                    top1_agreement=1.0, padded_max_abs_logit_diff=1e-5, reference_native_max_err=2e-5,
-                    reference_converted_max_err=1e-5, native_reading_max_err=3e-6,
+                    top1_agreement=1.0, padded_max_abs_logit_diff=1e-5, reference_source_max_err=2e-5,
+                    reference_converted_max_err=1e-5, source_reading_max_err=3e-6,
                     thresholds={"max_abs_logit_diff": 1e-3, "limit": 1e-3})
     lines = format_report(_report(**measured))
     assert any(line.startswith("  reading of SRC") and "3.000e-06" in line for line in lines)

@@ -50,3 +50,9 @@ def test_a_0_2_request_is_read_as_asked():
     assert older.asked({"emulation": "single", "window": 512}, {}, None) == {"strategy": "single", "window": 512}
     with pytest.raises(ValueError, match="not an object"):
         older.asked([1], {}, None)
+
+
+def test_a_record_s_geometry_under_0_2_s_key_is_read_as_geometry():
+    assert older.keys({"layout": {"head_dim": 64}, "plan": {}}) == {"geometry": {"head_dim": 64}, "plan": {}}
+    today = {"geometry": {"head_dim": 64}, "layout": "ignored"}
+    assert older.keys(today) is today  # a record with both keeps today's

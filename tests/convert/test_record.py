@@ -28,9 +28,9 @@ def test_the_record_reads_back_to_the_bytes_convert_wrote(converted):
     record = ConversionRecord.read(dst)
     assert record.to_json() == text  # every key, its order and its value
     assert list(json.loads(text)) == ["ropebridge_version", "source", "source_family", "source_fingerprint",
-                                      "target", "dtype", "torch_version", "asked", "resolved", "layout", "plan",
+                                      "target", "dtype", "torch_version", "asked", "resolved", "geometry", "plan",
                                       "accepted_error"]
-    assert record.geometry == json.loads(text)["layout"] and record.target == "gpt-neox"
+    assert record.geometry == json.loads(text)["geometry"] and record.target == "gpt-neox"
     assert "jobs" not in record.asked and "progress" not in record.asked and "jobs" not in record.resolved
     # the request as asked (what verify resolves again from SRC) and as resolved (every choice made)
     assert record.asked["dtype"] == "bfloat16" and record.asked["target"] is None

@@ -87,7 +87,7 @@ def test_a_family_is_one_row(tmp_path, monkeypatch):
     # the same model read through another row: the same stock checkpoint, byte for byte
     assert written.keys() == expected.keys() and all(torch.equal(written[k], expected[k]) for k in expected)
     report = verify(toy, tmp_path / "toy-rope", context=128, greedy_tokens=4)
-    assert report.passed and not report.native_ran, report.failures  # no transformers class: the reference stands
+    assert report.passed and not report.source_ran, report.failures  # no transformers class: the reference stands
 
 
 # --- a target as one row and one writer: Phi (one LayerNorm, attention and MLP in parallel) -----------------------

@@ -86,7 +86,7 @@ def test_a_damaged_mlp_attention_or_embedding_fails_by_bytes(pair, tmp_path, whi
 
 
 def test_quick_still_fails_a_damaged_mlp_by_its_function(pair, tmp_path):
-    # --quick reads no tensor value: the functional check, judged against the plan and never against native's
+    # --quick reads no tensor value: the functional check, judged against the plan and never against source's
     # error, must catch the damage by itself (float32: 1.4 logits against a limit of 1e-3)
     src, dst = tampered(pair, tmp_path)
     edit_tensor(dst, "gpt_neox.layers.1.mlp.dense_4h_to_h.weight", torch.zeros_like)
@@ -97,7 +97,7 @@ def test_quick_still_fails_a_damaged_mlp_by_its_function(pair, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("context", [256, 2048])
-def test_half_precision_damage_fails_against_the_plan_not_native(tmp_path, context):
+def test_half_precision_damage_fails_against_the_plan_not_the_source(tmp_path, context):
     # the reproduction: the demo in bfloat16 at window 2048, layer 2's MLP output zeroed, judged by its function
     # alone (--quick). Native bfloat16 BLOOM is itself several logits from exact: it is no allowance any more.
     from ropebridge.demo import data_dir
@@ -159,6 +159,16 @@ def test_the_resolved_request_a_record_claims_is_derived_again(pair, tmp_path):
     edit_json(dst / "ropebridge.json", lambda r: r["resolved"].__setitem__("kernel", "fa3"))
     report = verify(src, dst, context=32, greedy_tokens=0, quick=True)
     assert not report.passed and "resolved.kernel: DST has 'fa3'" in report.failures[0], report.failures
+
+
+def test_the_geometry_a_record_claims_is_derived_again_under_either_key(pair, tmp_path):
+    # 0.2 kept it under "layout" (convert.older.keys); either way it is compared with what SRC gives
+    src, dst = tampered(pair, tmp_path)
+    edit_json(dst / "ropebridge.json", lambda r: r.__setitem__("layout", r.pop("geometry")))
+    assert verify(src, dst, context=32, greedy_tokens=0, quick=True).passed
+    edit_json(dst / "ropebridge.json", lambda r: r["layout"].__setitem__("head_dim", r["layout"]["head_dim"] + 2))
+    report = verify(src, dst, context=32, greedy_tokens=0, quick=True)
+    assert not report.passed and "geometry.head_dim" in report.failures[0], report.failures
 
 
 def test_quick_never_takes_its_limit_from_the_record(pair, tmp_path):

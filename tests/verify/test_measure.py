@@ -57,12 +57,12 @@ def test_greedy_is_bounded_and_the_report_says_so(tmp_path, monkeypatch):
     src = build(tmp_path / "bloom", "bloom-4heads")
     dst = convert(src, tmp_path / "rope", PlanRequest(window=256)).destination
     full = verify(src, dst, context=64, greedy_tokens=6)
-    assert full.greedy_bound is None and len(full.greedy_native) == len(full.greedy_converted) == 6
+    assert full.greedy_bound is None and len(full.greedy_source) == len(full.greedy_converted) == 6
     monkeypatch.setattr(measure, "GREEDY_STREAM_BYTES", 1)
     bounded = verify(src, dst, context=64, greedy_tokens=6)
-    assert len(bounded.greedy_native) == len(bounded.greedy_converted) == 1
+    assert len(bounded.greedy_source) == len(bounded.greedy_converted) == 1
     assert bounded.greedy_bound.startswith("1 of 6 tokens: each streams") and bounded.passed
-    assert bounded.greedy_native == full.greedy_native[:1]
+    assert bounded.greedy_source == full.greedy_source[:1]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here: the path runs instead")
@@ -87,7 +87,7 @@ def test_the_cuda_path_gives_the_cpu_verdict(tmp_path):
     cpu, cuda = (verify(src, dst, context=64, greedy_tokens=4, device=d) for d in ("cpu", "cuda"))
     assert cpu.passed and cuda.passed, cuda.failures
     assert cuda.reference_converted_max_err <= cuda.thresholds["limit"]
-    assert cuda.greedy_native == cpu.greedy_native
+    assert cuda.greedy_source == cpu.greedy_source
 
 
 def test_the_baseline_and_the_content_advantage_are_what_the_reference_gives_on_the_tokens(tmp_path):

@@ -9,7 +9,7 @@ from pico import build
 from ropebridge.cli import main
 from ropebridge.convert import convert
 from ropebridge.verify import verify
-from ropebridge.verify import native
+from ropebridge.verify import deviations
 from ropebridge.demo import data_dir
 from ropebridge.emulation import PlanRequest
 from ropebridge.numerics import TOLERANCE
@@ -35,14 +35,14 @@ def test_a_source_transformers_reads_otherwise_is_verified_as_defined(tmp_path, 
     dst = convert(src, tmp_path / "rope", PlanRequest(window=256, dtype="float32")).destination
     report = verify(src, dst, context=128, greedy_tokens=4)
     assert report.passed, report.failures
-    assert report.transformers_native_deviation == what
+    assert report.transformers_deviation == what
     limit = report.thresholds["limit"]
-    assert report.native_reading_max_err <= limit / 10 < limit < report.transformers_reading_max_err
+    assert report.source_reading_max_err <= limit / 10 < limit < report.transformers_reading_max_err
     assert main(["verify", str(src), str(dst), "--context", "64", "--greedy-tokens", "0"]) == 0
     out = capsys.readouterr().out
     assert "run as the family defines it" in out and f"transformers' own {family.split('-')[0]}" in out, out
     assert what in out, out
-    assert "reading of SRC          native vs exact, first 64 tokens" in out and "transformers' own" in out, out
+    assert "reading of SRC          source vs exact, first 64 tokens" in out and "transformers' own" in out, out
 
 
 def test_a_deviation_left_unnamed_fails_the_reading(tmp_path, monkeypatch):
@@ -50,7 +50,7 @@ def test_a_deviation_left_unnamed_fails_the_reading(tmp_path, monkeypatch):
     # models: the converted checkpoint matches ropebridge's, and the reading check fails
     src = build(tmp_path / "mpt", "mpt-biases")
     dst = convert(src, tmp_path / "rope", PlanRequest(window=256, dtype="float32")).destination
-    monkeypatch.setitem(native.NATIVE_DEVIATIONS, "mpt", native.NATIVE_DEVIATIONS["mpt"][:1])
+    monkeypatch.setitem(deviations.DEVIATIONS, "mpt", deviations.DEVIATIONS["mpt"][:1])
     report = verify(src, dst, context=128, greedy_tokens=4)
     assert report.reference_converted_max_err < 1e-3  # the conversion is right
     assert any("SRC is read as two models" in f for f in report.failures), report.failures
@@ -60,9 +60,9 @@ def test_mpt_alibi_bias_max_is_judged_as_defined_and_transformers_deviation_repo
     dst = convert(mpt16, tmp_path / "rope", PlanRequest(window=256, dtype="float32")).destination
     report = verify(mpt16, dst, context=128, greedy_tokens=8)
     assert report.passed, report.failures
-    assert report.transformers_native_deviation == "alibi_bias_max ignored (always 8)"
+    assert report.transformers_deviation == "alibi_bias_max ignored (always 8)"
     assert report.reference_converted_max_err < 1e-3  # the conversion is exact ALiBi with the configured slopes
-    assert report.transformers_native_max_abs_logit_diff > 100 * report.max_abs_logit_diff  # transformers' own
+    assert report.transformers_max_abs_logit_diff > 100 * report.max_abs_logit_diff  # transformers' own
     assert main(["verify", str(mpt16), str(dst), "--context", "64", "--greedy-tokens", "4"]) == 0
     out = capsys.readouterr().out
     assert "reported: alibi_bias_max ignored (always 8)" in out and "transformers' own mpt" in out and "PASSED" in out
@@ -70,7 +70,7 @@ def test_mpt_alibi_bias_max_is_judged_as_defined_and_transformers_deviation_repo
 
 def test_the_exact_reference_has_no_size_cap(tmp_path, capsys):
     # every source is judged against the exact reference: the option that skipped it above a parameter count is
-    # gone, and no row of the report compares the converted model with native as its bar
+    # gone, and no row of the report compares the converted model with the source as its bar
     src = build(tmp_path / "bloom", "bloom-4heads")
     dst = convert(src, tmp_path / "rope", PlanRequest(window=256)).destination
     argv = ["verify", str(src), str(dst), "--context", "64", "--greedy-tokens", "4"]
@@ -79,7 +79,7 @@ def test_the_exact_reference_has_no_size_cap(tmp_path, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "  converted vs exact      " in out and "(judged: <= 0.001" in out and "skipped" not in out, out
-    assert "  native vs exact         " in out and "(reported)" in out
+    assert "  source vs exact         " in out and "(reported)" in out
 
 
 def test_a_converted_model_that_ignores_left_padding_fails(tmp_path, monkeypatch):
@@ -131,7 +131,7 @@ def test_the_reading_does_not_grow_with_the_context(tmp_path):
     dst = convert(src, tmp_path / "rope", PlanRequest(window=2048, dtype="float32")).destination
     short, long = (verify(src, dst, context=n, greedy_tokens=0) for n in (256, 2048))
     assert short.passed and long.passed, (short.failures, long.failures)
-    assert long.native_reading_max_err == short.native_reading_max_err < 1e-4
+    assert long.source_reading_max_err == short.source_reading_max_err < 1e-4
 
 
 def test_a_baichuan_conversion_is_judged_against_the_exact_reference_which_stands_for_its_code(tmp_path):
@@ -145,10 +145,10 @@ def test_a_baichuan_conversion_is_judged_against_the_exact_reference_which_stand
     dst = convert(src, tmp_path / "llama", PlanRequest(window=256, dtype="float32")).destination
     report = verify(src, dst, context=128, greedy_tokens=8)
     assert report.passed, report.failures
-    assert report.source_attention.startswith("not run") and not report.native_ran
-    assert report.reference_native_max_err is None and report.max_abs_logit_diff is None  # no native number
+    assert report.source_attention.startswith("not run") and not report.source_ran
+    assert report.reference_source_max_err is None and report.max_abs_logit_diff is None  # no source number
     assert report.reference_converted_max_err <= report.thresholds["limit"] / 4 and report.greedy_identical
-    assert report.native_reading_max_err is None  # no second reading of SRC exists to compare
+    assert report.source_reading_max_err is None  # no second reading of SRC exists to compare
     # the check can fail: a damaged MLP is caught by its function alone
     edit_tensor(dst, "model.layers.1.mlp.down_proj.weight", torch.zeros_like)
     damaged = verify(src, dst, context=128, greedy_tokens=8, quick=True)
@@ -205,7 +205,7 @@ def test_a_source_above_50m_parameters_is_judged_against_the_exact_reference(lar
     dst = convert(large_vocab, tmp_path / "rope", PlanRequest(window=256, dtype=dtype)).destination
     report = verify(large_vocab, dst, context=128, greedy_tokens=4)
     assert report.passed, report.failures
-    assert report.reference_converted_max_err <= report.thresholds["limit"] and report.native_ran
+    assert report.reference_converted_max_err <= report.thresholds["limit"] and report.source_ran
     assert report.cost["vocab_block"] < 800_000  # the logits were compared a block of the vocabulary at a time
     # a damage only the function can see, in the last block of the vocabulary alone: --quick skips the bytes, and
     # the head's last 1000 rows scaled by 100 fail against the exact reference

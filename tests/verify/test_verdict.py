@@ -18,8 +18,8 @@ from ropebridge.verify.verdict import (
 
 def _report(dtype="float32", **measured) -> VerifyReport:
     numbers = dict(max_abs_logit_diff=1e-5, mean_kl=0.0, top1_agreement=1.0, padded_max_abs_logit_diff=1e-5,
-                   greedy_identical=True, reference_native_max_err=1e-5, reference_converted_max_err=1e-5,
-                   native_reading_max_err=1e-5)
+                   greedy_identical=True, reference_source_max_err=1e-5, reference_converted_max_err=1e-5,
+                   source_reading_max_err=1e-5)
     report = VerifyReport("src", "dst", "bloom", dtype, 512, "eager", **{**numbers, **measured})
     report.thresholds = {"max_abs_logit_diff": 1e-3, "greedy_identical": dtype == "float32"}
     report.thresholds["limit"] = limit_of(report)
@@ -40,33 +40,34 @@ def test_an_untouched_report_passes_and_each_number_above_the_limit_fails():
     assert "greedy generations differ" in judge(_report(greedy_identical=False))[0]
 
 
-def test_native_error_is_never_an_allowance():
-    # native 10 logits from exact does not excuse a converted model 2e-3 from it
-    failures = judge(_report(reference_native_max_err=10.0, reference_converted_max_err=2e-3))
+def test_the_source_error_is_never_an_allowance():
+    # the source 10 logits from exact does not excuse a converted model 2e-3 from it
+    failures = judge(_report(reference_source_max_err=10.0, reference_converted_max_err=2e-3))
     assert len(failures) == 1 and "converted vs exact ALiBi" in failures[0]
 
 
 def test_the_reading_of_the_source_is_judged_in_float32_only():
-    failures = judge(_report(native_reading_max_err=2e-3))
+    failures = judge(_report(source_reading_max_err=2e-3))
     assert len(failures) == 1 and f"first {READING_TOKENS} tokens" in failures[0]
     assert "SRC is read as two models" in failures[0]
-    assert judge(_report("bfloat16", native_reading_max_err=2e-3)) == []  # half precision: reported
+    assert judge(_report("bfloat16", source_reading_max_err=2e-3)) == []  # half precision: reported
 
 
-@pytest.mark.parametrize("name", ["native_reading_max_err", "reference_converted_max_err", "mean_kl"])
+@pytest.mark.parametrize("name", ["source_reading_max_err", "reference_converted_max_err", "mean_kl"])
 def test_a_non_finite_number_fails(name):
     failures = judge(_report(**{name: math.nan}))
     assert any(f"{name} is nan" in f for f in failures), failures
 
 
-def test_the_rows_name_native_only_where_it_ran():
+def test_the_rows_name_the_source_only_where_it_ran():
     ran = [what for what, _, _ in rows(_report())]
-    assert "native vs exact" in ran and "converted vs native" in ran
-    remote = _report(reference_native_max_err=None, max_abs_logit_diff=None, native_reading_max_err=None)
-    remote.native_ran = False
-    remote.greedy_native = remote.greedy_converted = [1, 2]
+    assert "source vs exact" in ran and "converted vs source" in ran
+    remote = _report(reference_source_max_err=None, max_abs_logit_diff=None, source_reading_max_err=None)
+    remote.source_ran = False
+    remote.greedy_source = remote.greedy_converted = [1, 2]
     lines = rows(remote)
-    assert not any("native" in f"{what} {value} {how}" for what, value, how in lines), lines
+    assert not any("vs source" in what or "source vs" in what or "against source" in how or "native" in what + how
+                   for what, _, how in lines), lines
     assert any(how.endswith("against exact") for _, _, how in lines)
 
 

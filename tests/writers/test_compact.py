@@ -25,7 +25,7 @@ def test_compact_targets(tmp_path, family, target):
     assert model.config.head_dim == res.plan.head_dim + 2
     report = verify(src, res.destination, context=256, greedy_tokens=16)
     assert report.passed, report.failures
-    assert report.reference_converted_max_err <= max(2 * report.reference_native_max_err, 1e-4)
+    assert report.reference_converted_max_err <= max(2 * report.reference_source_max_err, 1e-4)
 
 
 def test_compact_targets_refuse_what_they_cannot_express(tmp_path):

@@ -71,7 +71,7 @@ def test_the_bias_unit_is_exactly_one_in_every_dtype(dtype):
 def test_the_missing_biases_ride_on_the_constant_channel(tmp_path):
     src = build_remote(tmp_path / "btlm", "btlm")
     res = convert(src, tmp_path / "stablelm", PlanRequest(window=256, dtype="float32"))
-    geometry = json.loads((res.destination / "ropebridge.json").read_text())["layout"]
+    geometry = json.loads((res.destination / "ropebridge.json").read_text())["geometry"]
     out, source = CheckpointReader(res.destination), CheckpointReader(src)
     c, f, rot = geometry["constant_dim"], 192, geometry["rotary_dim"]
     assert geometry["bias_unit"] and geometry["value_one"] and geometry["intermediate_size"] == 192 + 64

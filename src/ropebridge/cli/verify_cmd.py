@@ -85,7 +85,7 @@ def _gib(value: float) -> int:
 
 def format_report(r) -> list[str]:
     """The report as ``verify`` prints it: ``verdict.rows`` (each number beside how it is judged), the verdict last."""
-    exact = "" if r.transformers_native_deviation is None else ", run as the family defines it"
+    exact = "" if r.transformers_deviation is None else ", run as the family defines it"
     lines = [f"{r.family} ({r.source_attention}{exact}) vs converted, {r.dtype}, {r.context} tokens"]
     lines += [f"  {what:<23} {value}" + (f"  ({how})" if how else "") for what, value, how in rows(r)]
     lines.append("PASSED" if r.passed else "FAILED: " + "; ".join(r.failures))

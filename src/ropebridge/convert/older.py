@@ -2,6 +2,7 @@
 
 Nothing else in the package knows an older name. What changed, and how each is read:
 
+- **the record's keys** (``keys``): 0.1 and 0.2 kept the target's geometry under ``layout``;
 - **the plan** (``plan``): 0.1's ``rope_dim`` is ``rotary_dim``; the ``mode`` of 0.1 and early 0.2 is
   ``strategy`` and ``theta_rule``; per head, 0.1's ``sine_error`` is ``approximation_error``, its ``phase``
   (derived today) is dropped, and its ``floor``, ``exact_distance`` and ``shift`` are the head's ``ladder`` part;
@@ -20,6 +21,13 @@ from ..emulation.plan import THETA_RULES
 
 _MODES = {**{r: ("single", r) for r in THETA_RULES}, "fixed-base": ("fixed-base", None), "ladder": ("ladder", None)}
 _LADDER_PART = ("floor", "exact_distance", "shift")
+
+
+def keys(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's top-level keys in today's names: ``layout`` is ``geometry`` (module doc)."""
+    if "layout" not in record or "geometry" in record:
+        return record
+    return {("geometry" if k == "layout" else k): v for k, v in record.items()}
 
 
 def plan(record: dict[str, Any]) -> dict[str, Any]:

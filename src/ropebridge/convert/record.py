@@ -1,11 +1,12 @@
 """``ropebridge.json``, the conversion record: the one module that writes, reads, shape-checks and migrates it.
 
 ``convert`` writes one beside every checkpoint (``ConversionRecord.of`` then ``to_json``): the request as asked
-(``asked``) and as resolved for the source (``resolved``, ``emulation.Resolved.to_dict``), the plan, the layout.
+(``asked``) and as resolved for the source (``resolved``, ``emulation.Resolved.to_dict``), the plan, the target's geometry.
 ``verify`` reads it back (``ConversionRecord.read``) and takes from it only the options to derive the checkpoint
 again (``plan_request``: the asked request, resolved again from SRC). Everything else a record says (its
-version, target, dtype, resolved request, layout, plan) is DST's claim about itself: ``read`` checks its shape
-and keeps the values as DST holds them, and the byte check compares each with what SRC gives. The record's ``"layout"`` key holds the target's geometry (``writers.Writer.geometry``).
+version, target, dtype, resolved request, geometry, plan) is DST's claim about itself: ``read`` checks its shape
+and keeps the values as DST holds them, and the byte check compares each with what SRC gives.
+The ``geometry`` is the target's numbers (``writers.Writer.geometry``).
 
 A record of an older release is read in today's schema by ``convert.older``, the one module that knows an
 older name (its plan, and the request it asked).
@@ -28,16 +29,16 @@ from . import older
 
 FILE = "ropebridge.json"
 _KEYS = ("ropebridge_version", "source", "source_family", "source_fingerprint", "target", "dtype",
-         "torch_version", "asked", "resolved", "layout", "plan", "accepted_error")  # in the order they are written
+         "torch_version", "asked", "resolved", "geometry", "plan", "accepted_error")  # in the order they are written
 _OLDER = ("request",)  # read from records that hold it, never written
 
 
 @dataclass(frozen=True)
 class ConversionRecord:
-    """What ``ropebridge.json`` holds, field for key (``geometry`` is the key ``"layout"``): the writing
+    """What ``ropebridge.json`` holds, field for key: the writing
     versions, the source's name, family and fingerprint (``pipeline.source_fingerprint``), the target and
     dtype, the request as asked (``asked``: every ``PlanRequest`` field the plan and the tensors depend on) and as
-    resolved (``resolved``), the layout, the plan (``EmulationPlan.to_dict``) and whether its error was accepted;
+    resolved (``resolved``), the geometry, the plan (``EmulationPlan.to_dict``) and whether its error was accepted;
     ``request``: a 0.2 record's completed request (None in the others). Read from DST, every field but ``plan`` is
     as DST holds it (any JSON value, None where the key is missing)."""
 
@@ -67,8 +68,7 @@ class ConversionRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """The record as ``ropebridge.json`` holds it, its keys in the written order."""
-        values = {**{k: getattr(self, k) for k in _KEYS if k != "layout"}, "layout": self.geometry}
-        return {k: values[k] for k in _KEYS}
+        return {k: getattr(self, k) for k in _KEYS}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
@@ -92,8 +92,8 @@ class ConversionRecord:
                 isinstance(h, dict) and isinstance(h.get("slope"), (int, float)) for h in heads):
             raise ValueError(f"{path}: its plan's heads are malformed (a list of objects, each with a numeric "
                              "slope)")
-        fields = {k: data.get(k) for k in (*_KEYS, *_OLDER) if k != "layout"}
-        return cls(**fields, geometry=data.get("layout"))
+        data = older.keys(data)
+        return cls(**{k: data.get(k) for k in (*_KEYS, *_OLDER)})
 
     def current_plan(self) -> dict[str, Any]:
         """The recorded plan in today's names (``older.plan``); ``ValueError`` where it cannot be."""

@@ -109,11 +109,11 @@ def compare(derived: Derivation, dst: Path, record: ConversionRecord, *, quick: 
     if found:
         fail(f"its recorded plan is not the one SRC gives with its options: {found}")
     compared = [("target", derived.target.name), ("dtype", derived.plan.dtype),
-                ("source_family", derived.model.info.family), ("layout", derived.geometry)]
+                ("source_family", derived.model.info.family), ("geometry", derived.geometry)]
     if record.asked is not None or record.resolved is not None:  # a record older than both holds neither
         compared.append(("resolved", json.loads(json.dumps(derived.resolved.to_dict()))))
     for key, value in compared:
-        found = first_difference(getattr(record, "geometry" if key == "layout" else key), value, key, rtol)
+        found = first_difference(getattr(record, key), value, key, rtol)
         if found:
             fail(f"its record differs from the conversion SRC gives: {found}")
     try:

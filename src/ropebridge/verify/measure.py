@@ -14,7 +14,7 @@ Measured, on ``context`` tokens and a left-padded batch of them (2, s):
 - in half precision, the baseline: the source in that dtype with attention and bias exact (``reference_states``
   with ``round_to``) against exact, which the limit allows for (``verdict.BASELINE_FACTOR``);
 - each head's content advantage on the tokens (``calibration.AdvantageTracker``), which a ladder's floors cover;
-- reported: the source run as defined (``native.as_defined``) against exact and against the converted model,
+- reported: the source run as defined (``deviations.as_defined``) against exact and against the converted model,
   transformers' own numbers where it deviates, and, on the first ``READING_TOKENS`` tokens alone, the source as
   defined against exact (judged in float32 by ``verdict.judge``).
 
@@ -39,7 +39,7 @@ from ..checkpoint.reference import reference_states
 from ..numerics import DTYPES
 from . import logit_stats
 from .layered import LayeredModel
-from .native import as_defined, native_deviations
+from .deviations import as_defined, deviations_of
 from .stages import Converted, Reference, Side, Source, held, sides, views
 from .verdict import READING_TOKENS, VerifyReport
 
@@ -154,15 +154,15 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
     device = request.device
     conv = LayeredModel(dst, dtype, on_layer=tick, device=device)
     runs = info.family_row.attention is not None  # transformers has a class for the source
-    native = LayeredModel(src, dtype, on_layer=tick, device=device) if runs else None
+    source_model = LayeredModel(src, dtype, on_layer=tick, device=device) if runs else None
     ids = _tokens(src, request.text, request.context, info.vocab_size, request.seed)  # (1, s)
     n = ids.shape[1]
     max_memory, need = request.max_memory, memory_need(info, n)
     pad_id = int(conv.model.config.pad_token_id or 0)
     batch, mask = (t.to(device) for t in padded_batch(ids, pad_id))
     ids = ids.to(device)
-    deviations = native_deviations(info.family, source.config) if runs else ()
-    exact = (lambda: as_defined(native.model, source)) if runs else nullcontext  # noqa: E731
+    deviations = deviations_of(info.family, source.config) if runs else ()
+    exact = (lambda: as_defined(source_model.model, source)) if runs else nullcontext  # noqa: E731
     head = ids[:, :READING_TOKENS]  # (1, m)
     half = request.dtype != "float32"  # the dtype's baseline is measured (one more reference pass)
     passes = 3 + half + (2 + 2 * bool(deviations) if runs else 0)
@@ -189,19 +189,19 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
         stage("reference")
         ran = None
         if runs:
-            bar.set_postfix_str(f"native, {n} tokens")
+            bar.set_postfix_str(f"source, {n} tokens")
             with exact():
-                own = native.hidden(ids), native.hidden(head)  # (1, s, D), (1, m, D)
-            hf = (native.hidden(ids), native.hidden(head)) if deviations else None
+                own = source_model.hidden(ids), source_model.hidden(head)  # (1, s, D), (1, m, D)
+            hf = (source_model.hidden(ids), source_model.hidden(head)) if deviations else None
             ran = Source(*own, hf)
-            stage("native")
-    models = {Side.CONVERTED: conv, Side.CONVERTED_BATCH: conv, Side.SOURCE: native, Side.SOURCE_HEAD: native,
-              Side.TRANSFORMERS: native, Side.TRANSFORMERS_HEAD: native}
+            stage("source")
+    models = {Side.CONVERTED: conv, Side.CONVERTED_BATCH: conv, Side.SOURCE: source_model, Side.SOURCE_HEAD: source_model,
+              Side.TRANSFORMERS: source_model, Side.TRANSFORMERS_HEAD: source_model}
     made, pairs = sides(source, reference, converted, ran, models, dtype, device)
     rows = [h.shape[:-1].numel() for h in held(reference, converted, ran)]  # each side's positions, b * s
     # each row of a block, an upper bound (the sides run one after another): the exact head's (and the baseline's) in
     # float64, each model's as read and as cast
-    widths = [info.hidden_size] * (1 + half) + [2 * m.head_width for m in (conv, native) if m is not None]
+    widths = [info.hidden_size] * (1 + half) + [2 * m.head_width for m in (conv, source_model) if m is not None]
     block = logit_stats.vocab_block(sum(rows), max(rows), LOGIT_BYTES, row_bytes=8 * sum(widths))
     targets = torch.cat([ids[:, 1:], ids[:, :1]], 1)  # (1, s): the next token (the last is ignored)
     bar.set_postfix_str(f"logits, {info.vocab_size} rows in blocks of {block}")
@@ -212,11 +212,11 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
     stage("logits")
     report = _report(source, (src, dst), request, (side_stats, pair_stats), mask, deviations)
     report.content_advantage = reference.advantage.cpu().tolist()
-    _greedy_check(report, source, (conv, native), ids, request, (block, bar))
+    _greedy_check(report, source, (conv, source_model), ids, request, (block, bar))
     stage("greedy")
     report.cost = {"seconds": time.perf_counter() - started, "stage_seconds": seconds, "max_memory": max_memory,
                    "memory_need": need.total, "reference_layer_bytes": need.reference_layer,
-                   "model_layer_bytes": max(conv.largest_unit_bytes, native.largest_unit_bytes if native else 0),
+                   "model_layer_bytes": max(conv.largest_unit_bytes, source_model.largest_unit_bytes if source_model else 0),
                    "vocab_block": block}
     return report, ids.cpu()
 
@@ -230,7 +230,7 @@ def _report(source, paths: tuple[Path, Path], request, stats: tuple[dict, dict],
     agree = (s[Side.CONVERTED].argmax == s[Side.EXACT].argmax[:1]).double().mean()
     report = VerifyReport(
         source=str(src), converted=str(dst), family=source.info.family, dtype=request.dtype,
-        context=int(mask.shape[1]), source_attention=source.info.family_row.attention or "not run", native_ran=runs,
+        context=int(mask.shape[1]), source_attention=source.info.family_row.attention or "not run", source_ran=runs,
         reference_converted_max_err=float(judged.max_abs_diff.max()), mean_kl=float(judged.kl.mean()),
         padded_max_abs_logit_diff=float(padded.max_abs_diff[mask.bool()].max()), top1_agreement=float(agree),
         error_by_position=judged.max_abs_diff[0].tolist(),
@@ -241,12 +241,12 @@ def _report(source, paths: tuple[Path, Path], request, stats: tuple[dict, dict],
         report.baseline_max_err = worst(Side.EXACT0, Side.BASELINE)
     if runs:
         report.max_abs_logit_diff = worst(Side.SOURCE, Side.CONVERTED)
-        report.reference_native_max_err = worst(Side.SOURCE, Side.EXACT0)
-        report.native_reading_max_err = worst(Side.SOURCE_HEAD, Side.EXACT_HEAD)
-        report.ppl_native = _ppl(s[Side.SOURCE]) if text else None
+        report.reference_source_max_err = worst(Side.SOURCE, Side.EXACT0)
+        report.source_reading_max_err = worst(Side.SOURCE_HEAD, Side.EXACT_HEAD)
+        report.ppl_source = _ppl(s[Side.SOURCE]) if text else None
     if deviations:
-        report.transformers_native_deviation = "; ".join(d.what for d in deviations)
-        report.transformers_native_max_abs_logit_diff = worst(Side.TRANSFORMERS, Side.CONVERTED)
+        report.transformers_deviation = "; ".join(d.what for d in deviations)
+        report.transformers_max_abs_logit_diff = worst(Side.TRANSFORMERS, Side.CONVERTED)
         report.transformers_reading_max_err = worst(Side.TRANSFORMERS_HEAD, Side.EXACT_HEAD)
     return report
 
@@ -255,11 +255,11 @@ def _greedy_check(report: VerifyReport, source, models: tuple, ids: torch.Tensor
     """Greedy tokens of the converted model ``models[0]`` and of the source (``models[1]``, None or run as
     defined, or the exact reference), bounded so that the weights they stream stay within ``GREEDY_STREAM_BYTES``
     (the report names the bound); ``progress``: the logit block and the bar."""
-    (block, bar), (conv, native), asked = progress, models, request.greedy_tokens
+    (block, bar), (conv, source_model), asked = progress, models, request.greedy_tokens
     pad_id = int(conv.model.config.pad_token_id or 0)
     if not asked:
         return
-    layer = native.unit_bytes if native else reference_layer_bytes(source.info)
+    layer = source_model.unit_bytes if source_model else reference_layer_bytes(source.info)
     per_token = (conv.unit_bytes + layer) * source.info.n_layers
     tokens = min(asked, max(1, GREEDY_STREAM_BYTES // max(1, per_token)))
     if tokens < asked:
@@ -269,12 +269,12 @@ def _greedy_check(report: VerifyReport, source, models: tuple, ids: torch.Tensor
     bar.set_postfix_str(f"greedy, {tokens} tokens")
     prompt = ids[:, : min(GREEDY_PROMPT, ids.shape[1])]
     with torch.no_grad():
-        if native is not None:
-            with as_defined(native.model, source):
-                g_source = _greedy(native.model, prompt, tokens, pad_id)
+        if source_model is not None:
+            with as_defined(source_model.model, source):
+                g_source = _greedy(source_model.model, prompt, tokens, pad_id)
         else:
             g_source = _reference_greedy(source, prompt, tokens, block, request.device)
         g_conv = _greedy(conv.model, prompt, tokens, pad_id)
     divergence = next((i for i, (x, y) in enumerate(zip(g_source, g_conv)) if x != y), None)
-    report.greedy_native, report.greedy_converted = g_source, g_conv
+    report.greedy_source, report.greedy_converted = g_source, g_conv
     report.greedy_identical, report.greedy_first_divergence = divergence is None, divergence

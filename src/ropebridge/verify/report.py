@@ -16,19 +16,19 @@ from ..reports import label_axes, new_figure
 from .verdict import rows
 
 
-def _attention_figure(native_probs, converted_probs, reference_probs):
+def _attention_figure(source_probs, converted_probs, reference_probs):
     fig = new_figure()
     ax = fig.add_subplot()
     layers = range(len(converted_probs))
     if reference_probs:
         ax.semilogy(layers, [float((c.double() - r).abs().max()) for c, r in zip(converted_probs, reference_probs)],
                     "o-", label="converted vs exact float64 ALiBi")
-        if native_probs:
-            ax.semilogy(layers, [float((n.double() - r).abs().max()) for n, r in zip(native_probs, reference_probs)],
-                        "s-", label="native vs exact float64 ALiBi")
-    if native_probs:
-        ax.semilogy(layers, [float((c.double() - n.double()).abs().max()) for c, n in zip(converted_probs, native_probs)],
-                    "^-", label="converted vs native")
+        if source_probs:
+            ax.semilogy(layers, [float((n.double() - r).abs().max()) for n, r in zip(source_probs, reference_probs)],
+                        "s-", label="source vs exact float64 ALiBi")
+    if source_probs:
+        ax.semilogy(layers, [float((c.double() - n.double()).abs().max()) for c, n in zip(converted_probs, source_probs)],
+                    "^-", label="converted vs source")
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -73,18 +73,18 @@ def write_report(report, out: Path, ids: torch.Tensor) -> None:
         with torch.no_grad():
             conv = LayeredModel(r.converted, DTYPES[r.dtype], attn_implementation="eager")
             conv_probs = list(conv.model.get_decoder()(input_ids=head, output_attentions=True).attentions)
-            native_probs = None
-            if r.native_ran and FAMILIES[r.family].eager_attention_maps:  # eager Falcon adds the bias twice
-                native = LayeredModel(r.source, DTYPES[r.dtype])
-                native_probs = list(native.model.get_decoder()(input_ids=head, output_attentions=True).attentions)
+            source_probs = None
+            if r.source_ran and FAMILIES[r.family].eager_attention_maps:  # eager Falcon adds the bias twice
+                source_model = LayeredModel(r.source, DTYPES[r.dtype])
+                source_probs = list(source_model.model.get_decoder()(input_ids=head, output_attentions=True).attentions)
             ref_probs = attention_probs(SourceModel(r.source), head)
-        _attention_figure(native_probs, conv_probs, ref_probs).savefig(out / "attention_by_layer.png", dpi=110)
+        _attention_figure(source_probs, conv_probs, ref_probs).savefig(out / "attention_by_layer.png", dpi=110)
         lines += ["", "![error by position](error_by_position.png)", "", "![attention by layer](attention_by_layer.png)",
                   ""]
-        if r.transformers_native_deviation is not None:
+        if r.transformers_deviation is not None:
             lines.append(f"Native {r.family} runs as the family defines it (transformers' own: "
-                         f"{r.transformers_native_deviation}; its numbers are reported separately).")
-        if r.native_ran and not FAMILIES[r.family].eager_attention_maps:
+                         f"{r.transformers_deviation}; its numbers are reported separately).")
+        if r.source_ran and not FAMILIES[r.family].eager_attention_maps:
             lines.append(f"transformers' eager {r.family}, the only path that returns attention maps, does not compute "
                          "the family's attention (Falcon adds the bias twice), so its maps are not shown.")
     (out / "report.md").write_text("\n".join(lines) + "\n")

@@ -11,7 +11,7 @@ Four checks, in this order, each independent of what DST says of itself:
 3. **The function** (``measure``): both models run a layer at a time through transformers' own modules on the
    same tokens, the converted one with its default attention (SDPA), the source with its own (BLOOM and MPT:
    eager, the only path they have; Falcon: its default SDPA path, which adds the ALiBi bias once), as the family
-   defines it where transformers departs from it (``native.NATIVE_DEVIATIONS``, transformers' own numbers
+   defines it where transformers departs from it (``deviations.DEVIATIONS``, transformers' own numbers
    reported beside), and the exact float64 reference (``reference.reference_states``) for every source, whatever
    its size. The converted model is judged against the reference by ``verdict.judge``: its max |logit error|
    within the limit (``verdict.limit_of``: the largest of the dtype's default tolerance at the plan's window,

@@ -4,7 +4,7 @@ and ``Side`` names the logits they give, so the comparisons are written between 
 - ``Converted``: DST as transformers runs it, on the ids ``(1, s, D)`` and on the left-padded batch ``(2, s, D)``;
 - ``Reference``: the exact float64 reference on the batch ``(2, s, D)`` (row 0 is the ids), the content advantage
   it observed, and in half precision the baseline (SRC in the dtype, attention and bias exact) on the ids;
-- ``Source``: SRC as the family defines it (``native.as_defined``) on the ids and on its first ``READING_TOKENS``,
+- ``Source``: SRC as the family defines it (``deviations.as_defined``) on the ids and on its first ``READING_TOKENS``,
   and, where transformers deviates from the definition, transformers' own numbers on both.
 
 ``sides`` turns them into the logit producers ``logit_stats.compare`` takes and ``COMPARED`` says which pairs are
@@ -30,8 +30,8 @@ class Side(str, Enum):
     CONVERTED = "conv"  # DST on the ids
     CONVERTED_BATCH = "conv_batch"  # DST on the padded batch
     BASELINE = "baseline"  # SRC in the dtype, attention and bias exact
-    SOURCE = "native"  # SRC as the family defines it, on the ids
-    SOURCE_HEAD = "native_head"  # the same on the first READING_TOKENS tokens alone
+    SOURCE = "source"  # SRC as the family defines it, on the ids
+    SOURCE_HEAD = "source_head"  # the same on the first READING_TOKENS tokens alone
     TRANSFORMERS = "hf"  # SRC as transformers' class computes it, where it deviates
     TRANSFORMERS_HEAD = "hf_head"
 

@@ -2,7 +2,7 @@
 
 The limit is the largest of the dtype's default tolerance at the plan's window, ``LOGIT_FACTOR`` times the plan's
 predicted worst score error and, in half precision, ``BASELINE_FACTOR`` times the dtype's baseline (the source itself in
-that dtype, measured by verify from SRC); native's own error is never an allowance. In float32 the
+that dtype, measured by verify from SRC); the source's own error is never an allowance. In float32 the
 source run as defined must also agree with the exact reference over its first ``READING_TOKENS`` positions.
 """
 
@@ -32,7 +32,7 @@ class VerifyReport:
     ``failures``). The measured numbers are None when the functional check did not run (``functional_skipped``
     says why: a byte difference). Judged: the converted model against the exact float64 reference (``reference_*``,
     ``padded_*``, ``mean_kl``, ``top1_agreement``, ``error_by_position``); reported beside: the source as transformers
-    runs it (``native_*``, ``max_abs_logit_diff``), None where transformers has no class for it (``native_ran``)."""
+    runs it (``reference_source_max_err``, ``greedy_source``, ``max_abs_logit_diff``), None where transformers has no class for it (``source_ran``)."""
 
     source: str
     converted: str
@@ -53,28 +53,28 @@ class VerifyReport:
     error_by_position: list[float] = field(default_factory=list)  # converted vs exact, max over the vocabulary
     greedy_identical: bool | None = None  # converted's greedy tokens against the source's (run, or exact)
     greedy_first_divergence: int | None = None
-    greedy_native: list[int] = field(default_factory=list)  # the source's greedy tokens (run, or exact)
+    greedy_source: list[int] = field(default_factory=list)  # the source's greedy tokens (run, or exact)
     greedy_converted: list[int] = field(default_factory=list)
     greedy_bound: str | None = None  # why fewer greedy tokens ran than were asked, if so
     ppl_reference: float | None = None
-    ppl_native: float | None = None
+    ppl_source: float | None = None
     ppl_converted: float | None = None
     max_abs_logit_diff: float | None = None  # reported: converted vs the source as transformers runs it (defined)
-    reference_native_max_err: float | None = None  # reported: the source as run vs exact
-    transformers_native_max_abs_logit_diff: float | None = None  # transformers' own where it deviates:
-    transformers_native_deviation: str | None = None  # how (``NATIVE_DEVIATIONS``); the source ran as defined
+    reference_source_max_err: float | None = None  # reported: the source as run vs exact
+    transformers_max_abs_logit_diff: float | None = None  # transformers' own where it deviates:
+    transformers_deviation: str | None = None  # how (``DEVIATIONS``); the source ran as defined
     transformers_reading_max_err: float | None = None  # transformers' own from exact, first READING_TOKENS
-    native_reading_max_err: float | None = None  # the source as defined from exact, first READING_TOKENS
+    source_reading_max_err: float | None = None  # the source as defined from exact, first READING_TOKENS
     thresholds: dict[str, Any] = field(default_factory=dict)
     cost: dict[str, Any] = field(default_factory=dict)  # memory budget, weights held, seconds per stage
     failures: list[str] = field(default_factory=list)
     report_error: str | None = None  # why --report DIR could not be written, if it could not
-    native_ran: bool = True  # False: transformers has no class for SRC, the exact reference stood for it
+    source_ran: bool = True  # False: transformers has no class for SRC, the exact reference stood for it
 
     @property
-    def native_name(self) -> str:
+    def source_name(self) -> str:
         """Whose greedy tokens the converted model's are compared with: SRC run by transformers, or exact."""
-        return "native" if self.native_ran else "exact"
+        return "source" if self.source_ran else "exact"
 
     @property
     def passed(self) -> bool:
@@ -101,7 +101,7 @@ class VerifyReport:
 def non_finite(report: VerifyReport) -> list[str]:
     """The failures for every measured number that is NaN or inf (no comparison can pass it)."""
     names = ("reference_converted_max_err", "padded_max_abs_logit_diff", "mean_kl", "top1_agreement", "ppl_reference",
-             "ppl_converted", "ppl_native", "max_abs_logit_diff", "reference_native_max_err", "native_reading_max_err")
+             "ppl_converted", "ppl_source", "max_abs_logit_diff", "reference_source_max_err", "source_reading_max_err")
     values = {name: getattr(report, name) for name in names}
     return [f"{name} is {value}: not a finite number" for name, value in values.items()
             if value is not None and not math.isfinite(value)]
@@ -149,10 +149,10 @@ def judge(report: VerifyReport) -> list[str]:
     if report.padded_max_abs_logit_diff > limit:
         failures.append(f"left-padded batch: converted vs exact, max |logit error| "
                         f"{report.padded_max_abs_logit_diff:.3g} > {what}")
-    reading = report.native_reading_max_err
+    reading = report.source_reading_max_err
     if report.dtype == "float32" and reading is not None and reading > limit:
-        as_defined = "" if report.transformers_native_deviation is None else \
-            f" (run as defined: {report.transformers_native_deviation})"
+        as_defined = "" if report.transformers_deviation is None else \
+            f" (run as defined: {report.transformers_deviation})"
         failures.append(f"transformers' {report.family}{as_defined} differs from ropebridge's exact reading of SRC by "
                         f"{reading:.3g} over its first {READING_TOKENS} tokens > {what}: SRC is read as two models")
     if report.thresholds["greedy_identical"] and report.greedy_identical is False:
@@ -184,7 +184,7 @@ def advantage_hint(report: VerifyReport) -> str:
 
 def rows(report: VerifyReport) -> list[tuple[str, str, str]]:
     """The report as rows (what, measured, how it is judged): the one content the terminal, ``report.md`` and the
-    model card format. No row names native where the source did not run."""
+    model card format. No row names the source where the source did not run."""
     out = [("bytes", describe(report.byte_check), report.byte_check.get("note") or "")]
     differences = report.byte_check.get("differences") or []
     out += [("  tensor differs", line, "reported, not judged") for line in differences[:DIFFERENCE_ROWS]]
@@ -207,26 +207,26 @@ def rows(report: VerifyReport) -> list[tuple[str, str, str]]:
             f"head {found[0]}: {found[1]:.3g} beyond the {found[2]:.3g} its floor covers"
         out.append(("content advantage", f"max {report.content_advantage[h]:.3g} logits (head {h})",
                     f"reported: {covered}"))
-    if report.greedy_native or report.greedy_bound:
-        n = len(report.greedy_native)
+    if report.greedy_source or report.greedy_bound:
+        n = len(report.greedy_source)
         same = "identical" if report.greedy_identical else f"differ from token {report.greedy_first_divergence}"
-        how = ("judged" if report.thresholds["greedy_identical"] else "reported") + f", against {report.native_name}"
+        how = ("judged" if report.thresholds["greedy_identical"] else "reported") + f", against {report.source_name}"
         out.append((f"greedy ({n} tokens)", same, how + (f"; {report.greedy_bound}" if report.greedy_bound else "")))
     if report.ppl_reference is not None:
         ppl = f"exact {report.ppl_reference:.6g}, converted {report.ppl_converted:.6g}"
-        out.append(("perplexity", ppl + (f", native {report.ppl_native:.6g}" if report.ppl_native is not None else ""),
+        out.append(("perplexity", ppl + (f", source {report.ppl_source:.6g}" if report.ppl_source is not None else ""),
                     ""))
-    if report.native_ran:
-        out += [("native vs exact", f"{report.reference_native_max_err:.3e}", "reported"),
-                ("converted vs native", f"{report.max_abs_logit_diff:.3e}", "reported")]
-    if report.transformers_native_max_abs_logit_diff is not None:
-        out.append((f"transformers' own {report.family}", f"{report.transformers_native_max_abs_logit_diff:.3e} from "
-                    f"converted", f"reported: {report.transformers_native_deviation}"))
-    if report.native_reading_max_err is not None and report.dtype == "float32":
+    if report.source_ran:
+        out += [("source vs exact", f"{report.reference_source_max_err:.3e}", "reported"),
+                ("converted vs source", f"{report.max_abs_logit_diff:.3e}", "reported")]
+    if report.transformers_max_abs_logit_diff is not None:
+        out.append((f"transformers' own {report.family}", f"{report.transformers_max_abs_logit_diff:.3e} from "
+                    f"converted", f"reported: {report.transformers_deviation}"))
+    if report.source_reading_max_err is not None and report.dtype == "float32":
         own = "" if report.transformers_reading_max_err is None else \
             f"; transformers' own {report.transformers_reading_max_err:.3e}"
-        out.append(("reading of SRC", f"native vs exact, first {min(READING_TOKENS, report.context)} tokens "
-                    f"{report.native_reading_max_err:.3e}{own}", bar))
+        out.append(("reading of SRC", f"source vs exact, first {min(READING_TOKENS, report.context)} tokens "
+                    f"{report.source_reading_max_err:.3e}{own}", bar))
     cost = report.cost
     if cost:
         out.append(("cost", f"{cost['seconds']:.1f}s, a layer at a time",

@@ -7,14 +7,14 @@ import transformers as T
 from pico import build
 
 from ropebridge.checkpoint.model import SourceModel
-from ropebridge.verify.native import NATIVE_DEVIATIONS, as_defined, native_deviations
+from ropebridge.verify.deviations import DEVIATIONS, as_defined, deviations_of
 
 
 def _whats(family, config):
-    return [d.what for d in native_deviations(family, config)]
+    return [d.what for d in deviations_of(family, config)]
 
 
-def test_native_deviations_are_named_per_config():
+def test_deviations_are_named_per_config():
     assert _whats("mpt", {"attn_config": {"alibi_bias_max": 16}}) == ["alibi_bias_max ignored (always 8)"]
     assert _whats("mpt", {"attn_config": {"alibi_bias_max": 8}}) == []
     assert _whats("mpt", {"no_bias": False}) == ["bias tensors ignored (no_bias false)"]
@@ -28,7 +28,7 @@ def test_native_deviations_are_named_per_config():
 def test_every_family_of_the_table_is_known():
     from ropebridge.checkpoint.config import FAMILIES
 
-    assert set(NATIVE_DEVIATIONS) <= set(FAMILIES)
+    assert set(DEVIATIONS) <= set(FAMILIES)
 
 
 @pytest.mark.parametrize("family", ["bloom-tp2", "mpt-biases", "falcon-rw"])

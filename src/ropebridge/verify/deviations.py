@@ -1,5 +1,5 @@
 """Where transformers' ALiBi models depart from their family's definition, and how ``verify`` runs them as
-defined. Each departure is a ``NativeDeviation`` (``NATIVE_DEVIATIONS``, per family): when it applies to a
+defined. Each departure is a ``Deviation`` (``DEVIATIONS``, per family): when it applies to a
 source config, what it is in words, and a context manager that makes a loaded transformers model compute the
 definition:
 
@@ -113,7 +113,7 @@ def _mpt_bias_max(config) -> float:
 
 
 @dataclass(frozen=True)
-class NativeDeviation:
+class Deviation:
     """Where transformers' implementation of a family departs from the family's own definition: ``applies``
     to a source config, ``patch(model, source)`` (a context manager) makes the loaded transformers ``model``
     compute the definition of ``source`` (a ``SourceModel``), and ``what`` names the departure in the report."""
@@ -123,26 +123,26 @@ class NativeDeviation:
     what: str
 
 
-NATIVE_DEVIATIONS: dict[str, tuple[NativeDeviation, ...]] = {
-    "bloom": (NativeDeviation(lambda c: _tp(c) > 1 and bool(c.get("slow_but_exact")),
+DEVIATIONS: dict[str, tuple[Deviation, ...]] = {
+    "bloom": (Deviation(lambda c: _tp(c) > 1 and bool(c.get("slow_but_exact")),
                               bloom_dense_with_bias, "dense biases dropped (pretraining_tp > 1, slow_but_exact)"),),
-    "falcon": (NativeDeviation(lambda c: True, falcon_exact_bias, "bias rounded to bfloat16"),),
-    "mpt": (NativeDeviation(lambda c: _mpt_bias_max(c) != 8.0, mpt_configured_bias,
+    "falcon": (Deviation(lambda c: True, falcon_exact_bias, "bias rounded to bfloat16"),),
+    "mpt": (Deviation(lambda c: _mpt_bias_max(c) != 8.0, mpt_configured_bias,
                             "alibi_bias_max ignored (always 8)"),
-            NativeDeviation(lambda c: not c.get("no_bias", True), attached_biases,
+            Deviation(lambda c: not c.get("no_bias", True), attached_biases,
                             "bias tensors ignored (no_bias false)")),
 }
 
 
-def native_deviations(family: str, config: Mapping[str, Any]) -> tuple[NativeDeviation, ...]:
-    """The deviations of transformers' ``family`` that apply to this source config (``NATIVE_DEVIATIONS``)."""
-    return tuple(d for d in NATIVE_DEVIATIONS.get(family, ()) if d.applies(config))
+def deviations_of(family: str, config: Mapping[str, Any]) -> tuple[Deviation, ...]:
+    """The deviations of transformers' ``family`` that apply to this source config (``DEVIATIONS``)."""
+    return tuple(d for d in DEVIATIONS.get(family, ()) if d.applies(config))
 
 
 @contextmanager
 def as_defined(model: torch.nn.Module, source) -> Iterator[None]:
     """Every deviation of ``source``'s family that applies to its config, patched into ``model`` at once."""
     with ExitStack() as stack:
-        for deviation in native_deviations(source.info.family, source.config):
+        for deviation in deviations_of(source.info.family, source.config):
             stack.enter_context(deviation.patch(model, source))
         yield
