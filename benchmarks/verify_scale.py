@@ -32,6 +32,11 @@ SHAPES = {
     "bloom-560m-6l": ("BloomConfig", dict(n_layer=6, hidden_size=1024, n_head=16, vocab_size=250880), 1024),
     "bloom-1b7": ("BloomConfig", dict(n_layer=24, hidden_size=2048, n_head=16, vocab_size=250880), 1024),
     "bloom-7b1": ("BloomConfig", dict(n_layer=30, hidden_size=4096, n_head=32, vocab_size=250880), 256),
+    # the widest layers users have, 2 layers each with a small vocabulary: BLOOM-176B's (hidden 14336, 112 heads: a
+    # layer is 2.5B parameters, 18.4 GiB in float64) and MPT-30B's (d_model 7168, 64 heads, MLP 4x)
+    "bloom-176b-2l": ("BloomConfig", dict(n_layer=2, hidden_size=14336, n_head=112, vocab_size=4096), 256),
+    "mpt-30b-2l": ("MptConfig", dict(n_layers=2, d_model=7168, n_heads=64, expansion_ratio=4, max_seq_len=8192,
+                                     vocab_size=4096), 1024),
     # Baichuan-13B's geometry (40 heads of 128, MLP 13696, vocabulary 64000) with 2 of its 40 layers: a
     # remote-code family, judged against the reference that stands for its code (no source run)
     "baichuan-13b-2l": ("baichuan", dict(hidden_size=5120, num_attention_heads=40, num_hidden_layers=2,
@@ -62,6 +67,7 @@ def random_checkpoint(directory: Path, config, dtype: torch.dtype = torch.bfloat
         model = T.AutoModelForCausalLM.from_config(config)
     writer = ShardWriter(dtype, 1 << 30)
     g = torch.Generator().manual_seed(seed)
+    embedding = next(n for n, p in model.named_parameters() if p is model.get_input_embeddings().weight)
     for name, p in model.state_dict().items():
         if name == "lm_head.weight" and getattr(config, "tie_word_embeddings", True):
             continue
@@ -70,7 +76,7 @@ def random_checkpoint(directory: Path, config, dtype: torch.dtype = torch.bfloat
             writer.add(name, tuple(p.shape), lambda shape=tuple(p.shape), v=value: iter([torch.full(shape, v)]))
         else:
             rows = max(1, (64 << 20) // (4 * p.shape[1]))
-            scale = embedding_std if "embed" in name else std
+            scale = embedding_std if name == embedding else std
             writer.add(name, tuple(p.shape), lambda shape=tuple(p.shape), rows=rows, scale=scale: (
                 torch.randn(min(rows, shape[0] - a), shape[1], generator=g) * scale for a in range(0, shape[0], rows)))
     writer.write(tmp)

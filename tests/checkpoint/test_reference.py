@@ -2,13 +2,15 @@
 modelling code agrees with it (transformers' families: ``checkpoint/test_model.py``), and the half-precision floor
 (the source model in a dtype with attention and the ALiBi bias exact)."""
 
+import math
+
 import pytest
 import torch
 import transformers as T
 from pico import build
 
 from ropebridge.checkpoint.model import SourceModel
-from ropebridge.checkpoint.reference import reference_hidden, reference_logits
+from ropebridge.checkpoint.reference import Blocks, reference_hidden, reference_logits
 
 
 def test_floor_rounds_every_op_but_keeps_attention_exact(tmp_path):
@@ -36,7 +38,7 @@ def test_the_query_block_changes_nothing_but_the_summation_order(tmp_path):
     src = build(tmp_path / "src", "falcon-rw")
     model = SourceModel(src)
     ids = torch.randint(0, 320, (150,), generator=torch.Generator().manual_seed(2))
-    whole, blocked = (reference_hidden(model, ids, query_block=q) for q in (512, 64))
+    whole, blocked = (reference_hidden(model, ids, blocks=Blocks(q)) for q in (512, 64))
     eps = torch.finfo(torch.float64).eps
     assert float((blocked - whole).abs().max()) <= 256 * eps * float(whole.abs().max())
 
@@ -52,7 +54,7 @@ def test_left_padding_leaves_the_real_positions_of_a_batch_as_each_sequence_alon
     mask = torch.ones_like(ids)
     mask[1, :31] = 0
     head = model.head_rows(0, model.info.vocab_size)
-    batch = reference_states(model, ids, mask, query_block=16) @ head.T  # (2, s, V)
+    batch = reference_states(model, ids, mask, blocks=Blocks(16)) @ head.T  # (2, s, V)
     alone = reference_logits(model, ids[1:, 31:])[0]  # (s - 31, V)
     eps = torch.finfo(torch.float64).eps
     assert float((batch[1, 31:] - alone).abs().max()) <= 256 * eps * float(alone.abs().max())
@@ -90,7 +92,7 @@ def test_baichuan_reference_is_its_modelling_code(tmp_path):
         scale = float(theirs.abs().max())
         assert float((ours - theirs).abs().max()) <= 64 * torch.finfo(torch.float64).eps * scale, family
         # the blockwise pass is the same model
-        blocked = reference_hidden(model, ids[0], query_block=32) @ model.head_rows(0, model.info.vocab_size).T
+        blocked = reference_hidden(model, ids[0], blocks=Blocks(32)) @ model.head_rows(0, model.info.vocab_size).T
         assert float((blocked - ours[0]).abs().max()) <= 64 * torch.finfo(torch.float64).eps * scale, family
 
 
@@ -135,29 +137,52 @@ def test_refact_reference_is_its_modelling_code(tmp_path, tied):
     assert float((ours - theirs).abs().max()) <= 64 * torch.finfo(torch.float64).eps * scale
 
 
-def test_one_layer_of_weights_is_alive_when_the_next_is_read(tmp_path):
-    # the streamed reference's memory is one float64 layer and a read's transient: the previous layer is released
-    # before the next one is read, and every layer's attention probabilities (attention_probs) are the streamed ones
+@pytest.mark.parametrize("family", ["bloom-4heads", "mpt", "falcon-parallel-mq", "baichuan", "refact"])
+def test_the_blocked_reference_is_the_whole_layer_one_to_float64_rounding(tmp_path, family):
+    # one row (one head) of each linear map at a time against every map whole: the same products, summed in
+    # another order at most
+    from pico import build_remote
+
+    src = (build_remote if family in ("baichuan", "refact") else build)(tmp_path / "src", family)
+    model = SourceModel(src)
+    ids = torch.randint(0, 320, (70,), generator=torch.Generator().manual_seed(6))
+    whole, blocked = (reference_hidden(model, ids, blocks=Blocks(weight_bytes=b)) for b in (None, 1))
+    eps = torch.finfo(torch.float64).eps
+    assert float((blocked - whole).abs().max()) <= 256 * eps * float(whole.abs().max())
+    assert float((blocked - whole).abs().max()) < float(whole.abs().max())  # not vacuous: both are the model
+
+
+def test_one_block_of_weights_is_alive_when_the_next_is_read(tmp_path):
+    # counted, not timed: every weight the reference reads is a block within block_bytes (one head of q, k or v at
+    # the least), released before the next is read, so a layer 46 times the budget runs within it; every layer's
+    # attention probabilities (attention_probs) are the streamed ones
     import gc
     import weakref
 
     from ropebridge.checkpoint.reference import attention_probs, reference_states
 
     model = SourceModel(build(tmp_path / "src", "bloom-4heads"))
-    read, alive = model.layer, []
+    block = model.info.head_dim * model.info.hidden_size * 8  # one head's rows of q, k or v in float64
+    sizes, alive, refs = [], [], []
 
-    def layer(i):
-        gc.collect()
-        alive.append(sum(ref() is not None for ref in refs))
-        out = read(i)
-        refs.append(weakref.ref(out))
-        return out
+    def counted(read):
+        def wrapper(*args, **kwargs):
+            out = read(*args, **kwargs)
+            if kwargs.get("suffix") != ".bias":  # a weight (q, k and v's biases are 2-D too)
+                gc.collect()
+                alive.append(sum(ref() is not None for ref in refs))
+                sizes.append(out.numel() * out.element_size())
+                refs.append(weakref.ref(out))
+            return out
+        return wrapper
 
-    refs: list = []
-    model.layer = layer
+    model.weight, model.qkv_part = counted(model.weight), counted(model.qkv_part)
     ids = torch.randint(0, 320, (1, 40), generator=torch.Generator().manual_seed(5))
-    reference_states(model, ids, query_block=16)
-    assert alive == [0] * model.info.n_layers
+    reference_states(model, ids, blocks=Blocks(16, block))
+    layer = sum(math.prod(shape) for name, (shape, _) in model.expected_shapes().items()
+                if ".h.0." in name and len(shape) == 2) * 8
+    assert max(sizes) <= block < layer / 40 and set(alive) == {0}, (max(sizes), block, layer, alive)
+    assert sum(sizes) == model.info.n_layers * layer  # every weight read once, each q, k, v head by head
     probs = attention_probs(model, ids)
     assert len(probs) == model.info.n_layers and probs[0].shape == (1, model.info.n_heads, 40, 40)
     torch.testing.assert_close(probs[-1].sum(-1), torch.ones(1, model.info.n_heads, 40, dtype=torch.float64),

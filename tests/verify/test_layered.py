@@ -1,5 +1,5 @@
-"""A checkpoint run a layer at a time computes what ``from_pretrained``'s model computes, bit for bit, holding one
-unit's weights at a time."""
+"""A checkpoint run with its weights read as they are used computes what ``from_pretrained``'s model computes, bit
+for bit, holding one weight at a time."""
 
 import pytest
 import torch
@@ -43,26 +43,38 @@ def _same_as_whole(path, dtype):
 
 @pytest.mark.parametrize("family, target", CASES + REMOTE)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_every_target_runs_layer_by_layer_bit_for_bit(tmp_path, family, target, dtype):
+def test_every_target_runs_weight_by_weight_bit_for_bit(tmp_path, family, target, dtype):
     src, dst = _pair(tmp_path, family, target, dtype)
     _same_as_whole(dst, dtype)
     if family not in dict(REMOTE):  # the source as transformers runs it, too
         _same_as_whole(src, dtype)
 
 
-def test_one_unit_is_held_at_a_time(tmp_path):
-    # counted, not timed: after a forward every parameter is a placeholder again, and the most held at once is one
-    # decoder layer's weights
+def test_one_weight_is_held_at_a_time(tmp_path):
+    # counted, not timed: no parameter holds storage, before or after a forward; the most read at once is the
+    # layer's largest matrix, not the layer; every weight a forward uses is read once per use
+    from ropebridge.verify.layered import _Unread
+
     src, dst = _pair(tmp_path, "bloom-4heads", "gpt-neox", "float32")
     layered, whole = _same_as_whole(dst, "float32")
-    layer = sum(p.numel() * p.element_size() for p in whole.gpt_neox.layers[0].parameters())
-    assert layered.largest_unit_bytes == layer == layered.unit_bytes
-    assert all(p.untyped_storage().nbytes() <= p.element_size() for p in layered.model.parameters())
+    layer = whole.gpt_neox.layers[0]
+    largest = max(p.numel() * p.element_size() for p in layer.parameters())
+    assert layered.largest_read_bytes == largest == layered.tensor_bytes
+    assert largest < sum(p.numel() * p.element_size() for p in layer.parameters()) == layered.layer_bytes
+    assert all(isinstance(p, _Unread) for p in layered.model.parameters())
     loads = layered.loads
     with torch.no_grad():
         layered.hidden(torch.tensor([[1, 2, 3]]))
-    units = len(whole.gpt_neox.layers) + 1  # the layers and the final norm (the embedding is gathered by id)
-    assert layered.loads - loads == units
+    used = len(whole.gpt_neox.layers) * len(list(layer.parameters())) + 2  # the layers' and the final norm's
+    assert layered.loads - loads == used
+
+
+def test_a_parent_that_slices_its_child_s_weight_reads_it(tmp_path):
+    # transformers' BLOOM with pretraining_tp > 1 and slow_but_exact slices dense's weight in the attention's own
+    # forward, never calling dense: the weight is read where it is used, and the logits are from_pretrained's
+    src = build(tmp_path / "bloom", "bloom-tp2")
+    assert AutoModelForCausalLM.from_pretrained(src).config.slow_but_exact
+    _same_as_whole(src, "float32")
 
 
 def test_a_missing_or_misshapen_tensor_is_named(tmp_path):

@@ -25,12 +25,51 @@ def test_the_reference_layer_is_counted_from_the_shapes(tmp_path):
     assert measure.reference_layer_bytes(source.info) == held
 
 
+def test_the_largest_weight_is_counted_from_the_config_as_the_layered_model_holds_it(tmp_path):
+    from ropebridge.verify.layered import LayeredModel, largest_weight_bytes
+
+    src = build(tmp_path / "bloom", "bloom-4heads")
+    dst = convert(src, tmp_path / "rope", PlanRequest(window=256, dtype="bfloat16")).destination
+    for path in (src, dst):
+        config = json.loads((path / "config.json").read_text())
+        for dtype in (torch.float32, torch.bfloat16):
+            model = LayeredModel(path, dtype)
+            assert largest_weight_bytes(config, dtype) == model.tensor_bytes
+            with torch.no_grad():
+                model.hidden(torch.tensor([[1, 2, 3]]))
+            assert model.largest_read_bytes == model.tensor_bytes  # what is read is what was counted
+    # the embedding (320 x 128) is read by rows, not counted; the largest is the MLP (512 x 128)
+    assert largest_weight_bytes(json.loads((src / "config.json").read_text()), torch.float32) == 512 * 128 * 4
+
+
+BLOOM_176B = dict(n_layer=70, hidden_size=14336, n_head=112, vocab_size=250880)
+
+
+def test_a_layer_wider_than_the_budget_verifies_within_it():
+    # counted, not timed: BLOOM-176B's layer is 2.5B parameters, 18.4 GiB in float64, more than twice the default
+    # budget; the reference reads it by blocks of rows and the models a matrix at a time, so at 256 tokens in
+    # bfloat16 the need is within 8 GiB and held by its largest matrix (dense_h_to_4h, 1.5 GiB in bfloat16)
+    import transformers as T
+
+    from ropebridge.checkpoint.config import from_config
+    from ropebridge.verify.layered import largest_weight_bytes
+
+    config = T.BloomConfig(**BLOOM_176B).to_dict()
+    info = from_config(config)
+    assert measure.reference_layer_bytes(info) > 2 * (8 << 30)
+    matrix = largest_weight_bytes(config, torch.bfloat16)
+    assert matrix == 4 * 14336 * 14336 * 2
+    need = measure.check_memory(info, 256, 8 << 30, matrix)
+    assert need.weights == 2 * matrix and need.total < 8 << 30
+
+
 def test_the_need_grows_with_the_context_and_is_refused_above_the_budget(tmp_path):
     import transformers as T
 
     src = build(tmp_path / "bloom", "bloom-4heads")
     info = SourceModel(src).info
-    small, large = measure.memory_need(info, 256), measure.memory_need(info, 4096)
+    weight = 512 * 128 * 4
+    small, large = measure.memory_need(info, 256, weight), measure.memory_need(info, 4096, weight)
     assert small.total < large.total and small.attention < large.attention
     # the attention term holds what eager attention allocates per layer: its float32 scores and probabilities of
     # the padded batch of 2, as transformers returns them (a measurement, not the formula again), within 2x
@@ -39,11 +78,11 @@ def test_the_need_grows_with_the_context_and_is_refused_above_the_budget(tmp_pat
         probs = model(torch.zeros(2, 256, dtype=torch.long), output_attentions=True).attentions[0]
     allocated = 2 * probs.numel() * probs.element_size()  # scores and probabilities
     assert allocated <= small.attention <= 2 * allocated
-    assert measure.check_memory(info, 256, small.total) == small
+    assert measure.check_memory(info, 256, small.total, weight) == small
     needed = math.ceil(small.total / 2**30 * 10) / 10  # GiB, rounded up to a tenth: the budget that passes
-    assert measure.check_memory(info, 256, int(needed * 2**30)) == small
+    assert measure.check_memory(info, 256, int(needed * 2**30), weight) == small
     with pytest.raises(ValueError, match=rf"needs --max-memory {needed:g} GiB or more .* the budget is 0.5 GiB"):
-        measure.check_memory(info, 256, 1 << 29)
+        measure.check_memory(info, 256, 1 << 29, weight)
 
 
 def test_verify_refuses_a_budget_below_the_need_before_measuring(tmp_path):

@@ -9,7 +9,7 @@ with content logits ``s_ij = qk_scale q_i.k_j``:
 
 (zero when the best key is also the best after ALiBi; large when a distant key's content would win
 without the bias). ``C_h = cutoff + margin * max over layers and queries of A(i)``, computed with the
-exact float64 forward pass of ``reference`` (the model's weights in float64, one layer at a time); this
+exact float64 forward pass of ``reference`` (the model's weights in float64, a block of rows at a time); this
 module gives the second term, ``emulation.ladder.head_floors`` adds the cutoff.
 """
 

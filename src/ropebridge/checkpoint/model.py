@@ -299,6 +299,10 @@ class SourceModel:
         (float64 by default; float32 holds any float32/bf16/fp16 source exactly)."""
         return self.reader.read(self._names(i)[which] + ".weight", rows, dtype)
 
+    def weight_shape(self, i: int, which: str) -> tuple[int, int]:
+        """The shape ``(out, in)`` of block i's linear ``which``, from the header (nothing read)."""
+        return tuple(self.reader.shape(self._names(i)[which] + ".weight"))
+
     def bias(self, i: int, which: str, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """The bias ``(out,)`` of block i's linear ``which``, zeros if it has none."""
         name = self._names(i)[which]

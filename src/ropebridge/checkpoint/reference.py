@@ -3,19 +3,30 @@
 The canonical block of ``checkpoint.model`` with ALiBi applied exactly: logit = qk_scale * q.k - m (i - j),
 positions from the cumulative attention mask (so left padding does not shift distances), slopes as
 the family applies them (Falcon's bfloat16-rounded slopes included, but not its bfloat16 rounding of
-m*j). One forward, ``reference_states``: one layer at a time, giving the final hidden states, whose logits a
+m*j). One forward, ``reference_states``: each matrix a block of rows at a time, giving the final hidden states, whose logits a
 caller forms a block of vocabulary rows at a time (``SourceModel.head_rows``); ``reference_logits`` multiplies
 them by the whole head at once (small models, the tests' whole-model forward).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from .model import SourceModel
+
+BLOCK_BYTES = 128 << 20  # a linear map's rows read at once, in float64
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """What the reference computes at once: attention ``queries`` at a time, and each linear map's rows
+    ``weight_bytes`` of float64 at a time (None: each map whole, a layer's weights at once)."""
+
+    queries: int = 512
+    weight_bytes: int | None = BLOCK_BYTES
 
 
 def _ln(x: torch.Tensor, wb: tuple[torch.Tensor, torch.Tensor], info) -> torch.Tensor:
@@ -38,31 +49,80 @@ def _same(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def _residual(x: torch.Tensor, h1: torch.Tensor, attn: torch.Tensor, layer, info, r=_same) -> torch.Tensor:
+def _residual(x: torch.Tensor, h1: torch.Tensor, attn: torch.Tensor, layer: _Weights, r=_same) -> torch.Tensor:
     """The block's residual update from its attention output ``attn`` (…, D): sequential
-    ``x + a + MLP(N2(x + a))``, or parallel ``x + a + MLP(h1)`` (h1 = N1(x), shared) when ``layer.ln2`` is None;
+    ``x + a + MLP(N2(x + a))``, or parallel ``x + a + MLP(h1)`` (h1 = N1(x), shared) when the family is parallel;
     the MLP plain, act(up h), or gated, act(gate h) * up h, before ``down``. ``r`` rounds each op's result
     (``reference_hidden(round_to=…)``)."""
-    if layer.ln2 is None:
+    info = layer.info
+    if info.parallel:
         h2, x = h1, r(x + attn)
     else:
         x = r(x + attn)
-        h2 = r(_ln(x, layer.ln2, info))
-    up = r(h2 @ layer.up_w.T + layer.up_b)  # (…, F)
-    if layer.gate_w is None:
+        h2 = r(_ln(x, layer.norm("ln2"), info))
+    up = layer.linear(h2, "up")  # (…, F)
+    if not info.gated:
         inner = r(_act(up, info.activation))
     else:
-        inner = r(r(_act(r(h2 @ layer.gate_w.T + layer.gate_b), info.activation)) * up)
-    return r(x + r(inner @ layer.down_w.T + layer.down_b))
+        inner = r(r(_act(layer.linear(h2, "gate"), info.activation)) * up)
+    del up
+    return r(x + layer.linear(inner, "down"))
+
+
+class _Weights:
+    """Block ``i``'s weights as the reference applies them: each linear map read a block of its rows at a time
+    (at most ``block_bytes`` of float64; None: whole), so a layer is never held whole. Every tensor is read in
+    float64, rounded by ``r``, moved to ``device``; each block's product is accumulated exactly and rounded once,
+    ``r(x W_rows^T + b_rows)``, the blocks concatenated along the output."""
+
+    def __init__(self, src: SourceModel, i: int, r, device: str, block_bytes: int | None):
+        self.src, self.i, self.r, self.device, self.info = src, i, r, device, src.info
+        self.block_bytes = block_bytes
+
+    def _rows(self, width: int, total: int) -> int:
+        """Rows of ``width`` float64 values per block, at least one."""
+        return total if self.block_bytes is None else max(1, min(total, self.block_bytes // (8 * width)))
+
+    def _on(self, t: torch.Tensor) -> torch.Tensor:
+        return self.r(t if str(self.device) == "cpu" else t.to(self.device))
+
+    def norm(self, which: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """LayerNorm ``which`` ('ln1' or 'ln2'): weight and bias ``(D,)``."""
+        return _map(self._on, self.src.norm(self.i, which))
+
+    def heads(self, h: torch.Tensor, part: int) -> torch.Tensor:
+        """q (part 0), k (1) or v (2) of ``h`` ``(b, s, D)``: ``(b, heads, s, hd)``, a block of heads at a time."""
+        info = self.info
+        n = self._rows(info.head_dim * info.hidden_size, info.n_heads)
+        out = h.new_empty(h.shape[0], info.n_heads, h.shape[1], info.head_dim)  # (b, h, s, hd)
+        for a in range(0, info.n_heads, n):
+            e = min(info.n_heads, a + n)
+            w = self._on(self.src.qkv_part(self.i, part, (a, e)))  # (e - a, hd, D)
+            bias = self._on(self.src.qkv_part(self.i, part, (a, e), suffix=".bias"))  # (e - a, hd)
+            out[:, a:e] = self.r(torch.einsum("bsd,hed->bhse", h, w) + bias[None, :, None, :])
+            del w
+        return out
+
+    def linear(self, x: torch.Tensor, which: str) -> torch.Tensor:
+        """``x W^T + b`` of the block's linear ``which`` ('o', 'up', 'gate', 'down'): ``(…, in)`` -> ``(…, out)``."""
+        rows, width = self.src.weight_shape(self.i, which)
+        bias = self._on(self.src.bias(self.i, which))  # (out,)
+        n, out = self._rows(width, rows), x.new_empty(*x.shape[:-1], rows)  # (…, out)
+        for a in range(0, rows, n):
+            e = min(rows, a + n)
+            w = self._on(self.src.weight(self.i, which, rows=(a, e)))  # (e - a, in)
+            out[..., a:e] = self.r(x @ w.T + bias[a:e])
+            del w
+        return out
 
 
 @torch.no_grad()
 def reference_hidden(
-    src: SourceModel, input_ids: torch.Tensor, *, query_block: int = 512,
+    src: SourceModel, input_ids: torch.Tensor, *, blocks: Blocks = Blocks(),
     observe: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None, round_to: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Final (LayerNorm-ed) hidden states ``(s, D)`` of one unpadded sequence ``input_ids`` ``(s,)``, float64:
-    ``reference_states`` of the batch of one. Multiply by ``src.head_rows`` to get logits.
+    ``reference_states`` of the batch of one (``blocks`` as there). Multiply by ``src.head_rows`` to get logits.
     ``observe(layer, content, dist)``, if given, sees each block's content logits ``qk_scale q.k`` ``(h, block, t)``
     (before the bias and the causal mask) and distances ``(block, t)``.
 
@@ -71,24 +131,24 @@ def reference_hidden(
     float32 accumulation do) rounded to the dtype, while attention, its softmax and the ALiBi bias stay exact.
     A positional encoding in that dtype owes its error to itself only above this floor."""
     seen = None if observe is None else (lambda i, start, content, dist, weights: observe(i, content[0], dist[0]))
-    return reference_states(src, input_ids[None], query_block=query_block, observe=seen, round_to=round_to)[0]
+    return reference_states(src, input_ids[None], blocks=blocks, observe=seen, round_to=round_to)[0]
 
 
 @torch.no_grad()
 def reference_states(
-    src: SourceModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *, query_block: int = 512,
+    src: SourceModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *, blocks: Blocks = Blocks(),
     observe: Callable[[int, int, torch.Tensor, torch.Tensor, torch.Tensor], None] | None = None,
     round_to: torch.dtype | None = None, on_layer: Callable[[int], None] | None = None, device: str = "cpu",
 ) -> torch.Tensor:
     """Final (LayerNorm-ed) hidden states ``(b, s, D)``, float64, of ``input_ids`` ``(b, s)`` with
     ``attention_mask`` ``(b, s)`` (1 real, 0 left padding; positions from its cumulative sum, as
-    ``reference_logits``), in bounded memory: one layer's weights at a time (``SourceModel.layer``), the
-    embedding rows of the ids only, and attention a block of queries at a time (O(b h s block), not O(b h s^2)).
+    ``reference_logits``), in bounded memory (``blocks``): each linear map's rows a block at a time, the embedding rows of the
+    ids only, and attention a block of queries at a time (O(b h s block), not O(b h s^2)); so what it holds is the activations of one layer and one block of weights.
     Rows at padding positions are meaningless. ``observe(layer, start, content, dist, weights)`` sees each block
     of queries ``start … start + block``: its content logits ``(b, h, block, t)``, distances ``(b, block, t)`` and
     attention probabilities ``(b, h, block, t)``, t = start + block; ``round_to`` as ``reference_hidden``;
-    ``on_layer(i)`` is called after each layer (progress); ``device``: where it runs (each layer read on the CPU,
-    moved once; the result stays there)."""
+    ``on_layer(i)`` is called after each layer (progress); ``device``: where it runs (each block read on the CPU,
+    moved; the result stays there)."""
     info = src.info
     if round_to is None:
         r = _same
@@ -102,17 +162,12 @@ def reference_states(
     slopes = torch.tensor(info.slopes, dtype=torch.float64, device=device)[None, :, None, None]  # (1, h, 1, 1)
     x = r(src.embedding_of(input_ids.cpu()).to(device))  # (b, s, D)
     for i in range(info.n_layers):
-        layer = _on(src.layer(i), device)
-        if round_to is not None:
-            layer = dataclasses.replace(layer, **{f.name: _map(r, getattr(layer, f.name))
-                                                  for f in dataclasses.fields(layer)})
-        h1 = r(_ln(x, layer.ln1, info))
-        q = r(torch.einsum("bsd,hed->bhse", h1, layer.q_w) + layer.q_b[None, :, None, :])  # (b, h, s, hd)
-        k = r(torch.einsum("bsd,hed->bhse", h1, layer.k_w) + layer.k_b[None, :, None, :])
-        v = r(torch.einsum("bsd,hed->bhse", h1, layer.v_w) + layer.v_b[None, :, None, :])
+        layer = _Weights(src, i, r, device, blocks.weight_bytes)
+        h1 = r(_ln(x, layer.norm("ln1"), info))
+        q, k, v = (layer.heads(h1, part) for part in range(3))  # (b, h, s, hd) each
         ctx = torch.empty_like(q)
-        for a in range(0, s, query_block):
-            e = min(s, a + query_block)
+        for a in range(0, s, blocks.queries):
+            e = min(s, a + blocks.queries)
             dist = pos[:, a:e, None] - pos[:, None, :e]  # (b, block, t)
             blocked = (index[None, a:e, None] < index[None, None, :e]) | (mask[:, None, :e] == 0)  # (b, block, t)
             blocked &= index[None, a:e, None] != index[None, None, :e]  # a padding query sees itself: no NaN rows
@@ -122,21 +177,14 @@ def reference_states(
             if observe is not None:
                 observe(i, a, content, dist, weights)
             ctx[:, :, a:e] = weights @ v[:, :, :e]
-        attn = r(r(ctx).transpose(1, 2).reshape(b, s, -1) @ layer.o_w.T + layer.o_b)  # (b, s, D)
-        del q, k, v, ctx
-        x = _residual(x, h1, attn, layer, info, r)
-        del layer, h1, attn  # one layer's weights alive at a time: released before the next is read
+        del q, k, v
+        attn = layer.linear(r(ctx).transpose(1, 2).reshape(b, s, -1), "o")  # (b, s, D)
+        del ctx
+        x = _residual(x, h1, attn, layer, r)
+        del h1, attn
         if on_layer is not None:
             on_layer(i)
     return r(_ln(x, _map(r, _map(lambda t: t.to(device), src.final_norm())), info))
-
-
-def _on(layer, device: str):
-    """``layer`` (a ``Layer``) with every tensor on ``device``."""
-    if str(device) == "cpu":
-        return layer
-    return dataclasses.replace(layer, **{f.name: _map(lambda t: t.to(device), getattr(layer, f.name))
-                                         for f in dataclasses.fields(layer)})
 
 
 def _map(r, value):

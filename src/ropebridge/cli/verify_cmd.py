@@ -30,8 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "float16); the limit is this or 3x the plan's predicted error, whichever is larger")
     p.add_argument("--max-memory", type=numeric(float, 0, MAX_GIB, low_open=True), default=DEFAULT_MAX_MEMORY / 2**30,
                    metavar="GIB",
-                   help=f"memory verify may hold, in GiB (default {DEFAULT_MAX_MEMORY / 2**30:g}): every model runs a "
-                        "layer at a time; a checkpoint whose largest layer needs more is refused")
+                   help=f"memory verify may hold, in GiB (default {DEFAULT_MAX_MEMORY / 2**30:g}): every model reads "
+                        "a weight (the reference a block of rows) at a time; a check that needs more is refused")
     p.add_argument("--device", choices=DEVICES, default="cpu",
                    help="where the models and the exact float64 reference run (default cpu)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")

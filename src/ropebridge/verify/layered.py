@@ -1,14 +1,15 @@
-"""A transformers causal LM run with its weights on disk: each block is read just before it runs, released after.
+"""A transformers causal LM run with its weights on disk: each weight is read when an operation uses it, released
+after.
 
 ``LayeredModel(directory, dtype)`` builds the model transformers' ``AutoModelForCausalLM`` builds from
-``config.json``, every parameter a placeholder of its shape and dtype (one element of storage), and attaches a
-forward pre-hook to each *unit* (each element of a ``ModuleList``: the decoder layers; and every other module that
-holds parameters of its own: final norm, BLOOM's embedding LayerNorm) that reads the unit's tensors from the
-checkpoint, cast once to ``dtype`` exactly as ``from_pretrained`` casts them, and a post-hook that puts the
-placeholders back. The model computes what ``from_pretrained``'s model computes, with the same modules and the same
-weights; memory holds one unit's weights at a time. Two units are replaced by equivalents that never hold a whole
-vocabulary: the input embedding gathers only the rows of the ids it is given, and the output head
-(``head_rows``) is read a block of vocabulary rows at a time.
+``config.json``, every parameter a ``_Unread`` tensor of its shape, dtype and device that holds no storage: any
+operation given one reads that tensor from the checkpoint, cast once to ``dtype`` exactly as ``from_pretrained``
+casts it, runs on it and lets it go. The model computes what ``from_pretrained``'s model computes, with the same
+modules and the same weights, whichever module's code touches a weight (a parent slicing its child's, as BLOOM's
+``slow_but_exact`` does, included); memory holds one tensor's weights at a time, the largest matrix of a layer
+rather than the layer. Two modules are replaced by equivalents that never hold a whole vocabulary: the input
+embedding gathers only the rows of the ids it is given, and the output head (``head_rows``) is read a block of
+vocabulary rows at a time.
 
 Checkpoint keys are matched to parameters as transformers matches them: the name itself, or with the base
 model's prefix added or stripped; a tied head reads the tensor it is tied to.
@@ -16,19 +17,37 @@ model's prefix added or stripped; a tied head reads the tensor it is tied to.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import copy
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map
 
 from ..checkpoint.config import load_config
 from ..checkpoint.tensor_io import CheckpointReader
 
 
-def _placeholder(shape: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.nn.Parameter:
-    """A parameter of ``shape`` and ``dtype`` on ``device`` backed by one element (an expanded zero)."""
-    return torch.nn.Parameter(torch.zeros((), dtype=dtype, device=device).expand(shape), requires_grad=False)
+class _Unread(torch.Tensor):
+    """A parameter not in memory: its shape, dtype and device, no storage, and ``load()`` that reads it. Every
+    operation on it (``__torch_dispatch__``) runs on the tensor read, which is then released: its result is a
+    plain tensor."""
+
+    @staticmethod
+    def __new__(cls, shape: torch.Size, dtype: torch.dtype, device: torch.device, load: Callable[[], torch.Tensor]):
+        t = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=device, requires_grad=False)
+        t.load = load
+        return t
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        read = lambda a: a.load() if isinstance(a, _Unread) else a  # noqa: E731
+        return func(*tree_map(read, args), **tree_map(read, kwargs or {}))
+
+    def __repr__(self) -> str:
+        return f"_Unread({list(self.shape)}, {self.dtype})"
 
 
 @contextmanager
@@ -46,6 +65,31 @@ def _parameters_on_meta() -> Iterator[None]:
         yield
     finally:
         torch.nn.Module.register_parameter = original
+
+
+def _meta_model(config, dtype: torch.dtype, attn_implementation: str | None = None) -> torch.nn.Module:
+    """transformers' causal LM of ``config`` (a ``PretrainedConfig``) in ``dtype``, every parameter on the meta
+    device (nothing allocated or initialised), its weights tied as ``from_pretrained`` ties them, in eval mode."""
+    from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    with _parameters_on_meta(), no_init_weights():
+        extra = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, **extra)
+    model.tie_weights()  # as from_pretrained ties them (config.tie_word_embeddings)
+    return model.eval()
+
+
+def largest_weight_bytes(config: Mapping[str, Any], dtype: torch.dtype) -> int:
+    """The bytes in ``dtype`` of the largest weight a ``LayeredModel`` of a model with ``config`` (config.json's
+    object) reads whole (``LayeredModel.tensor_bytes``): every parameter but the input and output embeddings,
+    which are read by rows. From the shapes the config implies; nothing is read."""
+    from transformers import AutoConfig
+
+    model = _meta_model(AutoConfig.for_model(**copy.deepcopy(dict(config))), dtype)  # transformers edits nested dicts
+    by_rows = {id(model.get_input_embeddings().weight), id(model.get_output_embeddings().weight)}
+    size = torch.empty((), dtype=dtype).element_size()
+    return max((p.numel() for p in model.parameters() if id(p) not in by_rows), default=0) * size
 
 
 class _GatherEmbedding(torch.nn.Module):
@@ -75,29 +119,25 @@ class _BlockedHead(torch.nn.Module):
 
 
 class LayeredModel:
-    """A checkpoint directory as transformers' causal LM with its weights read unit by unit (module doc).
+    """A checkpoint directory as transformers' causal LM with its weights read as they are used (module doc).
 
     ``model``: the transformers module (call it, ``generate`` with it); ``hidden(ids, mask)``: the final hidden
     states ``(b, s, D)``; ``logits_block(hidden, a, b)``: the logits of vocabulary rows ``[a, b)``;
-    ``largest_unit_bytes``: the most bytes of weights held at once; ``loads``: units read so far; ``on_layer()`` is
-    called after each decoder layer runs (progress); ``attn_implementation`` as ``from_pretrained``'s; ``device``:
-    where each unit runs (its weights read on the CPU, moved once)."""
+    ``largest_read_bytes``: the most bytes of one weight read so far (what is held at once); ``loads``: weights read
+    so far; ``tensor_bytes`` and ``layer_bytes``: the bytes of the largest weight and of the largest decoder layer in
+    ``dtype``, from the shapes (nothing read); ``on_layer()`` is called after each decoder layer runs (progress);
+    ``attn_implementation`` as ``from_pretrained``'s; ``device``: where it runs (each weight read on the CPU,
+    moved)."""
 
     def __init__(self, directory: str | Path, dtype: torch.dtype, *, block_bytes: int = 64 << 20,
                  on_layer: Callable[[], None] | None = None, attn_implementation: str | None = None,
                  device: str | torch.device = "cpu"):
-        from transformers import AutoConfig, AutoModelForCausalLM
-        from transformers.initialization import no_init_weights
+        from transformers import AutoConfig
 
         self.directory, self.dtype, self.block_bytes = Path(directory), dtype, block_bytes
         self.device = torch.device(device)
         load_config(self.directory)  # one line for a config that is not JSON
-        config = AutoConfig.from_pretrained(self.directory)
-        with _parameters_on_meta(), no_init_weights():
-            extra = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype, **extra)
-        model.tie_weights()  # as from_pretrained ties them (config.tie_word_embeddings)
-        self.model = model.eval()
+        self.model = _meta_model(AutoConfig.from_pretrained(self.directory), dtype, attn_implementation)
         for module in self.model.modules():  # the buffers built from the config (rotary frequencies) where it runs
             for name, buffer in list(module._buffers.items()):
                 if buffer is not None:
@@ -110,13 +150,14 @@ class LayeredModel:
         self.vocab_size = self.reader.shape(self.head_key)[0]
         self.model.set_input_embeddings(_GatherEmbedding(self.reader, keys[id(emb.weight)], dtype, self.device))
         self.model.set_output_embeddings(_BlockedHead(self))
-        self.loads, self.largest_unit_bytes, self.on_layer = 0, 0, on_layer
-        self.unit_bytes = 0  # the most bytes one unit's weights take, from the shapes (nothing read)
-        for unit, layer in self._units():
-            params = [(m, n, keys[id(p)]) for m, n, p in self._own(unit)]
-            self.unit_bytes = max(self.unit_bytes, sum(p.numel() * p.element_size() for _, _, p in self._own(unit)))
-            unit.register_forward_pre_hook(lambda mod, args, ps=params: self._load(ps))
-            unit.register_forward_hook(lambda mod, args, out, ps=params, layer=layer: self._release(ps, layer))
+        self.loads, self.largest_read_bytes, self.on_layer = 0, 0, on_layer
+        sizes = {id(p): p.numel() * p.element_size() for p in self.model.parameters()}
+        self.tensor_bytes = max(sizes.values(), default=0)  # the embedding and the head are read by rows
+        self.layer_bytes = 0
+        for layer in self._layers():
+            self.layer_bytes = max(self.layer_bytes, sum(sizes[id(p)] for p in layer.parameters()))
+            if on_layer is not None:
+                layer.register_forward_hook(lambda mod, args, out: self.on_layer())
 
     # -- construction -------------------------------------------------------------------------------------------
     def _keys(self) -> dict[int, str]:
@@ -153,57 +194,41 @@ class LayeredModel:
         return keys
 
     def _placeholders(self, keys: dict[int, str]) -> dict[int, str]:
-        """Every meta parameter replaced by a placeholder (tied ones by one shared placeholder); returns ``keys``
-        re-indexed by the placeholders' identities."""
-        metas, placeholders = {}, {}
+        """Every meta parameter replaced by an ``_Unread`` that reads its key (tied ones by one shared); returns
+        ``keys`` re-indexed by their identities."""
+        metas, unread = {}, {}
         for module in self.model.modules():
             for name, p in list(module._parameters.items()):
                 if p is not None:
                     metas[id(p)] = p  # alive until the end, so identities stay unique
-                    module._parameters[name] = placeholders.setdefault(id(p), _placeholder(p.shape, self.dtype,
-                                                                                          self.device))
-        return {id(placeholders[i]): key for i, key in keys.items()}
+                    key = keys.get(id(p))
+                    module._parameters[name] = unread.setdefault(id(p), _Unread(
+                        p.shape, self.dtype, self.device, lambda key=key: self._read(key)))
+        return {id(unread[i]): key for i, key in keys.items()}
 
-    def _units(self) -> list[tuple[torch.nn.Module, bool]]:
-        """Each element of a ``ModuleList`` (a decoder layer: True) and every other module with parameters of its own
-        (module doc)."""
-        units: list[tuple[torch.nn.Module, bool]] = []
+    def _layers(self) -> list[torch.nn.Module]:
+        """The elements of the model's outermost ``ModuleList``s: its decoder layers."""
+        layers: list[torch.nn.Module] = []
 
         def walk(module: torch.nn.Module) -> None:
-            if isinstance(module, (_GatherEmbedding, _BlockedHead)):
-                return
             if isinstance(module, torch.nn.ModuleList):
-                units.extend((m, True) for m in module)
-                return
-            if any(p is not None for p in module._parameters.values()):
-                units.append((module, False))
+                layers.extend(module)
                 return
             for child in module.children():
                 walk(child)
 
         walk(self.model)
-        return units
+        return layers
 
-    @staticmethod
-    def _own(unit: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.Parameter]]:
-        return [(m, n, p) for m in unit.modules() for n, p in m._parameters.items() if p is not None]
-
-    # -- the hooks ----------------------------------------------------------------------------------------------
-    def _load(self, params) -> None:
-        held = 0
-        for module, name, key in params:
-            t = self.reader.read(key, dtype=self.dtype, finite=False).to(self.device)  # as stored: judged after
-            module._parameters[name] = torch.nn.Parameter(t, requires_grad=False)
-            held += t.nbytes
+    def _read(self, key: str | None) -> torch.Tensor:
+        """Weight ``key`` as stored, cast once to the model's dtype, on its device (judged after, so not refused
+        where non-finite)."""
+        if key is None:
+            raise ValueError(f"{self.directory}: a parameter the checkpoint does not hold was used")
+        t = self.reader.read(key, dtype=self.dtype, finite=False).to(self.device)
         self.loads += 1
-        self.largest_unit_bytes = max(self.largest_unit_bytes, held)
-
-    def _release(self, params, layer: bool) -> None:
-        for module, name, _ in params:
-            p = module._parameters[name]
-            module._parameters[name] = _placeholder(p.shape, self.dtype, self.device)
-        if layer and self.on_layer is not None:
-            self.on_layer()
+        self.largest_read_bytes = max(self.largest_read_bytes, t.nbytes)
+        return t
 
     # -- outputs ------------------------------------------------------------------------------------------------
     def vocab_blocks(self, hidden: torch.Tensor) -> list[tuple[int, int]]:

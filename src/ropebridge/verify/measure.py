@@ -1,11 +1,12 @@
 """The functional check of ``verify``: the converted model against the exact float64 reference, in bounded memory.
 
-Every model is run a layer at a time: the converted one and the source as transformers runs it as
-``layered.LayeredModel`` (transformers' own modules, each layer's weights read from disk just before it runs),
-the exact reference as ``reference.reference_states`` (one layer's float64 weights at a time). Only final
+Every model is run a weight at a time: the converted one and the source as transformers runs it as
+``layered.LayeredModel`` (transformers' own modules, each weight read from disk when an operation uses it), the
+exact reference as ``reference.reference_states`` (each linear map's float64 rows a block at a time). Only final
 hidden states ``(b, s, D)`` are kept; their logits are formed and compared one block of vocabulary rows at a time
-(``logit_stats.compare``). So the memory is a layer, the hidden states and one logit block, whatever the depth or
-the vocabulary, and ``memory_need`` bounds it from the shapes before anything is read.
+(``logit_stats.compare``). So the memory is the largest matrix (or a block of rows), a layer's activations, the
+hidden states and one logit block, whatever the width, the depth or the vocabulary, and ``memory_need`` bounds it
+from the shapes before anything is read.
 
 Measured, on ``context`` tokens and a left-padded batch of them (2, s):
 
@@ -35,7 +36,7 @@ import torch
 
 from ..checkpoint.calibration import AdvantageTracker
 from ..checkpoint.model import SourceModel
-from ..checkpoint.reference import reference_states
+from ..checkpoint.reference import BLOCK_BYTES, Blocks, reference_states
 from ..numerics import DTYPES
 from . import logit_stats
 from .layered import LayeredModel
@@ -52,45 +53,50 @@ LOGIT_BYTES = 256 << 20  # the logit blocks compared at once (float64, every sid
 
 @dataclass(frozen=True)
 class MemoryNeed:
-    """What one verify holds at most, from the shapes alone (bytes): the reference's largest layer in float64,
-    attention's working set at ``s`` tokens, and the total against which ``--max-memory`` is checked."""
+    """What one verify holds at most, from the shapes alone (bytes): the weights held at once (the larger of the
+    reference's block of rows and a model's largest matrix, each with the transient of reading it), attention's
+    working set at ``s`` tokens, and the total against which ``--max-memory`` is checked."""
 
-    reference_layer: int
+    weights: int
     attention: int
     total: int
 
 
 def reference_layer_bytes(info) -> int:
-    """Bytes of one block's weights as the exact reference holds them (``checkpoint.model.Layer``, float64): q, k, v
-    ``(h, hd, D)`` and their biases, the output projection, the MLP (gated or not) and the norms."""
+    """Bytes of one block's weights in float64 (``checkpoint.model.Layer``): q, k, v ``(h, hd, D)`` and their
+    biases, the output projection, the MLP (gated or not) and the norms; what the reference streams per layer."""
     d, f, hd_all = info.hidden_size, info.intermediate_size, info.n_heads * info.head_dim
     gates = 1 + bool(info.gated)
     return 8 * (4 * hd_all * d + 3 * hd_all + f * d * (1 + gates) + f * gates + 6 * d)
 
 
-def memory_need(info, positions: int) -> MemoryNeed:
+def memory_need(info, positions: int, model_weight: int) -> MemoryNeed:
     """``MemoryNeed`` of verifying a source of ``info`` (``SourceInfo``) on ``positions`` tokens (a batch of 2 for
-    the padded check): the overhead, the reference's float64 layer twice (the one in use, released before the
-    next is read, and the transient of reading it: its largest tensor as stored, in float64 and its finiteness
-    mask, with what the allocator keeps; measured 0.55 of a layer at the BLOOM-7b1 shape stored in bfloat16; a
-    model's layer in its dtype, even widened by the rotary dims, is at most 3/4 of one), eager attention's float32
-    scores and probabilities ``(2, h, s, s)`` (the reference's are a block of queries, smaller), the hidden
-    states and the logit blocks (``LOGIT_BYTES``)."""
-    reference_layer = reference_layer_bytes(info)
+    the padded check), where the largest weight either model reads whole is ``model_weight`` bytes in the check's
+    dtype (``layered.largest_weight_bytes``): the overhead; the weights held at once, the larger of the reference's
+    block (``reference.BLOCK_BYTES`` of float64, less where the largest matrix is smaller, more where one head's q
+    rows are, three times: the block, its rounded copy for the baseline, and the read's transient) and the model's matrix twice (the matrix and the
+    read's transient: the stored bytes where they are cast); eager attention's float32 scores and probabilities
+    ``(2, h, s, s)`` (the reference's are a block of queries, smaller); the activations of a layer and the hidden
+    states; the logit blocks (``LOGIT_BYTES``). The stages run one after another, so no weight of one is held
+    beside another's."""
+    d, hd = info.hidden_size, info.head_dim
+    block = max(8 * hd * d, min(BLOCK_BYTES, 8 * d * max(info.n_heads * hd, info.intermediate_size)))
+    weights = max(3 * block, 2 * model_weight)
     attention = 2 * 2 * info.n_heads * positions * positions * 4
     hidden = 2 * positions * (info.hidden_size + info.intermediate_size) * 8 * 4
-    need = OVERHEAD_BYTES + 2 * reference_layer + attention + hidden + LOGIT_BYTES
-    return MemoryNeed(reference_layer, attention, need)
+    need = OVERHEAD_BYTES + weights + attention + hidden + LOGIT_BYTES
+    return MemoryNeed(weights, attention, need)
 
 
-def check_memory(info, positions: int, max_memory: int) -> MemoryNeed:
+def check_memory(info, positions: int, max_memory: int, model_weight: int) -> MemoryNeed:
     """``memory_need``, or ``ValueError`` in one line naming the budget it needs where that exceeds ``max_memory``."""
-    need = memory_need(info, positions)
+    need = memory_need(info, positions, model_weight)
     if need.total > max_memory:
         raise ValueError(f"verify needs --max-memory {math.ceil(need.total / 2**30 * 10) / 10:g} GiB or more for "
-                         f"this checkpoint at {positions} tokens (its largest layer: {need.reference_layer / 2**30:.3g} "
-                         f"GiB in float64 for the exact reference; attention {need.attention / 2**30:.3g} GiB); the "
-                         f"budget is {max_memory / 2**30:.3g} GiB")
+                         f"this checkpoint at {positions} tokens (weights held at once: {need.weights / 2**30:.3g} "
+                         f"GiB; attention {need.attention / 2**30:.3g} GiB); the budget is "
+                         f"{max_memory / 2**30:.3g} GiB")
     return need
 
 
@@ -132,7 +138,7 @@ def _reference_greedy(source: SourceModel, prompt: torch.Tensor, n: int, block: 
     """The exact reference's own greedy tokens: the argmax of its last position's logits, token by token."""
     seq, out = prompt.cpu(), []
     for _ in range(n):
-        h = reference_states(source, seq, query_block=QUERY_BLOCK, device=device)[:, -1:]  # (1, 1, D)
+        h = reference_states(source, seq, blocks=Blocks(QUERY_BLOCK), device=device)[:, -1:]  # (1, 1, D)
         side = {Side.EXACT: lambda a, c: h @ source.head_rows(a, c).T.to(device)}
         stats, _ = logit_stats.compare(side, [], source.info.vocab_size, block)
         out.append(int(stats[Side.EXACT].argmax[0, 0]))
@@ -157,7 +163,8 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
     source_model = LayeredModel(src, dtype, on_layer=tick, device=device) if runs else None
     ids = _tokens(src, request.text, request.context, info.vocab_size, request.seed)  # (1, s)
     n = ids.shape[1]
-    max_memory, need = request.max_memory, memory_need(info, n)
+    weight = max(conv.tensor_bytes, source_model.tensor_bytes if source_model else 0)
+    max_memory, need = request.max_memory, memory_need(info, n, weight)
     pad_id = int(conv.model.config.pad_token_id or 0)
     batch, mask = (t.to(device) for t in padded_batch(ids, pad_id))
     ids = ids.to(device)
@@ -178,12 +185,12 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
         stage("converted")
         bar.set_postfix_str(f"exact float64 reference, 2 x {n} tokens")
         advantage = AdvantageTracker(info.slopes)  # what the ladder's floors must cover, on these tokens
-        states = reference_states(source, batch, mask, query_block=QUERY_BLOCK, on_layer=lambda i: tick(),
+        states = reference_states(source, batch, mask, blocks=Blocks(QUERY_BLOCK), on_layer=lambda i: tick(),
                                   device=device, observe=advantage)  # (2, s, D)
         baseline = None
         if half:
             bar.set_postfix_str(f"baseline: SRC in {request.dtype}, attention and bias exact, {n} tokens")
-            baseline = reference_states(source, ids, query_block=QUERY_BLOCK, round_to=dtype,
+            baseline = reference_states(source, ids, blocks=Blocks(QUERY_BLOCK), round_to=dtype,
                                         on_layer=lambda i: tick(), device=device)  # (1, s, D)
         reference = Reference(states, advantage.worst, baseline)
         stage("reference")
@@ -215,8 +222,8 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
     _greedy_check(report, source, (conv, source_model), ids, request, (block, bar))
     stage("greedy")
     report.cost = {"seconds": time.perf_counter() - started, "stage_seconds": seconds, "max_memory": max_memory,
-                   "memory_need": need.total, "reference_layer_bytes": need.reference_layer,
-                   "model_layer_bytes": max(conv.largest_unit_bytes, source_model.largest_unit_bytes if source_model else 0),
+                   "memory_need": need.total, "weights_held_bytes": need.weights,
+                   "model_tensor_bytes": max(conv.largest_read_bytes, source_model.largest_read_bytes if source_model else 0),
                    "vocab_block": block}
     return report, ids.cpu()
 
@@ -259,8 +266,8 @@ def _greedy_check(report: VerifyReport, source, models: tuple, ids: torch.Tensor
     pad_id = int(conv.model.config.pad_token_id or 0)
     if not asked:
         return
-    layer = source_model.unit_bytes if source_model else reference_layer_bytes(source.info)
-    per_token = (conv.unit_bytes + layer) * source.info.n_layers
+    layer = source_model.layer_bytes if source_model else reference_layer_bytes(source.info)
+    per_token = (conv.layer_bytes + layer) * source.info.n_layers
     tokens = min(asked, max(1, GREEDY_STREAM_BYTES // max(1, per_token)))
     if tokens < asked:
         report.greedy_bound = (f"{tokens} of {asked} tokens: each streams {per_token / 2**30:.3g} GiB of weights, "

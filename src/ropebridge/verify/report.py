@@ -52,7 +52,7 @@ ATTENTION_TOKENS = 256  # the tokens whose attention maps the report compares (t
 def write_report(report, out: Path, ids: torch.Tensor) -> None:
     """Write ``report.md``, ``report.json``, ``error_by_position.png`` and ``attention_by_layer.png`` into ``out``:
     the rows of ``verdict.rows`` as a table, and the attention probabilities of the first ``ATTENTION_TOKENS`` of
-    ``ids`` ``(1, s)``, every model run a layer at a time (transformers' eager attention, the exact reference)."""
+    ``ids`` ``(1, s)``, every model's weights read as they are used (transformers' eager attention, the exact reference)."""
     from ..checkpoint.model import SourceModel
     from ..checkpoint.reference import attention_probs
     from ..numerics import DTYPES

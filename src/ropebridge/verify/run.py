@@ -8,7 +8,7 @@ Four checks, in this order, each independent of what DST says of itself:
    derived again and compared with DST: every tensor value, the config (every key), the tokenizer and
    generation files, the set of files and the plan, field by field, whatever version DST's record names.
    ``quick`` skips the tensors' values; ``accept_older`` reports the tensors that differ instead of failing.
-3. **The function** (``measure``): both models run a layer at a time through transformers' own modules on the
+3. **The function** (``measure``): both models run, a weight at a time, through transformers' own modules on the
    same tokens, the converted one with its default attention (SDPA), the source with its own (BLOOM and MPT:
    eager, the only path they have; Falcon: its default SDPA path, which adds the ALiBi bias once), as the family
    defines it where transformers departs from it (``deviations.DEVIATIONS``, transformers' own numbers
@@ -52,6 +52,7 @@ from ..checkpoint.tensor_io import CheckpointReader, rows_per_block
 from ..emulation.cross_dtype import predicted_in
 from ..numerics import DTYPES, largest, plan_tolerance
 from . import byte_check
+from .layered import largest_weight_bytes
 from .measure import GREEDY_PROMPT, check_memory, measure
 from ..convert.pipeline import derive, resolve_source, source_fingerprint
 from ..convert.record import ConversionRecord, written_by_older
@@ -111,7 +112,7 @@ class VerifyRequest:
     (random ids, or ``text`` through SRC's tokenizer), the ``dtype`` to run in (None: the one DST was converted
     for), ``greedy_tokens`` generated with the KV cache (0: none), ``max_logit_diff`` (None: the dtype's default
     tolerance at DST's window, ``numerics.plan_tolerance``), ``max_memory`` bytes the check may hold (refused in one
-    line where the checkpoint's largest layer needs more), the ``seed`` of the ids, ``report_dir`` for report.md/json,
+    line where the check needs more: ``measure.memory_need``), the ``seed`` of the ids, ``report_dir`` for report.md/json,
     ``card``: record the result in DST's model card, ``quick``: skip reading the tensors' bytes (everything else
     is still compared), and ``accept_older``: report the tensors whose bytes differ instead of failing on them, for
     a conversion by an older ropebridge (the report says the bytes are not proven; the functional check decides)."""
@@ -154,7 +155,8 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
     derived = derive(src, record.plan_request(), str(src if record.source is None else record.source),
                      model=source)
     limits = _limits(source.info, derived.plan, request, dst)
-    check_memory(source.info, request.context, request.max_memory)  # before any weight is read
+    check_memory(source.info, request.context, request.max_memory,  # before any weight is read
+                 _largest_weight(src, source.info, derived.config, limits.dtype))
     request = dataclasses.replace(request, dtype=limits.dtype, max_logit_diff=limits.threshold)
     older = request.accept_older and written_by_older(record.ropebridge_version)
     checked = byte_check.compare(derived, dst, record, quick=request.quick, accept_older=older, progress=progress)
@@ -172,6 +174,13 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
         report, ids = _functional(source, (src, dst), derived.plan, request, (limits, checked), progress)
     _record(report, request, dst, ids)
     return report
+
+
+def _largest_weight(src: Path, info: SourceInfo, converted: dict[str, Any], dtype: str) -> int:
+    """The largest weight a model of the check reads whole, in bytes of ``dtype``: the conversion's, from the
+    config convert writes (``derived.config``, SRC's, not DST's claim), and the source's where transformers runs it."""
+    configs = [converted] + ([load_config(src)] if info.family_row.attention is not None else [])
+    return max(largest_weight_bytes(c, DTYPES[dtype]) for c in configs)
 
 
 def _read_pair(src, dst, request: VerifyRequest) -> tuple[Path, Path, ConversionRecord, SourceModel]:

@@ -1,4 +1,4 @@
-"""verify's functional check as typed stages: each run of a model a layer at a time gives its final hidden states,
+"""verify's functional check as typed stages: each run of a model (its weights read as used) gives its final hidden states,
 and ``Side`` names the logits they give, so the comparisons are written between names, not strings.
 
 - ``Converted``: DST as transformers runs it, on the ids ``(1, s, D)`` and on the left-padded batch ``(2, s, D)``;

@@ -229,6 +229,6 @@ def rows(report: VerifyReport) -> list[tuple[str, str, str]]:
                     f"{report.source_reading_max_err:.3e}{own}", bar))
     cost = report.cost
     if cost:
-        out.append(("cost", f"{cost['seconds']:.1f}s, a layer at a time",
+        out.append(("cost", f"{cost['seconds']:.1f}s, a weight at a time",
                     f"memory: needs {cost['memory_need'] / 2**30:.3g} of {cost['max_memory'] / 2**30:.3g} GiB"))
     return out
