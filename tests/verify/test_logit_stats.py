@@ -23,11 +23,14 @@ def test_the_blocked_statistics_are_the_whole_ones(block):
     sides = {n: (lambda a, c, t=t: t[..., a:c]) for n, t in logits.items()}
     targets = torch.randint(0, 777, (2, 20), generator=torch.Generator().manual_seed(3))
     stats, pairs = compare(sides, [("p", "q"), ("r", "q"), ("p0", "q0")], 777, block, targets={"q": targets},
-                           views={"p0": ("p", (slice(0, 1),)), "q0": ("q", (slice(0, 1),))})
+                           views={"p0": ("p", (slice(0, 1),)), "q0": ("q", (slice(0, 1),))},
+                           kl=[("p", "q"), ("r", "q")])
     for name, t in logits.items():
         assert torch.equal(stats[name].argmax, t.argmax(-1))
         scale = float(t.abs().max())
         assert float((stats[name].lse - torch.logsumexp(t, -1)).abs().max()) <= 64 * EPS * scale
+    # asked for neither: the views' log-sum-exp and their pair's KL are not computed
+    assert stats["p0"].lse is None and pairs["p0", "q0"].kl is None and stats["p0"].target_logprob is None
     logq = torch.log_softmax(logits["q"], -1).gather(-1, targets[..., None])[..., 0]
     assert float((stats["q"].target_logprob - logq).abs().max()) <= 64 * EPS * float(logits["q"].abs().max())
     assert stats["p"].target_logprob is None
@@ -44,17 +47,20 @@ def test_the_blocked_statistics_are_the_whole_ones(block):
 def test_kl_is_zero_on_itself_and_positive_otherwise():
     logits = _sides(1)
     sides = {n: (lambda a, c, t=t: t[..., a:c]) for n, t in logits.items()}
-    _, pairs = compare({**sides, "p2": sides["p"]}, [("p", "p2"), ("p", "q"), ("q", "p")], 777, 50)
+    asked = [("p", "p2"), ("p", "q"), ("q", "p")]
+    _, pairs = compare({**sides, "p2": sides["p"]}, asked, 777, 50, kl=asked)
     assert float(pairs["p", "p2"].kl.abs().max()) <= 1e3 * EPS * 6 * 10
     assert bool((pairs["p", "q"].kl > 0).all()) and bool((pairs["q", "p"].kl > 0).all())
     assert not torch.equal(pairs["p", "q"].kl, pairs["q", "p"].kl)  # KL is not symmetric
 
 
 def test_the_block_fits_the_budget():
+    # every side's logits and their exponentials, a difference and a product of the largest side, in float64
+    held = 8 * (2 * 5 * 1024 + 2 * 2048)
     rows = vocab_block(5 * 1024, 2048, 64 << 20)
-    assert rows * 8 * (5 * 1024 + 3 * 2048) <= 64 << 20 < (rows + 1) * 8 * (5 * 1024 + 3 * 2048)
+    assert rows * held <= 64 << 20 < (rows + 1) * held
     assert vocab_block(10**9, 10**9, 1) == 1
     # a short context: the heads' rows, not the logits, fill the budget (16 tokens, BLOOM-560M's width)
-    per_row = 8 * (34 + 3 * 16) + 8 * (1024 + 2 * 1088 + 2 * 1024)
+    per_row = 8 * (2 * 34 + 2 * 16) + 8 * (1024 + 2 * 1088 + 2 * 1024)
     rows = vocab_block(34, 16, 256 << 20, row_bytes=8 * (1024 + 2 * 1088 + 2 * 1024))
     assert rows * per_row <= 256 << 20 < (rows + 1) * per_row and rows < vocab_block(34, 16, 256 << 20) // 50

@@ -11,7 +11,8 @@ from ropebridge.verify.stages import COMPARED, Converted, Reference, Side, Sourc
 def _stages(source: bool, baseline: bool, transformers: bool):
     g = torch.Generator().manual_seed(0)
     h = lambda b, s: torch.randn(b, s, 8, generator=g, dtype=torch.float64)  # noqa: E731
-    reference = Reference(h(2, 5), torch.zeros(2), h(1, 5) if baseline else None)
+    mask = torch.tensor([[1] * 5, [0, 0, 1, 1, 1]])
+    reference = Reference(h(1, 5), mask, torch.zeros(2), h(1, 5) if baseline else None)
     converted = Converted(h(1, 5), h(2, 5))
     ran = Source(h(1, 5), h(1, 3), (h(1, 5), h(1, 3)) if transformers else None) if source else None
     rows = torch.randn(11, 8, generator=g, dtype=torch.float64)
@@ -38,7 +39,9 @@ def test_each_side_s_logits_are_its_hidden_states_through_its_head():
     reference, converted, ran, src, model = _stages(True, True, False)
     made, _ = sides(src, reference, converted, ran, {s: model for s in Side}, torch.bfloat16, "cpu")
     rows = src.head_rows(2, 7)
-    assert torch.equal(made[Side.EXACT](2, 7), reference.states @ rows.T)
+    exact = made[Side.EXACT](2, 7)  # (2, s, 5): the ids' logits, and row 1's real positions the ids' prefix
+    assert torch.equal(exact[0], (reference.ids @ rows.T)[0]) and torch.equal(exact[1, 2:], exact[0, :3])
+    assert torch.equal(exact[1, :2], torch.zeros(2, 5))
     assert torch.equal(made[Side.CONVERTED](2, 7), converted.ids @ rows.T)
     baseline = reference.baseline @ rows.T.to(torch.bfloat16).double()  # the head's rows in the dtype too
     assert torch.equal(made[Side.BASELINE](2, 7), baseline)

@@ -128,16 +128,16 @@ class CheckpointReader:
         begin, end = info.begin + start * size, info.begin + stop * size
         if not (info.begin <= begin <= end <= info.end):
             raise ValueError(f"elements {start}:{stop} of tensor {name!r} lie outside it")
-        return torch.frombuffer(self._pread(info.file, begin, end, name), dtype=info.dtype) if end > begin else \
-            torch.empty(0, dtype=info.dtype)
+        return self._pread(info.file, begin, end, name).view(info.dtype)
 
     @staticmethod
-    def _pread(file: Path, begin: int, end: int, name: str) -> bytearray:
-        """Bytes ``[begin, end)`` of ``file`` (``os.preadv``: no memory map)."""
+    def _pread(file: Path, begin: int, end: int, name: str) -> torch.Tensor:
+        """Bytes ``[begin, end)`` of ``file`` as a uint8 tensor ``(end - begin,)`` (``os.preadv`` into memory that is
+        not zeroed first: no memory map)."""
         fd = os.open(file, os.O_RDONLY)
         try:
-            data = bytearray(end - begin)
-            view, got = memoryview(data), 0
+            data = torch.empty(end - begin, dtype=torch.uint8)
+            view, got = memoryview(data.numpy()), 0
             while got < len(data):
                 n = os.preadv(fd, [view[got:]], begin + got)
                 if n == 0:
@@ -158,17 +158,16 @@ class CheckpointReader:
             raise ValueError(f"rows {rows[0]}:{rows[1]} of tensor {name!r} lie outside its {list(full)}")
         if name in self._bin:
             t = self._bin[name]
-            out = (t if rows is None else t[rows[0]: rows[1]]).to(dtype)
-            return _finite(name, out) if finite else out
+            stored = t if rows is None else t[rows[0]: rows[1]]
+            return _finite_cast(name, stored, dtype) if finite else stored.to(dtype)
         info = self._infos[name]
         shape, begin, end = list(info.shape), info.begin, info.end
         if rows is not None:
             row_bytes = (end - begin) // max(shape[0], 1)
             begin, end = begin + rows[0] * row_bytes, begin + rows[1] * row_bytes
             shape[0] = rows[1] - rows[0]
-        data = self._pread(info.file, begin, end, name)
-        out = torch.frombuffer(data, dtype=info.dtype).reshape(shape).to(dtype)
-        return _finite(name, out) if finite else out
+        stored = self._pread(info.file, begin, end, name).view(info.dtype).reshape(shape)
+        return _finite_cast(name, stored, dtype) if finite else stored.to(dtype)
 
     def read_columns(self, name: str, cols: tuple[int, int], dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """Columns ``[start, stop)`` of the 2-D tensor ``name`` ``(rows, stop - start)`` in ``dtype``: one read of
@@ -193,12 +192,22 @@ class CheckpointReader:
             os.close(fd)
         out = torch.frombuffer(data, dtype=info.dtype).reshape(full[0], cols[1] - cols[0]) if data else \
             torch.empty(full[0], 0, dtype=info.dtype)
-        return _finite(name, out.to(dtype))
+        return _finite_cast(name, out, dtype)
+
+
+def _finite_cast(name: str, stored: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``stored`` cast to ``dtype``, ``ValueError`` naming the tensor where it holds NaN or inf: checked on the
+    stored values where the cast cannot overflow (``dtype`` holds every finite value of the stored one), which is
+    fewer bytes than the cast's, else on the cast."""
+    if stored.is_floating_point() and dtype.is_floating_point and torch.finfo(dtype).max >= torch.finfo(stored.dtype).max:
+        return _finite(name, stored).to(dtype)
+    return _finite(name, stored.to(dtype))
 
 
 def _finite(name: str, t: torch.Tensor) -> torch.Tensor:
     """``t``, or ``ValueError`` naming the tensor when it holds NaN or inf (a conversion would copy them)."""
-    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+    if t.is_floating_point() and t.numel() and not bool(torch.isfinite(torch.stack(torch.aminmax(t))).all()):
+        # the least and the largest: NaN propagates to both, an infinity is one of them (one vectorised pass)
         bad = int((~torch.isfinite(t)).sum())
         raise ValueError(f"tensor {name!r} holds {bad} non-finite value(s) (NaN or inf): refusing to convert it")
     return t

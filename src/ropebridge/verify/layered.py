@@ -123,9 +123,10 @@ class LayeredModel:
 
     ``model``: the transformers module (call it, ``generate`` with it); ``hidden(ids, mask)``: the final hidden
     states ``(b, s, D)``; ``logits_block(hidden, a, b)``: the logits of vocabulary rows ``[a, b)``;
-    ``largest_read_bytes``: the most bytes of one weight read so far (what is held at once); ``loads``: weights read
-    so far; ``tensor_bytes`` and ``layer_bytes``: the bytes of the largest weight and of the largest decoder layer in
-    ``dtype``, from the shapes (nothing read); ``on_layer()`` is called after each decoder layer runs (progress);
+    ``largest_read_bytes``: the most bytes of one weight read so far outside ``resident`` (what is held at once);
+    ``loads``: weights read so far; ``tensor_bytes``, ``layer_bytes`` and ``weight_bytes``: the bytes of the largest
+    weight, of the largest decoder layer and of every weight ``resident`` keeps (the head's included) in ``dtype``,
+    from the shapes (nothing read); ``on_layer()`` is called after each decoder layer runs (progress);
     ``attn_implementation`` as ``from_pretrained``'s; ``device``: where it runs (each weight read on the CPU,
     moved)."""
 
@@ -153,6 +154,10 @@ class LayeredModel:
         self.loads, self.largest_read_bytes, self.on_layer = 0, 0, on_layer
         sizes = {id(p): p.numel() * p.element_size() for p in self.model.parameters()}
         self.tensor_bytes = max(sizes.values(), default=0)  # the embedding and the head are read by rows
+        head_rows, width = self.reader.shape(self.head_key)
+        self.weight_bytes = sum(sizes.values()) + head_rows * width * torch.empty((), dtype=dtype).element_size()
+        self._kept: dict[str, torch.Tensor] | None = None
+        self._head_rows: tuple[tuple[int, int] | None, tuple | None] = (None, None)
         self.layer_bytes = 0
         for layer in self._layers():
             self.layer_bytes = max(self.layer_bytes, sum(sizes[id(p)] for p in layer.parameters()))
@@ -220,15 +225,31 @@ class LayeredModel:
         walk(self.model)
         return layers
 
-    def _read(self, key: str | None) -> torch.Tensor:
-        """Weight ``key`` as stored, cast once to the model's dtype, on its device (judged after, so not refused
-        where non-finite)."""
+    def _read(self, key: str | None, rows: tuple[int, int] | None = None) -> torch.Tensor:
+        """Weight ``key`` (or its ``rows``) as stored, cast once to the model's dtype, on its device (judged after,
+        so not refused where non-finite); kept whole and sliced while ``resident``."""
         if key is None:
             raise ValueError(f"{self.directory}: a parameter the checkpoint does not hold was used")
-        t = self.reader.read(key, dtype=self.dtype, finite=False).to(self.device)
+        if self._kept is not None:
+            if key not in self._kept:
+                self._kept[key] = self.reader.read(key, dtype=self.dtype, finite=False).to(self.device)
+                self.loads += 1
+            t = self._kept[key]
+            return t if rows is None else t[rows[0]: rows[1]]
+        t = self.reader.read(key, rows, dtype=self.dtype, finite=False).to(self.device)
         self.loads += 1
         self.largest_read_bytes = max(self.largest_read_bytes, t.nbytes)
         return t
+
+    @contextmanager
+    def resident(self) -> Iterator[None]:
+        """Every weight read inside kept until the end (the head's whole), not read again: for greedy generation,
+        which would read every weight once per token, where the budget holds ``weight_bytes`` more."""
+        self._kept = {}
+        try:
+            yield
+        finally:
+            self._kept = None
 
     # -- outputs ------------------------------------------------------------------------------------------------
     def vocab_blocks(self, hidden: torch.Tensor) -> list[tuple[int, int]]:
@@ -245,10 +266,14 @@ class LayeredModel:
 
     def logits_block(self, hidden: torch.Tensor, a: int, b: int) -> torch.Tensor:
         """Logits of vocabulary rows ``[a, b)`` for ``hidden`` ``(b, s, D)``: ``(b, s, b - a)`` in the model's dtype,
-        as transformers' head computes them."""
-        w = self.reader.read(self.head_key, (a, b), self.dtype, finite=False).to(self.device)
-        bias = None if self.head_bias_key is None else self.reader.read(self.head_bias_key, (a, b), self.dtype,
-                                                                        finite=False).to(self.device)
+        as transformers' head computes them; the rows read are kept until other rows are asked for (the sides of
+        one model read them once per block)."""
+        if self._head_rows[0] != (a, b):
+            self._head_rows = ((a, b), None)  # the previous rows released before these are read
+            w = self._read(self.head_key, (a, b))
+            bias = None if self.head_bias_key is None else self._read(self.head_bias_key, (a, b))
+            self._head_rows = ((a, b), (w, bias))
+        w, bias = self._head_rows[1]
         return torch.nn.functional.linear(hidden, w, bias)
 
     @torch.no_grad()

@@ -24,39 +24,41 @@ Side = Callable[[int, int], torch.Tensor]
 
 @dataclass(frozen=True)
 class SideStats:
-    """Per position ``(b, s)``: log-sum-exp, argmax and (with targets) the log-probability of the target."""
+    """Per position ``(b, s)``: argmax, and where asked log-sum-exp and the log-probability of the target."""
 
-    lse: torch.Tensor
+    lse: torch.Tensor | None
     argmax: torch.Tensor
     target_logprob: torch.Tensor | None
 
 
 @dataclass(frozen=True)
 class PairStats:
-    """Per position ``(b, s)``: max ``|p - q|`` over the vocabulary and KL(softmax p || softmax q)."""
+    """Per position ``(b, s)``: max ``|p - q|`` over the vocabulary and, where asked, KL(softmax p || softmax q)."""
 
     max_abs_diff: torch.Tensor
-    kl: torch.Tensor
+    kl: torch.Tensor | None
 
 
 def vocab_block(positions: int, largest: int, budget_bytes: int, row_bytes: int = 0) -> int:
     """Vocabulary rows per block such that the float64 logit blocks of sides with ``positions`` rows in all (the
-    largest ``largest``), three temporaries of the largest (a difference, an exponential, a product), and the
+    largest ``largest``) and their exponentials, two temporaries of the largest (a difference, a product), and the
     ``row_bytes`` each vocabulary row of the heads takes while its block is computed fit ``budget_bytes``: at least
     1. A short context gives large blocks, where the heads' rows, not the logits, fill the budget."""
-    return max(1, budget_bytes // max(1, 8 * (positions + 3 * largest) + row_bytes))
+    return max(1, budget_bytes // max(1, 8 * (2 * positions + 2 * largest) + row_bytes))
 
 
 @torch.no_grad()
 def compare(sides: dict[str, Side], pairs: Sequence[tuple[str, str]], vocab: int, block: int, *,
             views: dict[str, tuple[str, tuple[slice, ...]]] | None = None,
-            targets: dict[str, torch.Tensor] | None = None,
+            targets: dict[str, torch.Tensor] | None = None, kl: Sequence[tuple[str, str]] = (),
             ) -> tuple[dict[str, SideStats], dict[tuple[str, str], PairStats]]:
     """One pass over vocabulary rows ``[0, vocab)`` in blocks of ``block``: each side's ``SideStats`` and each
-    pair's ``PairStats`` (module doc). ``views``: name -> (side, index), a side's logits indexed (its first
-    sequence, its first positions) without computing them again; ``targets``: name -> token ids ``(b, s)`` whose
-    log-probabilities that side keeps (the next token, for perplexity)."""
+    pair's ``PairStats`` (module doc); the KL of the pairs in ``kl`` only, and the log-sum-exp of the sides they
+    and ``targets`` name only (the others' are not computed: None). ``views``: name -> (side, index), a side's
+    logits indexed (its first sequence, its first positions) without computing them again; ``targets``: name ->
+    token ids ``(b, s)`` whose log-probabilities that side keeps (the next token, for perplexity)."""
     views, targets = views or {}, targets or {}
+    summed = set(targets) | {name for pair in kl for name in pair}  # the sides whose log-sum-exp is kept
     m: dict[str, torch.Tensor] = {}
     z: dict[str, torch.Tensor] = {}
     best: dict[str, torch.Tensor] = {}
@@ -85,18 +87,23 @@ def compare(sides: dict[str, Side], pairs: Sequence[tuple[str, str]], vocab: int
                 inside = (t >= a) & (t < c)
                 picked = x.gather(-1, (t - a).clamp(0, c - a - 1)[..., None])[..., 0]
                 tgt[name] = torch.where(inside, picked, tgt[name])
+        weights = {name: torch.exp(logits[name] - new_m[name][..., None]) for name in summed}  # once per block
         for p, q in pairs:
-            d = (logits[p] - logits[q]).abs().amax(-1)
+            delta = logits[p] - logits[q]
+            d = delta.abs().amax(-1)
             diff[p, q] = d if (p, q) not in diff else torch.maximum(diff[p, q], d)
-            term = (torch.exp(logits[p] - new_m[p][..., None]) * (logits[p] - logits[q])).sum(-1)
-            old = cross.get((p, q))
-            cross[p, q] = term if old is None else old * torch.exp(m[p] - new_m[p]) + term
-        for name, x in logits.items():
+            if (p, q) in kl:
+                term = (weights[p] * delta).sum(-1)
+                old = cross.get((p, q))
+                cross[p, q] = term if old is None else old * torch.exp(m[p] - new_m[p]) + term
+            del delta
+        for name in summed:
             shrink = torch.exp(m[name] - new_m[name]) if name in m else 0.0
-            z[name] = z[name] * shrink + torch.exp(x - new_m[name][..., None]).sum(-1)
-            m[name] = new_m[name]
-    lse = {name: m[name] + torch.log(z[name]) for name in m}
-    side_stats = {name: SideStats(lse[name], arg[name], tgt[name] - lse[name] if name in targets else None)
+            z[name] = z[name] * shrink + weights.pop(name).sum(-1)
+        m.update(new_m)
+    lse = {name: m[name] + torch.log(z[name]) for name in summed}
+    side_stats = {name: SideStats(lse.get(name), arg[name], tgt[name] - lse[name] if name in targets else None)
                   for name in m}
-    pair_stats = {(p, q): PairStats(diff[p, q], cross[p, q] / z[p] - lse[p] + lse[q]) for p, q in pairs}
+    pair_stats = {(p, q): PairStats(diff[p, q], cross[p, q] / z[p] - lse[p] + lse[q] if (p, q) in kl else None)
+                  for p, q in pairs}
     return side_stats, pair_stats

@@ -20,8 +20,9 @@ Measured, on ``context`` tokens and a left-padded batch of them (2, s):
   defined against exact (judged in float32 by ``verdict.judge``).
 
 Greedy generation runs with the KV cache (the converted model, the source as defined) or, for a family
-transformers has no class for, as the exact reference's own argmax token by token. Each generated token streams
-every weight again; beyond ``GREEDY_STREAM_BYTES`` the count is bounded and the report says so.
+transformers has no class for, as the exact reference's own argmax token by token. A model whose weights fit the
+budget keeps them while it generates; otherwise each generated token streams every weight again, and beyond
+``GREEDY_STREAM_BYTES`` the count is bounded and the report says so.
 """
 
 from __future__ import annotations
@@ -183,16 +184,16 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
         bar.set_postfix_str(f"converted, {n} tokens")
         converted = Converted(conv.hidden(ids), conv.hidden(batch, mask))  # (1, s, D'), (2, s, D')
         stage("converted")
-        bar.set_postfix_str(f"exact float64 reference, 2 x {n} tokens")
+        bar.set_postfix_str(f"exact float64 reference, {n} tokens")
         advantage = AdvantageTracker(info.slopes)  # what the ladder's floors must cover, on these tokens
-        states = reference_states(source, batch, mask, blocks=Blocks(QUERY_BLOCK), on_layer=lambda i: tick(),
-                                  device=device, observe=advantage)  # (2, s, D)
+        exact_ids = reference_states(source, ids, blocks=Blocks(QUERY_BLOCK), on_layer=lambda i: tick(),
+                                     device=device, observe=advantage)  # (1, s, D)
         baseline = None
         if half:
             bar.set_postfix_str(f"baseline: SRC in {request.dtype}, attention and bias exact, {n} tokens")
             baseline = reference_states(source, ids, blocks=Blocks(QUERY_BLOCK), round_to=dtype,
                                         on_layer=lambda i: tick(), device=device)  # (1, s, D)
-        reference = Reference(states, advantage.worst, baseline)
+        reference = Reference(exact_ids, mask, advantage.worst, baseline)
         stage("reference")
         ran = None
         if runs:
@@ -206,6 +207,7 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
               Side.TRANSFORMERS: source_model, Side.TRANSFORMERS_HEAD: source_model}
     made, pairs = sides(source, reference, converted, ran, models, dtype, device)
     rows = [h.shape[:-1].numel() for h in held(reference, converted, ran)]  # each side's positions, b * s
+    rows += [n, n, head.shape[1]]  # the exact side's padded row, and its views: row 0 and the reading's head
     # each row of a block, an upper bound (the sides run one after another): the exact head's (and the baseline's) in
     # float64, each model's as read and as cast
     widths = [info.hidden_size] * (1 + half) + [2 * m.head_width for m in (conv, source_model) if m is not None]
@@ -214,12 +216,13 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
     bar.set_postfix_str(f"logits, {info.vocab_size} rows in blocks of {block}")
     side_stats, pair_stats = logit_stats.compare(
         made, pairs, info.vocab_size, block, views=views(head.shape[1]),
-        targets={Side.EXACT0: targets, Side.CONVERTED: targets, **({Side.SOURCE: targets} if runs else {})})
+        targets={Side.EXACT0: targets, Side.CONVERTED: targets, **({Side.SOURCE: targets} if runs else {})},
+        kl=[(Side.EXACT0, Side.CONVERTED)])  # the KL reported; every other pair's max |difference| alone
     bar.update()
     stage("logits")
     report = _report(source, (src, dst), request, (side_stats, pair_stats), mask, deviations)
     report.content_advantage = reference.advantage.cpu().tolist()
-    _greedy_check(report, source, (conv, source_model), ids, request, (block, bar))
+    _greedy_check(report, source, (conv, source_model), ids, request, (block, bar, need))
     stage("greedy")
     report.cost = {"seconds": time.perf_counter() - started, "stage_seconds": seconds, "max_memory": max_memory,
                    "memory_need": need.total, "weights_held_bytes": need.weights,
@@ -260,14 +263,18 @@ def _report(source, paths: tuple[Path, Path], request, stats: tuple[dict, dict],
 
 def _greedy_check(report: VerifyReport, source, models: tuple, ids: torch.Tensor, request, progress: tuple) -> None:
     """Greedy tokens of the converted model ``models[0]`` and of the source (``models[1]``, None or run as
-    defined, or the exact reference), bounded so that the weights they stream stay within ``GREEDY_STREAM_BYTES``
-    (the report names the bound); ``progress``: the logit block and the bar."""
-    (block, bar), (conv, source_model), asked = progress, models, request.greedy_tokens
+    defined, or the exact reference). A model whose weights fit the budget beside the check's need (``progress``'s
+    ``MemoryNeed``) keeps them while it generates (``LayeredModel.resident``: one model at a time); the others
+    stream every weight per token, bounded so that what they stream stays within ``GREEDY_STREAM_BYTES`` (the report
+    names the bound); ``progress``: the logit block, the bar and the need."""
+    (block, bar, need), (conv, source_model), asked = progress, models, request.greedy_tokens
     pad_id = int(conv.model.config.pad_token_id or 0)
     if not asked:
         return
-    layer = source_model.layer_bytes if source_model else reference_layer_bytes(source.info)
-    per_token = (conv.layer_bytes + layer) * source.info.n_layers
+    keeps = {m: need.total + m.weight_bytes <= request.max_memory for m in (conv, source_model) if m is not None}
+    per_token = sum(m.layer_bytes for m, kept in keeps.items() if not kept) * source.info.n_layers
+    if source_model is None:  # the exact reference recomputes its prefix per token
+        per_token += reference_layer_bytes(source.info) * source.info.n_layers
     tokens = min(asked, max(1, GREEDY_STREAM_BYTES // max(1, per_token)))
     if tokens < asked:
         report.greedy_bound = (f"{tokens} of {asked} tokens: each streams {per_token / 2**30:.3g} GiB of weights, "
@@ -275,13 +282,15 @@ def _greedy_check(report: VerifyReport, source, models: tuple, ids: torch.Tensor
     bar.reset(total=2 * tokens * source.info.n_layers)
     bar.set_postfix_str(f"greedy, {tokens} tokens")
     prompt = ids[:, : min(GREEDY_PROMPT, ids.shape[1])]
+    held = lambda m: m.resident() if keeps[m] else nullcontext()  # noqa: E731
     with torch.no_grad():
         if source_model is not None:
-            with as_defined(source_model.model, source):
+            with as_defined(source_model.model, source), held(source_model):
                 g_source = _greedy(source_model.model, prompt, tokens, pad_id)
         else:
             g_source = _reference_greedy(source, prompt, tokens, block, request.device)
-        g_conv = _greedy(conv.model, prompt, tokens, pad_id)
+        with held(conv):
+            g_conv = _greedy(conv.model, prompt, tokens, pad_id)
     divergence = next((i for i, (x, y) in enumerate(zip(g_source, g_conv)) if x != y), None)
     report.greedy_source, report.greedy_converted = g_source, g_conv
     report.greedy_identical, report.greedy_first_divergence = divergence is None, divergence

@@ -2,8 +2,9 @@
 and ``Side`` names the logits they give, so the comparisons are written between names, not strings.
 
 - ``Converted``: DST as transformers runs it, on the ids ``(1, s, D)`` and on the left-padded batch ``(2, s, D)``;
-- ``Reference``: the exact float64 reference on the batch ``(2, s, D)`` (row 0 is the ids), the content advantage
-  it observed, and in half precision the baseline (SRC in the dtype, attention and bias exact) on the ids;
+- ``Reference``: the exact float64 reference on the ids ``(1, s, D)`` (its logits on the padded batch are those,
+  placed as the batch holds them: ``padded_like``), the content advantage it observed, and in half precision the
+  baseline (SRC in the dtype, attention and bias exact) on the ids;
 - ``Source``: SRC as the family defines it (``deviations.as_defined``) on the ids and on its first ``READING_TOKENS``,
   and, where transformers deviates from the definition, transformers' own numbers on both.
 
@@ -47,9 +48,22 @@ class Converted:
 
 @dataclass(frozen=True)
 class Reference:
-    states: torch.Tensor  # (2, s, D) float64
+    ids: torch.Tensor  # (1, s, D) float64: the exact reference on the ids
+    mask: torch.Tensor  # (2, s): the padded batch's, whose exact states are the ids' (``padded_like``)
     advantage: torch.Tensor  # (h,) the largest content advantage per head (``calibration.AdvantageTracker``)
     baseline: torch.Tensor | None  # (1, s, D) in half precision; None in float32
+
+
+def padded_like(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The exact reference's ``(2, s, …)`` on the left-padded batch (``measure.padded_batch``, whose ``mask`` is
+    ``(2, s)``) from its ``(1, s, …)`` on the ids: row 0 those, row 1's real positions those of the ids' prefix
+    they hold, its padding zeros (never compared). The reference takes positions from the cumulative mask, so a
+    left-padded sequence's states are those of the sequence alone (tests/checkpoint/test_reference.py)."""
+    out = x.new_zeros(2, *x.shape[1:])
+    out[0] = x[0]
+    real = int(mask[1].sum())
+    out[1, mask.shape[1] - real:] = x[0, :real]
+    return out
 
 
 @dataclass(frozen=True)
@@ -90,11 +104,18 @@ def sides(source_model, reference: Reference, converted: Converted, source: Sour
     """The logit producers of every side the stages gave (``(a, c) -> (b, s, c - a)`` float64, vocabulary rows
     ``[a, c)``: the exact side's and the baseline's through SRC's head rows, each model's through its own head,
     ``models[side]``) and the pairs of ``COMPARED`` whose both sides exist."""
+    read: dict[tuple[int, int], torch.Tensor] = {}
+
+    def head(a: int, c: int) -> torch.Tensor:  # SRC's head rows [a, c) transposed (D, c - a), read once per block
+        if (a, c) not in read:
+            read.clear()
+            read[a, c] = source_model.head_rows(a, c).T.to(device)
+        return read[a, c]
+
     made: dict[Side, logit_stats.Side] = {
-        Side.EXACT: lambda a, c: reference.states @ source_model.head_rows(a, c).T.to(device)}
+        Side.EXACT: lambda a, c: padded_like(reference.ids @ head(a, c), reference.mask)}
     if reference.baseline is not None:  # the baseline's head rows in the dtype too
-        made[Side.BASELINE] = lambda a, c: (reference.baseline @ source_model.head_rows(a, c).T.to(device).to(dtype)
-                                            .double())
+        made[Side.BASELINE] = lambda a, c: reference.baseline @ head(a, c).to(dtype).double()
     hidden = {Side.CONVERTED: converted.ids, Side.CONVERTED_BATCH: converted.batch}
     if source is not None:
         hidden |= {Side.SOURCE: source.ids, Side.SOURCE_HEAD: source.head}
@@ -108,7 +129,7 @@ def sides(source_model, reference: Reference, converted: Converted, source: Sour
 
 def held(reference: Reference, converted: Converted, source: Source | None) -> list[torch.Tensor]:
     """Every hidden state the logits are formed from (the reference's batch, each model's, the baseline)."""
-    out = [reference.states, converted.ids, converted.batch]
+    out = [reference.ids, converted.ids, converted.batch]
     if source is not None:
         out += [source.ids, source.head, *(source.transformers or ())]
     return out + ([reference.baseline] if reference.baseline is not None else [])
