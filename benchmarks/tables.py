@@ -247,6 +247,23 @@ def verify_scale() -> str:
     return "\n".join(out) + "\n"
 
 
+def verify_time() -> str:
+    """``verify_scale.py``: where each untouched verify's seconds go, stage by stage (``cost.stage_seconds``; the
+    byte check's own; the rest is start-up, SRC's plan derived again and the models built), against convert's."""
+    stages = ("converted", "reference", "baseline", "source", "logits", "greedy")
+    out = ["| shape (bfloat16) | convert | verify | bytes | " + " | ".join(stages) + " | the rest | verify / convert |",
+           "|---|" + "---:|" * (len(stages) + 5)]
+    for r in _rows("verify_scale"):
+        if "baseline" not in r["stage_seconds"]:  # measured before the baseline's pass was timed on its own
+            continue
+        spent = [r["stage_seconds"].get(s) for s in stages]
+        rest = r["verify_seconds"] - sum(x or 0 for x in spent) - (r["byte_check_seconds"] or 0)
+        out.append(f"| {r['shape']} | {r['convert_seconds']:.0f} s | {r['verify_seconds']:.0f} s | "
+                   f"{r['byte_check_seconds']:.0f} s | " + " | ".join("—" if x is None else f"{x:.0f} s" for x in spent)
+                   + f" | {rest:.0f} s | {r['verify_over_convert']:.2g} |")
+    return "\n".join(out) + "\n"
+
+
 def _or_dash(x: float | None) -> str:
     """``x`` to 3 digits, or an em dash where it was not measured (no source run of a remote-code family)."""
     return "—" if x is None else f"{x:.3g}"
@@ -469,7 +486,7 @@ def library_choices() -> str:
 TABLES = {"window-guide": window_guide, "library-choices": library_choices, "rotary-width": rotary_width, "engines-per-target": engines_per_target,
           "engines-per-family": engines_per_family, "engine-choice": engine_choice, "kernels": kernels,
           "default-targets": default_targets, "targets": targets, "verdicts": verdicts, "verdicts-8k": verdicts_8k,
-          "default-shapes": default_shapes, "verify-scale": verify_scale,
+          "default-shapes": default_shapes, "verify-scale": verify_scale, "verify-time": verify_time,
           "convert-560m": convert_560m, "convert-width": convert_width, "speed-memory": speed_memory,
           "speed-ladder": speed_ladder, "fidelity": fidelity, "arch-floor": arch_floor,
           "rounding-budget": rounding_budget, "rounding-widths": rounding_widths,

@@ -7,7 +7,8 @@ operation given one reads that tensor from the checkpoint, cast once to ``dtype`
 casts it, runs on it and lets it go. The model computes what ``from_pretrained``'s model computes, with the same
 modules and the same weights, whichever module's code touches a weight (a parent slicing its child's, as BLOOM's
 ``slow_but_exact`` does, included); memory holds one tensor's weights at a time, the largest matrix of a layer
-rather than the layer. Two modules are replaced by equivalents that never hold a whole vocabulary: the input
+rather than the layer (inside ``resident``, every weight read is kept: greedy generation where the budget holds
+the model). Two modules are replaced by equivalents that never hold a whole vocabulary: the input
 embedding gathers only the rows of the ids it is given, and the output head (``head_rows``) is read a block of
 vocabulary rows at a time.
 
@@ -31,7 +32,8 @@ from ..checkpoint.tensor_io import CheckpointReader
 
 
 class _Unread(torch.Tensor):
-    """A parameter not in memory: its shape, dtype and device, no storage, and ``load()`` that reads it. Every
+    """A parameter not in memory: its shape, dtype and device, no storage, and ``load()`` that reads it (or gives
+    the copy ``LayeredModel.resident`` keeps). Every
     operation on it (``__torch_dispatch__``) runs on the tensor read, which is then released: its result is a
     plain tensor."""
 
@@ -245,7 +247,7 @@ class LayeredModel:
     def resident(self) -> Iterator[None]:
         """Every weight read inside kept until the end (the head's whole), not read again: for greedy generation,
         which would read every weight once per token, where the budget holds ``weight_bytes`` more."""
-        self._kept = {}
+        self._kept, self._head_rows = {}, (None, None)
         try:
             yield
         finally:

@@ -188,13 +188,14 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
         advantage = AdvantageTracker(info.slopes)  # what the ladder's floors must cover, on these tokens
         exact_ids = reference_states(source, ids, blocks=Blocks(QUERY_BLOCK), on_layer=lambda i: tick(),
                                      device=device, observe=advantage)  # (1, s, D)
+        stage("reference")
         baseline = None
         if half:
             bar.set_postfix_str(f"baseline: SRC in {request.dtype}, attention and bias exact, {n} tokens")
             baseline = reference_states(source, ids, blocks=Blocks(QUERY_BLOCK), round_to=dtype,
                                         on_layer=lambda i: tick(), device=device)  # (1, s, D)
+            stage("baseline")
         reference = Reference(exact_ids, mask, advantage.worst, baseline)
-        stage("reference")
         ran = None
         if runs:
             bar.set_postfix_str(f"source, {n} tokens")
@@ -218,14 +219,15 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
         made, pairs, info.vocab_size, block, views=views(head.shape[1]),
         targets={Side.EXACT0: targets, Side.CONVERTED: targets, **({Side.SOURCE: targets} if runs else {})},
         kl=[(Side.EXACT0, Side.CONVERTED)])  # the KL reported; every other pair's max |difference| alone
+    del made  # and with it SRC's head rows it read last
     bar.update()
     stage("logits")
     report = _report(source, (src, dst), request, (side_stats, pair_stats), mask, deviations)
     report.content_advantage = reference.advantage.cpu().tolist()
-    _greedy_check(report, source, (conv, source_model), ids, request, (block, bar, need))
+    kept = _greedy_check(report, source, (conv, source_model), ids, request, (block, bar, need))
     stage("greedy")
     report.cost = {"seconds": time.perf_counter() - started, "stage_seconds": seconds, "max_memory": max_memory,
-                   "memory_need": need.total, "weights_held_bytes": need.weights,
+                   "memory_need": need.total + kept, "weights_held_bytes": need.weights, "greedy_kept_bytes": kept,
                    "model_tensor_bytes": max(conv.largest_read_bytes, source_model.largest_read_bytes if source_model else 0),
                    "vocab_block": block}
     return report, ids.cpu()
@@ -261,16 +263,17 @@ def _report(source, paths: tuple[Path, Path], request, stats: tuple[dict, dict],
     return report
 
 
-def _greedy_check(report: VerifyReport, source, models: tuple, ids: torch.Tensor, request, progress: tuple) -> None:
+def _greedy_check(report: VerifyReport, source, models: tuple, ids: torch.Tensor, request, progress: tuple) -> int:
     """Greedy tokens of the converted model ``models[0]`` and of the source (``models[1]``, None or run as
     defined, or the exact reference). A model whose weights fit the budget beside the check's need (``progress``'s
     ``MemoryNeed``) keeps them while it generates (``LayeredModel.resident``: one model at a time); the others
     stream every weight per token, bounded so that what they stream stays within ``GREEDY_STREAM_BYTES`` (the report
-    names the bound); ``progress``: the logit block, the bar and the need."""
+    names the bound); ``progress``: the logit block, the bar and the need. Returns the most bytes of weights kept
+    (0 where none is), which the check's need grows by."""
     (block, bar, need), (conv, source_model), asked = progress, models, request.greedy_tokens
     pad_id = int(conv.model.config.pad_token_id or 0)
     if not asked:
-        return
+        return 0
     keeps = {m: need.total + m.weight_bytes <= request.max_memory for m in (conv, source_model) if m is not None}
     per_token = sum(m.layer_bytes for m, kept in keeps.items() if not kept) * source.info.n_layers
     if source_model is None:  # the exact reference recomputes its prefix per token
@@ -294,3 +297,4 @@ def _greedy_check(report: VerifyReport, source, models: tuple, ids: torch.Tensor
     divergence = next((i for i, (x, y) in enumerate(zip(g_source, g_conv)) if x != y), None)
     report.greedy_source, report.greedy_converted = g_source, g_conv
     report.greedy_identical, report.greedy_first_divergence = divergence is None, divergence
+    return max((m.weight_bytes for m, kept in keeps.items() if kept), default=0)
