@@ -23,6 +23,35 @@ def test_the_reader_equals_safetensors_own_loader(tmp_path):
             torch.testing.assert_close(reader.read(name, (1, 3)), tensor[1:3].double(), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("stored", [torch.bfloat16, torch.float16, torch.float32])
+def test_a_non_finite_value_is_refused_in_any_dtype_and_row_it_is_read_in(tmp_path, stored, bad):
+    from safetensors.torch import save_file
+
+    t = torch.randn(6, 5, generator=torch.Generator().manual_seed(1)).to(stored)
+    t[4, 3] = bad
+    save_file({"w": t}, tmp_path / "model.safetensors")
+    reader = CheckpointReader(tmp_path)
+    for dtype in (torch.float64, torch.float32, torch.bfloat16):
+        with pytest.raises(ValueError, match="'w' holds 1 non-finite"):
+            reader.read("w", dtype=dtype)
+        with pytest.raises(ValueError, match="'w' holds 1 non-finite"):
+            reader.read("w", (3, 6), dtype=dtype)
+        assert torch.equal(reader.read("w", (0, 4), dtype=dtype), t[:4].to(dtype))  # the rows without it
+    assert bool(reader.read("w", dtype=torch.float64, finite=False).isnan().any()) == (bad != bad)
+
+
+def test_a_cast_that_overflows_is_refused_where_the_stored_values_are_finite(tmp_path):
+    # float32's 1e10 is finite, float16's is inf: the check is on the cast where it can overflow
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.tensor([[1.0, 1e10]])}, tmp_path / "model.safetensors")
+    reader = CheckpointReader(tmp_path)
+    assert float(reader.read("w")[0, 1]) == 1e10
+    with pytest.raises(ValueError, match="'w' holds 1 non-finite"):
+        reader.read("w", dtype=torch.float16)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_the_writer_streams_shards_safetensors_reads_back(tmp_path, dtype):
     rng = torch.Generator().manual_seed(0)

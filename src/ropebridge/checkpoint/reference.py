@@ -3,9 +3,9 @@
 The canonical block of ``checkpoint.model`` with ALiBi applied exactly: logit = qk_scale * q.k - m (i - j),
 positions from the cumulative attention mask (so left padding does not shift distances), slopes as
 the family applies them (Falcon's bfloat16-rounded slopes included, but not its bfloat16 rounding of
-m*j). One forward, ``reference_states``: each matrix a block of rows at a time, giving the final hidden states, whose logits a
-caller forms a block of vocabulary rows at a time (``SourceModel.head_rows``); ``reference_logits`` multiplies
-them by the whole head at once (small models, the tests' whole-model forward).
+m*j). One forward, ``reference_states``: each matrix a block of rows at a time, giving the final hidden
+states, whose logits a caller forms a block of vocabulary rows at a time (``SourceModel.head_rows``);
+``reference_logits`` multiplies them by the whole head at once (small models, the tests' whole-model forward).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class _Weights:
     """Block ``i``'s weights as the reference applies them: each linear map read a block of its rows at a time
     (at most ``block_bytes`` of float64; None: whole), so a layer is never held whole. Every tensor is read in
     float64, rounded by ``r``, moved to ``device``; each block's product is accumulated exactly and rounded once,
-    ``r(x W_rows^T + b_rows)``, the blocks concatenated along the output."""
+    ``r(x W_rows^T + b_rows)``, written into its columns of the output."""
 
     def __init__(self, src: SourceModel, i: int, r, device: str, block_bytes: int | None):
         self.src, self.i, self.r, self.device, self.info = src, i, r, device, src.info
@@ -104,7 +104,8 @@ class _Weights:
         return out
 
     def linear(self, x: torch.Tensor, which: str) -> torch.Tensor:
-        """``x W^T + b`` of the block's linear ``which`` ('o', 'up', 'gate', 'down'): ``(…, in)`` -> ``(…, out)``."""
+        """``x W^T + b`` of the block's linear ``which`` ('o', 'up', 'gate', 'down'): ``(…, in)`` -> ``(…, out)``,
+        a block of W's rows at a time."""
         rows, width = self.src.weight_shape(self.i, which)
         bias = self._on(self.src.bias(self.i, which))  # (out,)
         n, out = self._rows(width, rows), x.new_empty(*x.shape[:-1], rows)  # (…, out)
@@ -142,8 +143,9 @@ def reference_states(
 ) -> torch.Tensor:
     """Final (LayerNorm-ed) hidden states ``(b, s, D)``, float64, of ``input_ids`` ``(b, s)`` with
     ``attention_mask`` ``(b, s)`` (1 real, 0 left padding; positions from its cumulative sum, as
-    ``reference_logits``), in bounded memory (``blocks``): each linear map's rows a block at a time, the embedding rows of the
-    ids only, and attention a block of queries at a time (O(b h s block), not O(b h s^2)); so what it holds is the activations of one layer and one block of weights.
+    ``reference_logits``), in bounded memory (``blocks``): each linear map's rows a block at a time, the
+    embedding rows of the ids only, and attention a block of queries at a time (O(b h s block), not
+    O(b h s^2)); so what it holds is one layer's activations and one block of weights.
     Rows at padding positions are meaningless. ``observe(layer, start, content, dist, weights)`` sees each block
     of queries ``start … start + block``: its content logits ``(b, h, block, t)``, distances ``(b, block, t)`` and
     attention probabilities ``(b, h, block, t)``, t = start + block; ``round_to`` as ``reference_hidden``;
