@@ -208,9 +208,8 @@ class LayeredModel:
             for name, p in list(module._parameters.items()):
                 if p is not None:
                     metas[id(p)] = p  # alive until the end, so identities stay unique
-                    key = keys.get(id(p))
-                    module._parameters[name] = unread.setdefault(id(p), _Unread(
-                        p.shape, self.dtype, self.device, lambda key=key: self._read(key)))
+                    module._parameters[name] = unread.setdefault(id(p), _Unread(  # every one has a key: _keys
+                        p.shape, self.dtype, self.device, lambda key=keys[id(p)]: self._read(key)))
         return {id(unread[i]): key for i, key in keys.items()}
 
     def _layers(self) -> list[torch.nn.Module]:
@@ -227,11 +226,9 @@ class LayeredModel:
         walk(self.model)
         return layers
 
-    def _read(self, key: str | None, rows: tuple[int, int] | None = None) -> torch.Tensor:
+    def _read(self, key: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
         """Weight ``key`` (or its ``rows``) as stored, cast once to the model's dtype, on its device (judged after,
         so not refused where non-finite); kept whole and sliced while ``resident``."""
-        if key is None:
-            raise ValueError(f"{self.directory}: a parameter the checkpoint does not hold was used")
         if self._kept is not None:
             if key not in self._kept:
                 self._kept[key] = self.reader.read(key, dtype=self.dtype, finite=False).to(self.device)
@@ -251,7 +248,7 @@ class LayeredModel:
         try:
             yield
         finally:
-            self._kept = None
+            self._kept, self._head_rows = None, (None, None)  # the last head rows are views of what was kept
 
     # -- outputs ------------------------------------------------------------------------------------------------
     def vocab_blocks(self, hidden: torch.Tensor) -> list[tuple[int, int]]:
