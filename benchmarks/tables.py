@@ -171,6 +171,15 @@ def fidelity() -> str:
     return importlib.import_module("fidelity").markdown(_rows("fidelity")) + "\n"
 
 
+def _long_window(which: str) -> str:
+    """``long_window.py``: the default conversion against exact at 16K-128K (``markdown``), or what each stage costs
+    and 2^20 tokens would (``cost_markdown``)."""
+    import importlib
+
+    module = importlib.import_module("long_window")
+    return getattr(module, which)(_rows("long_window")) + "\n"
+
+
 NAMES = {"demo": "demo (BLOOM)", "demo-mpt": "MPT, real text", "demo-falcon": "Falcon-RW, real text"}
 
 
@@ -487,6 +496,7 @@ TABLES = {"window-guide": window_guide, "library-choices": library_choices, "rot
           "engines-per-family": engines_per_family, "engine-choice": engine_choice, "kernels": kernels,
           "default-targets": default_targets, "targets": targets, "verdicts": verdicts, "verdicts-8k": verdicts_8k,
           "default-shapes": default_shapes, "verify-scale": verify_scale, "verify-time": verify_time,
+          "long-window": lambda: _long_window("markdown"), "long-window-cost": lambda: _long_window("cost_markdown"),
           "convert-560m": convert_560m, "convert-width": convert_width, "speed-memory": speed_memory,
           "speed-ladder": speed_ladder, "fidelity": fidelity, "arch-floor": arch_floor,
           "rounding-budget": rounding_budget, "rounding-widths": rounding_widths,

@@ -43,6 +43,23 @@ def test_the_query_block_changes_nothing_but_the_summation_order(tmp_path):
     assert float((blocked - whole).abs().max()) <= 256 * eps * float(whole.abs().max())
 
 
+def test_the_fused_bias_is_the_rounded_one_to_float64_rounding_and_sees_no_future(tmp_path):
+    # without an observer the bias is subtracted in one fused multiply-add, in place; with one, after rounding m d
+    # (with these power-of-two slopes m d is exact and the two agree bit for bit)
+    from ropebridge.checkpoint.reference import reference_states
+
+    model = SourceModel(build(tmp_path / "src", "bloom-4heads"))
+    ids = torch.randint(0, 320, (1, 200), generator=torch.Generator().manual_seed(6))
+    fused = reference_states(model, ids, blocks=Blocks(48))
+    rounded = reference_states(model, ids, blocks=Blocks(48), observe=lambda *seen: None)
+    eps = torch.finfo(torch.float64).eps
+    assert float((fused - rounded).abs().max()) <= 256 * eps * float(rounded.abs().max())
+    changed = ids.clone()
+    changed[0, 150:] = (changed[0, 150:] + 1) % 320  # a later token changes no earlier row, in any query block
+    later = reference_states(model, changed, blocks=Blocks(48))
+    assert torch.equal(later[:, :150], fused[:, :150]) and not torch.equal(later[:, 150:], fused[:, 150:])
+
+
 @pytest.mark.parametrize("family", ["bloom-4heads", "mpt", "falcon-parallel-mq"])
 def test_left_padding_leaves_the_real_positions_of_a_batch_as_each_sequence_alone(tmp_path, family):
     # positions from the cumulative mask: a left-padded row's real positions give the logits of that sequence run

@@ -160,7 +160,7 @@ def reference_states(
     b, s = input_ids.shape
     mask = (torch.ones_like(input_ids) if attention_mask is None else attention_mask).to(device)
     pos = (mask.cumsum(-1) - 1).clamp(min=0).to(torch.float64)  # (b, s)
-    index = torch.arange(s, device=device)
+    padded = None if bool(mask.all()) else mask == 0  # (b, s)
     slopes = torch.tensor(info.slopes, dtype=torch.float64, device=device)[None, :, None, None]  # (1, h, 1, 1)
     x = r(src.embedding_of(input_ids.cpu()).to(device))  # (b, s, D)
     for i in range(info.n_layers):
@@ -171,11 +171,8 @@ def reference_states(
         for a in range(0, s, blocks.queries):
             e = min(s, a + blocks.queries)
             dist = pos[:, a:e, None] - pos[:, None, :e]  # (b, block, t)
-            blocked = (index[None, a:e, None] < index[None, None, :e]) | (mask[:, None, :e] == 0)  # (b, block, t)
-            blocked &= index[None, a:e, None] != index[None, None, :e]  # a padding query sees itself: no NaN rows
             content = info.qk_scale * q[:, :, a:e] @ k[:, :, :e].transpose(-1, -2)  # (b, h, block, t)
-            logits = (content - slopes * dist[:, None]).masked_fill(blocked[:, None], float("-inf"))
-            weights = torch.softmax(logits, -1)  # (b, h, block, t)
+            weights = _softmax(content, slopes, dist, padded, a, keep=observe is not None)  # (b, h, block, t)
             if observe is not None:
                 observe(i, a, content, dist, weights)
             ctx[:, :, a:e] = weights @ v[:, :, :e]
@@ -187,6 +184,27 @@ def reference_states(
         if on_layer is not None:
             on_layer(i)
     return r(_ln(x, _map(r, _map(lambda t: t.to(device), src.final_norm())), info))
+
+
+def _softmax(content: torch.Tensor, slopes: torch.Tensor, dist: torch.Tensor, padded: torch.Tensor | None,
+             start: int, *, keep: bool) -> torch.Tensor:
+    """Attention weights ``(b, h, block, t)`` of queries ``start … start + block`` over keys ``0 … t``:
+    softmax(content - m dist) with the future (a key after its query: only in the last ``block`` keys) and padding
+    keys (``padded`` ``(b, s)``, None: none; a padding query still sees itself, so no row is empty) at -inf.
+    ``content`` ``(b, h, block, t)`` is overwritten unless ``keep``; then the bias is subtracted after rounding
+    m dist, otherwise in one fused multiply-add (the two differ in float64's last bits only)."""
+    block, t = content.shape[-2:]
+    if keep:
+        logits = content - slopes * dist[:, None]
+    else:
+        logits = content.addcmul_(slopes, dist[:, None], value=-1)  # (b, h, block, t)
+    logits[..., start:].masked_fill_(torch.ones(block, block, dtype=torch.bool, device=logits.device).triu_(1),
+                                     float("-inf"))
+    if padded is not None:
+        index = torch.arange(t, device=logits.device)
+        blocked = padded[:, None, :t] & (index[None, start:, None] != index[None, None, :])  # (b, block, t)
+        logits.masked_fill_(blocked[:, None], float("-inf"))
+    return torch.ops.aten._softmax.out(logits, -1, False, out=logits)  # in place
 
 
 def _map(r, value):
