@@ -1,6 +1,6 @@
-"""Fidelity at long windows: the default conversion against the exact float64 ALiBi reference at 32K, 64K and 128K.
+"""Fidelity at long windows: the default conversion against the exact float64 ALiBi reference at 16K to 128K.
 
-    python benchmarks/long_window.py [--models demo,demo-mpt] [--windows 32768,65536,131072]
+    python benchmarks/long_window.py [--models demo,demo-mpt] [--windows 16384,32768,65536,131072]
                                      [--dtypes float32,bfloat16] [--merge]
     python benchmarks/long_window.py --table
 
@@ -8,7 +8,8 @@ For every model, window W and dtype: ``ropebridge convert SRC DST --dtype D --wi
 calibrated), then, on W tokens of real text,
 - perplexity of the converted model (transformers, in D) and of the exact reference
   (``checkpoint.reference.reference_hidden``, float64, blockwise attention), over the W - G real tokens;
-- max |Δlogit| and mean KL(reference || converted) over those positions, a block of positions at a time;
+- max |Δlogit| and mean KL(reference || converted) over those positions, a block of positions at a time
+  (``fidelity.compare``);
 - greedy at the end of the window: the converted model continues the W - G real tokens by G tokens
   (``generate``, greedy, its KV cache), and the reference's argmax is read at each of those G steps given the same
   prefix (teacher-forced: if all G agree, the reference's own greedy continuation is the same); the count of
@@ -16,9 +17,9 @@ calibrated), then, on W tokens of real text,
 - the time of each stage.
 
 Text: the demo models' held-out documents, rebuilt from the corpus they came from (Debian's python3.11-doc,
-every 25th ``.rst.txt`` source in sorted path order, as ``scripts/train_demo_model.py`` holds them out: 89,879
-tokens, none trained on), joined as the training script joins them; for a window longer than that the same
-tokens follow again from the start. The repeat begins 89,879 tokens back, where the flattest head's bias
+every 25th ``.rst.txt`` source in sorted path order, as ``scripts/train_demo_model.py`` holds them out: 89,882
+tokens with this tokenizer, none trained on), joined as the training script joins them; for a window longer than that the same
+tokens follow again from the start. The repeat begins 89,882 tokens back, where the flattest head's bias
 (m = 2^-8 for 6 heads) is below -350: exact ALiBi gives it no weight, and a conversion that leaked weight there
 would show in the perplexity.
 
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -41,6 +41,7 @@ from pathlib import Path
 
 import torch
 from _common import RESULTS, save, table
+from fidelity import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 GREEDY_TOKENS = 32
@@ -151,28 +152,6 @@ class Reference:
         raise AssertionError("unreachable: the last pass decides every step")
 
 
-@torch.no_grad()
-def compare(ref: Reference, got: dict, n: int) -> dict:
-    """Max |Δlogit|, mean KL(reference || converted) and both perplexities over the prompt's N positions."""
-    h_ref = ref.hidden(torch.empty(0, dtype=torch.long))
-    ids = ref.prompt
-    worst, kl, nll_ref, nll = 0.0, 0.0, 0.0, 0.0
-    finite = True
-    for a in range(0, n, 512):
-        b = min(n, a + 512)
-        r = torch.log_softmax(h_ref[a:b] @ ref.head.T, -1)  # (block, V) float64
-        logits = (got["hidden"][a:b] @ got["head"].T).double()
-        finite &= bool(torch.isfinite(logits).all())
-        g = torch.log_softmax(logits, -1)
-        worst = max(worst, float(((h_ref[a:b] @ ref.head.T) - logits).abs().max()))
-        kl += float((r.exp() * (r - g)).sum())
-        tgt = ids[a + 1: b + 1]
-        nll_ref -= float(r[: len(tgt)].gather(1, tgt[:, None]).sum())
-        nll -= float(g[: len(tgt)].gather(1, tgt[:, None]).sum())
-    return {"max_abs_logit_err": worst if finite else float("nan"), "mean_kl": kl / n,
-            "converted_ppl": math.exp(nll / (n - 1)), "reference_ppl": math.exp(nll_ref / (n - 1))}
-
-
 def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
     """(a, c) of t = a s + c s^2 through POINTS by least squares."""
     s = torch.tensor([p[0] for p in points], dtype=torch.float64)
@@ -237,7 +216,7 @@ def cost_markdown(rows: list[dict]) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="demo,demo-mpt")
-    p.add_argument("--windows", default="32768,65536,131072")
+    p.add_argument("--windows", default="16384,32768,65536,131072")
     p.add_argument("--dtypes", default="float32,bfloat16")
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "ropebridge-bench"))
     p.add_argument("--merge", action="store_true", help="replace only the rows measured now in the results file")
@@ -270,7 +249,11 @@ def main() -> int:
                 with tempfile.TemporaryDirectory(dir=cache) as work:
                     got = run_converted(dst, dtype, ref.prompt, Path(work))
                 agree = ref.greedy_agreement(got["new"])
-                stats = compare(ref, got, n)
+                h_ref = ref.hidden(torch.empty(0, dtype=torch.long))  # (n, D): the prompt's rows
+                found = compare(name, {"converted": got}, dtype, ref.prompt, h_ref, ref.head)
+                stats = {"max_abs_logit_err": found["converted_max_abs_logit_err"],
+                         "mean_kl": found["converted_mean_kl"], "converted_ppl": found["converted_ppl"],
+                         "reference_ppl": found["reference_ppl"]}
                 fresh.append({"model": name, "dtype": dtype, "window": window, "prompt_tokens": n, **stats,
                               "ppl_rel": stats["converted_ppl"] / stats["reference_ppl"] - 1, "greedy_agree": agree,
                               "convert_s": convert_s, "converted_s": got["greedy_s"] + got["forward_s"],

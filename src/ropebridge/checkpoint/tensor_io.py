@@ -199,8 +199,8 @@ def _finite_cast(name: str, stored: torch.Tensor, dtype: torch.dtype) -> torch.T
     """``stored`` cast to ``dtype``, ``ValueError`` naming the tensor where it holds NaN or inf: checked on the
     stored values where the cast cannot overflow (``dtype`` holds every finite value of the stored one), which is
     fewer bytes than the cast's, else on the cast."""
-    widening = stored.is_floating_point() and dtype.is_floating_point
-    if widening and torch.finfo(dtype).max >= torch.finfo(stored.dtype).max:
+    both_float = stored.is_floating_point() and dtype.is_floating_point
+    if both_float and torch.finfo(dtype).max >= torch.finfo(stored.dtype).max:
         return _finite(name, stored).to(dtype)
     return _finite(name, stored.to(dtype))
 
