@@ -160,6 +160,19 @@ def test_tokenizer_config_is_written_for_transformers_4(tmp_path):
     assert (res.destination / "generation_config.json").read_text() == '{"max_new_tokens": 7}'
 
 
+def test_a_source_that_turns_the_cache_off_does_not_turn_it_off_in_the_conversion(tmp_path):
+    # MPT's configs say use_cache false; copied into generation_config.json it overrides the target's true
+    src = build(tmp_path / "src", "bloom-4heads")
+    (src / "generation_config.json").write_text('{"bos_token_id": 1, "use_cache": false}')
+    res = convert(src, tmp_path / "dst", PlanRequest(window=256))
+    assert json.loads((res.destination / "generation_config.json").read_text()) == {"bos_token_id": 1}
+    model = T.AutoModelForCausalLM.from_pretrained(res.destination)
+    out = model.generate(torch.tensor([[3, 4, 5]]), max_new_tokens=2, do_sample=False,
+                         return_dict_in_generate=True)
+    assert out.past_key_values is not None and out.past_key_values.get_seq_length() == 4, "generate kept its cache"
+    assert verify(src, res.destination, context=64, greedy_tokens=4, quick=True).passed
+
+
 def test_float32_default_theta_rotates_exactly(converted):
     for window in (1, 2, 3, 1000, 1024, 1025, 8192, 2**20):
         theta = exact_rotation_theta(window)
