@@ -1,97 +1,181 @@
-"""How a head's score error reaches the logits, per model: the exact float64 reference run again with each head's
-predicted worst score error injected into its attention scores, against the measured error of the conversion.
+"""How a head's score error reaches the logits: every verified conversion's measured max |logit error| against the
+plan's predicted worst score error over the positions verify compared, and (``--inject``) the exact float64
+reference run again with the plan's score error injected into its attention scores.
 
     python benchmarks/propagation.py [--models demo,demo-mpt,demo-falcon,demo-baichuan,demo-jais]
-                                     [--dtypes bfloat16,float16] [--window 8192] [--context 8192]
+                                     [--dtypes bfloat16,float16] [--inject]
 
-For every model and dtype: the default plan for WINDOW (``ropebridge plan --json``) gives each head h its predicted
-worst score error e_h. The reference runs on CONTEXT tokens of the model's held-out text (what
-``benchmarks/verdicts.py`` verifies on) twice: as it is, and with e_h x xi added to head h's score of every
-(query, key) pair before the softmax, xi independent for every pair: ``sign`` (+-1) or ``uniform`` (in [-1, 1]).
-Injected = max |logit difference| between the two passes. Beside it, the conversion's measured max |logit error|
-from exact in verify (``benchmarks/results/verdicts_8k.json``): measured / injected is what a per-model prediction
-would have to carry. Writes benchmarks/results/propagation.json.
+For every half-precision row of ``benchmarks/results/verdicts.json`` and ``verdicts_8k.json`` (model, dtype,
+window W, CONTEXT tokens of held-out text), the default plan for W (``ropebridge plan --json``) gives the
+prediction over the window and over the CONTEXT positions verify compared (``cross_dtype.predicted_in``);
+measured / predicted is what ``limit.LOGIT_FACTOR`` must cover, and ``limit`` is what verify's limit is with it.
+
+``--inject`` runs the reference on those CONTEXT tokens as it is and with an error added to head h's score of
+every (query i, key j) before the softmax, and reports the max |logit difference| between the two passes:
+
+- ``plan``: what the plan says the conversion's score error is: its bias in exact arithmetic less ALiBi's,
+  ``f_h(d) - δ_h + m_h d`` at d = i - j (the sine error for a single pair), plus the rounding as the error model
+  states it, independent Gaussian draws of standard deviation ``rounding_error_h / sqrt(2 ln n)``
+  (``ladder_fit.extreme_factor``: the plan's rounding is the extreme of n such draws);
+- ``sign``: the head's predicted worst error e_h with a random sign, at every (i, j).
+
+Without ``--inject`` the injected numbers stored in the results file are kept. Writes
+benchmarks/results/propagation.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from _common import RESULTS, save, table
 
-NOISES = ("sign", "uniform")
+NOISES = ("plan", "sign")
+KEY = ("model", "dtype", "window", "context")
 
 
-def predicted_errors(src: Path, dtype: str, window: int) -> list[float]:
-    """Each head's predicted worst score error in the default plan (``ropebridge plan --json``)."""
+def default_plan(src: Path, dtype: str, window: int) -> dict:
+    """The default plan of ``src`` for ``dtype`` and ``window`` (``ropebridge plan --json``)."""
     out = subprocess.run([sys.executable, "-m", "ropebridge", "plan", "--model", str(src), "--dtype", dtype,
                           "--window", str(window), "--json"], check=True, capture_output=True, text=True).stdout
-    return [h["predicted_error"] for h in json.loads(out)["heads"]]
+    return json.loads(out)
 
 
-def injector(errors: list[float], noise: str, seed: int):
-    """A ``reference_states`` observer that adds e_h xi to each head's scores: the weights ``(b, h, block, t)``
-    become softmax(log weights + e_h xi), which is the softmax of the scores plus e_h xi (masked keys stay 0)."""
-    e = torch.tensor(errors, dtype=torch.float64)[None, :, None, None]  # (1, h, 1, 1)
+def score_errors(plan: dict, context: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per head: the plan's signed score error in exact arithmetic at every distance 0..context ``(h, context)``,
+    and the standard deviation of its rounding ``(h,)`` (module doc), float64."""
+    from ropebridge.emulation.ladder_fit import extreme_factor
+
+    scale = 1 / math.sqrt(plan["head_dim"])
+    d = np.arange(context, dtype=np.float64)
+    pattern, sigma = [], []
+    for h in plan["heads"]:
+        theta = np.array([p["theta"] for p in h["pairs"]])
+        ang = np.multiply.outer(d, theta)  # (context, P)
+        bias = scale * (np.cos(ang) @ np.array([p["M"] for p in h["pairs"]])
+                        - np.sin(ang) @ np.array([p["N"] for p in h["pairs"]]))  # (context,)
+        shift = (h.get("ladder") or {}).get("shift", 0.0)
+        pattern.append(bias - shift + h["slope"] * d)
+        sigma.append(h["rounding_error"] / extreme_factor(plan["window"]))
+    return torch.tensor(np.array(pattern)), torch.tensor(sigma)
+
+
+def injector(plan: dict, context: int, noise: str, seed: int):
+    """A ``reference_states`` observer that replaces the weights ``(b, h, block, t)`` with the softmax of the
+    scores plus the injected error (``noise``, module doc); future keys stay at -inf."""
+    pattern, sigma = score_errors(plan, context)  # (h, context), (h,)
+    worst = torch.tensor([h["predicted_error"] for h in plan["heads"]], dtype=torch.float64)  # (h,)
+    slopes = torch.tensor([h["slope"] for h in plan["heads"]], dtype=torch.float64)[None, :, None, None]
     gen = torch.Generator().manual_seed(seed)
 
     def inject(layer: int, start: int, content, dist, weights: torch.Tensor) -> None:
-        xi = torch.rand(weights.shape, generator=gen, dtype=torch.float64) * 2 - 1  # (b, h, block, t)
-        if noise == "sign":
-            xi = xi.sign()
-        weights.copy_(torch.softmax(weights.log() + e * xi, -1))
+        future = dist[:, None] < 0  # (b, 1, block, t)
+        if noise == "plan":
+            err = pattern[:, dist.clamp(min=0).long()].permute(1, 0, 2, 3)  # (b, h, block, t)
+            err = err + sigma[None, :, None, None] * torch.randn(weights.shape, generator=gen, dtype=torch.float64)
+        else:
+            xi = torch.randint(0, 2, weights.shape, generator=gen).to(torch.float64) * 2 - 1
+            err = worst[None, :, None, None] * xi
+        logits = (content - slopes * dist[:, None] + err).masked_fill(future, -math.inf)
+        weights.copy_(torch.softmax(logits, -1))
 
     return inject
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default="demo,demo-mpt,demo-falcon,demo-baichuan,demo-jais")
-    p.add_argument("--dtypes", default="bfloat16,float16")
-    p.add_argument("--window", type=int, default=8192)
-    p.add_argument("--context", type=int, default=8192)
-    args = p.parse_args()
+def verified_rows(models: list[str], dtypes: list[str]) -> list[dict]:
+    """The verified conversions of ``models`` in ``dtypes``: the rows of the verdict tables, by ``KEY``."""
+    out = {}
+    for name in ("verdicts", "verdicts_8k"):
+        for r in json.loads((RESULTS / f"{name}.json").read_text())["rows"]:
+            if r["model"] in models and r["dtype"] in dtypes:
+                out[tuple(r[k] for k in KEY)] = r
+    return [out[k] for k in sorted(out)]
+
+
+def injected(name: str, cases: list[dict], plans: dict, seed: int) -> dict:
+    """The injected max |logit difference| per noise for ``cases`` of model ``name``, by ``KEY``."""
     from transformers import AutoTokenizer
 
     from ropebridge.checkpoint.model import SourceModel
     from ropebridge.checkpoint.reference import Blocks, reference_states
     from ropebridge.demo import data_dir
 
-    measured = {(r["model"], r["dtype"]): r for r in json.loads((RESULTS / "verdicts_8k.json").read_text())["rows"]}
-    rows = []
-    for name in args.models.split(","):
-        src = data_dir(name)
-        model = SourceModel(src)
-        text = (src / "heldout.txt").read_text()[:30_000]  # as benchmarks/verdicts.py writes its text file
-        ids = torch.tensor(AutoTokenizer.from_pretrained(src)(text)["input_ids"][: args.context])[None]  # (1, s)
-        head = model.head_rows(0, model.info.vocab_size)  # (V, D) float64
+    src = data_dir(name)
+    model = SourceModel(src)
+    text = (src / "heldout.txt").read_text()[:30_000]  # as benchmarks/verdicts.py writes its text file
+    all_ids = AutoTokenizer.from_pretrained(src)(text)["input_ids"]
+    head = model.head_rows(0, model.info.vocab_size)  # (V, D) float64
+    out = {}
+    for context in sorted({c["context"] for c in cases}):
+        ids = torch.tensor(all_ids[:context])[None]  # (1, s)
         t0 = time.perf_counter()
         clean = reference_states(model, ids, blocks=Blocks(256))[0] @ head.T  # (s, V)
         seconds = time.perf_counter() - t0
-        for dtype in args.dtypes.split(","):
-            errors = predicted_errors(src, dtype, args.window)
-            row = {"model": name, "dtype": dtype, "window": args.window, "context": ids.shape[1],
-                   "predicted_worst": max(errors), "reference_seconds": seconds}
+        for c in (c for c in cases if c["context"] == context):
+            plan = plans[c["model"], c["dtype"], c["window"]]
+            row = {"reference_s": seconds}
             for noise in NOISES:
-                hit = reference_states(model, ids, blocks=Blocks(256), observe=injector(errors, noise, 0))[0] @ head.T
+                hit = reference_states(model, ids, blocks=Blocks(256),
+                                       observe=injector(plan, ids.shape[1], noise, seed))[0] @ head.T
                 row[f"injected_{noise}"] = float((hit - clean).abs().max())
-            m = measured.get((name, dtype))
-            if m is not None and m.get("window") == args.window:
-                row["measured"] = m["measured"]
-                for noise in NOISES:
-                    row[f"measured_over_{noise}"] = m["measured"] / row[f"injected_{noise}"]
-                row["measured_over_predicted"] = m["measured"] / max(errors)
-            rows.append(row)
-            print({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
-    print(table(rows, ["model", "dtype", "predicted_worst", "injected_sign", "injected_uniform", "measured",
-                       "measured_over_sign", "measured_over_uniform", "measured_over_predicted"]))
-    print(f"wrote {save('propagation', {'rows': rows})}")
+            out[tuple(c[k] for k in KEY)] = row
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="demo,demo-mpt,demo-falcon,demo-baichuan,demo-jais")
+    p.add_argument("--dtypes", default="bfloat16,float16")
+    p.add_argument("--inject", action="store_true", help="run the injected reference passes again")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    from ropebridge.demo import data_dir
+    from ropebridge.emulation.cross_dtype import predicted_in
+    from ropebridge.emulation.plan import EmulationPlan
+    from ropebridge.limit import LOGIT_FACTOR, limit
+
+    cases = verified_rows(args.models.split(","), args.dtypes.split(","))
+    plans = {}
+    for c in cases:
+        key = (c["model"], c["dtype"], c["window"])
+        if key not in plans:
+            plans[key] = default_plan(data_dir(c["model"]), c["dtype"], c["window"])
+    stored = {}
+    path = RESULTS / "propagation.json"
+    if path.exists():
+        stored = {tuple(r[k] for k in KEY): r for r in json.loads(path.read_text())["rows"]}
+    if args.inject:
+        for name in args.models.split(","):
+            stored.update(injected(name, [c for c in cases if c["model"] == name], plans, args.seed))
+    rows = []
+    for c in cases:
+        plan = EmulationPlan.from_dict(plans[c["model"], c["dtype"], c["window"]])
+        row = {k: c[k] for k in KEY}
+        row["predicted_window"] = predicted_in(plan, c["dtype"])
+        row["predicted"] = predicted_in(plan, c["dtype"], positions=c["context"])
+        row["measured"] = c["measured"]
+        row["measured_over_predicted"] = c["measured"] / row["predicted"]
+        row["limit"] = limit(c["threshold"], row["predicted"], c.get("baseline"))
+        row["within"] = row["measured"] <= row["limit"]
+        for k in ("reference_s", *(f"injected_{n}" for n in NOISES)):
+            if k in stored.get(tuple(c[k2] for k2 in KEY), {}):
+                row[k] = stored[tuple(c[k2] for k2 in KEY)][k]
+                if k.startswith("injected"):
+                    row[f"measured_over_{k[9:]}"] = c["measured"] / row[k]
+        rows.append(row)
+    ratios = [r["measured_over_predicted"] for r in rows]
+    print(table(rows, [*KEY, "predicted_window", "predicted", "measured", "measured_over_predicted", "limit",
+                       "injected_plan", "measured_over_plan"]))
+    print(f"measured / predicted over the positions compared: {min(ratios):.3g} to {max(ratios):.3g}; "
+          f"LOGIT_FACTOR {LOGIT_FACTOR:g}")
+    print(f"wrote {save('propagation', {'command': ' '.join(['python', *sys.argv]), 'rows': rows})}")
     return 0
 
 

@@ -61,6 +61,18 @@ def verdicts() -> str:
     return "\n".join(out) + "\n"
 
 
+def propagation() -> str:
+    """``propagation.py``: each verified half-precision conversion's measured error against the prediction over the
+    positions compared, the limit verify applies with it, and the injected reference's response."""
+    out = ["| model | dtype | window | tokens | predicted (window) | predicted (tokens) | measured | measured / "
+           "predicted | limit | injected (plan) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in _rows("propagation"):
+        out.append(f"| {r['model']} | {r['dtype']} | {r['window']} | {r['context']} | {r['predicted_window']:.3g} | "
+                   f"{r['predicted']:.3g} | {r['measured']:.3g} | {r['measured_over_predicted']:.2f} | "
+                   f"{r['limit']:.3g} | {_or_dash(r.get('injected_plan'))} |")
+    return "\n".join(out) + "\n"
+
+
 def verdicts_8k() -> str:
     """verify at the whole 8K window of the real-text models' held-out text (``verdicts.py --context 8192``, the
     rows of ``verdicts_8k``; in half precision the reading of the source is not judged), with verify's seconds."""
@@ -492,7 +504,7 @@ def library_choices() -> str:
         f"load {data['load_average_1min_at_start']:.1f} at the start; `{data['command']}`.\n"
 
 
-TABLES = {"window-guide": window_guide, "library-choices": library_choices, "rotary-width": rotary_width, "engines-per-target": engines_per_target,
+TABLES = {"propagation": propagation, "window-guide": window_guide, "library-choices": library_choices, "rotary-width": rotary_width, "engines-per-target": engines_per_target,
           "engines-per-family": engines_per_family, "engine-choice": engine_choice, "kernels": kernels,
           "default-targets": default_targets, "targets": targets, "verdicts": verdicts, "verdicts-8k": verdicts_8k,
           "default-shapes": default_shapes, "verify-scale": verify_scale, "verify-time": verify_time,

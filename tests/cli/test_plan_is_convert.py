@@ -67,7 +67,7 @@ def _refusal(err: str) -> str:
 def test_plan_previews_exactly_what_convert_does(sources, tmp_path, capsys, family, flags):
     src, dst = sources[family], tmp_path / "dst"
     planned_code, out, err = _run(["plan", "--model", str(src), *flags, "--json"], capsys)
-    code, _, convert_err = _run(["convert", str(src), str(dst), *flags, "--json"], capsys)
+    code, converted, convert_err = _run(["convert", str(src), str(dst), *flags, "--json"], capsys)
     if planned_code != 0:
         assert code == planned_code == 2 and _refusal(err) == _refusal(convert_err), (err, convert_err)
         assert not dst.exists()
@@ -75,10 +75,11 @@ def test_plan_previews_exactly_what_convert_does(sources, tmp_path, capsys, fami
     planned = json.loads(out)
     if code != 0:  # refused on the tolerance only, as the plan says
         assert code == 2 and planned["meets_tolerance"] is False and "--accept-error" in convert_err, convert_err
-        code, _, _ = _run(["convert", str(src), str(dst), *flags, "--accept-error", "--json"], capsys)
+        code, converted, _ = _run(["convert", str(src), str(dst), *flags, "--accept-error", "--json"], capsys)
     assert code == 0
     record = json.loads((dst / "ropebridge.json").read_text())
     assert planned.pop("resolved") == record["resolved"]
+    assert planned.pop("verify_limit") == json.loads(converted)["verify_limit"], "plan states the limit convert does"
     planned.pop("max_window_at_phase", None)  # plan's one annotation beside the plan (fixed base)
     recorded = record["plan"]
     assert {**planned, "source": None} == {**recorded, "source": None}

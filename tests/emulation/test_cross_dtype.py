@@ -1,5 +1,6 @@
 """A plan run in another dtype: its own numbers in its own dtype, and predictions checked against measurement."""
 
+import dataclasses
 import math
 
 import pytest
@@ -8,6 +9,7 @@ from oracles import measure, measure_ladder
 
 from ropebridge.checkpoint.config import from_heads
 from ropebridge.emulation import PlanRequest, plan
+from ropebridge.emulation import cross_dtype
 from ropebridge.emulation.cross_dtype import coarser, predicted_in
 from ropebridge.emulation.error_model import PairSpec
 from ropebridge.emulation.ladder_fit import HeadFit
@@ -33,7 +35,10 @@ def _plan(**request):
 @pytest.mark.parametrize("case", list(PLANS))
 def test_in_its_own_dtype_the_plans_own_prediction(case):
     p = _plan(**PLANS[case])
-    assert predicted_in(p, p.dtype) == pytest.approx(p.worst_head.predicted_error, rel=1e-9, abs=1e-12)
+    assert predicted_in(p, p.dtype) == p.worst_head.predicted_error
+    head_error = cross_dtype._ladder_head if p.strategy == "ladder" else cross_dtype._pairs_head
+    recomputed = max(head_error(p, h, p.dtype, p.window) for h in p.heads)  # every term derived again
+    assert recomputed == pytest.approx(p.worst_head.predicted_error, rel=1e-9, abs=1e-12)
 
 
 def test_coarser():
@@ -84,3 +89,23 @@ def test_single_pair_in_another_dtype_against_measurement(planned, run):
 def test_a_value_beyond_the_dtypes_range_predicts_inf():
     p = _plan(target="starcoder2", dtype="float32", strategy="single")  # N ~ 1e7: beyond float16's 65504
     assert predicted_in(p, "float16") == math.inf and math.isfinite(predicted_in(p, "bfloat16"))
+
+
+@pytest.mark.parametrize("case", ["single exact rotation", "single in float16, split", "ladder bfloat16",
+                                  "ladder float16"])
+def test_over_fewer_positions_the_prediction_shrinks_to_the_plans_at_the_window(case):
+    p = _plan(**PLANS[case])
+    at = [predicted_in(p, p.dtype, n) for n in (64, 512, 1024, p.window)]
+    assert at[-1] == predicted_in(p, p.dtype) and at == sorted(at), at
+    with pytest.raises(ValueError, match="positions must be in 1..2048"):
+        predicted_in(p, p.dtype, p.window + 1)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_over_fewer_positions_the_ladder_prediction_against_measurement(dtype):
+    # what verify compares on 512 tokens of a 2048-token plan: measured over those positions only
+    p, n = _plan(target="gpt-neox", dtype=dtype, strategy="ladder"), 512
+    short = dataclasses.replace(p, window=n)  # the same heads, measured over n positions
+    measured, predicted = _ladder_measured(short, dtype), predicted_in(p, dtype, n)
+    assert measured <= predicted <= 4 * measured, (measured, predicted)
+    assert predicted < predicted_in(p, dtype)

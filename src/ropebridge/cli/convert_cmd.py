@@ -8,6 +8,7 @@ import json
 from ..convert.pipeline import convert
 from ..emulation.resolved import float32_ladder_note
 from ..emulation.strategies import STRATEGIES
+from ..limit import conversion_limit
 from ..targets import TARGETS
 from ..targets.engines import describe
 from ._options import add_planning_options, families, add_verbose, numeric, plan_request
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         "rope_base": res.plan.base, "rotary_dim": res.plan.rotary_dim, "strategy": res.plan.strategy,
         "theta_rule": res.plan.theta_rule, "seconds": res.seconds,
         "bytes_written": res.bytes_written, "worst_head": worst.head, "worst_predicted_error": worst.predicted_error,
-        "resolved": res.resolved.to_dict(),
+        "verify_limit": conversion_limit(res.plan), "resolved": res.resolved.to_dict(),
     }
     if args.json:
         print(json.dumps(summary, indent=1))

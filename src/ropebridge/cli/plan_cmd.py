@@ -10,6 +10,7 @@ from .. import reports
 from ..checkpoint.config import FAMILIES, from_heads
 from ..emulation.fixed_base import max_window_for_phase
 from ..emulation.resolved import float32_ladder_note
+from ..limit import conversion_limit
 from ..planning import plan_checkpoint, plan_source, what_would_fit
 from ..targets.engines import describe
 from ..serving import kv_cost
@@ -83,8 +84,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _preview(plan, resolved) -> dict:
-    """``--json``: the plan with the resolved request convert records (``"resolved"``)."""
-    return {**plan.to_dict(), "resolved": resolved.to_dict()}
+    """``--json``: the plan with the resolved request convert records (``"resolved"``) and the limit verify holds
+    its conversion to over the window (``"verify_limit"``, ``limit.conversion_limit``)."""
+    return {**plan.to_dict(), "resolved": resolved.to_dict(), "verify_limit": conversion_limit(plan)}
 
 
 def _show_ladder(plan, args: argparse.Namespace, resolved) -> int:

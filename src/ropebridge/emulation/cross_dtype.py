@@ -11,6 +11,11 @@ The ladder's approximation error is recomputed on its stored amplitudes (``ladde
 re-stored in D where D is coarser (nearest, as a cast does). A single pair or a fixed base takes ``error_model.predict`` at D, plus the
 relative rounding of P's stored amplitudes where P is the coarser (``storage_rounding``). In P itself every head's
 prediction is the plan's own (the tests hold them equal); a value stored beyond D's range makes it inf.
+
+Over fewer positions than the window (``positions`` n <= L: what ``verify`` measures on n tokens), every term is
+taken over positions 0..n instead of 0..L: the distances d <= n, the float32 angles up to n theta and the
+extremes of n (query, key) pairs (the plan's amplitudes unchanged). Each term grows with the positions (tested
+non-decreasing in n, up to the plan's own at L).
 """
 
 from __future__ import annotations
@@ -43,8 +48,9 @@ def storage_rounding(slope: float, pairs: list[PairSpec], scale: float, cutoff: 
     return float(out.max())
 
 
-def _ladder_head(plan: EmulationPlan, head: HeadPlan, dtype: str) -> float:
-    """The ladder head's fit error on its amplitudes as D holds them, plus D's rounding (module doc)."""
+def _ladder_head(plan: EmulationPlan, head: HeadPlan, dtype: str, positions: int) -> float:
+    """The ladder head's fit error on its amplitudes as D holds them, plus D's rounding, over ``positions``
+    (module doc)."""
     scale = 1 / math.sqrt(plan.head_dim)
     stored_scale = 1 / math.sqrt(plan.head_dim + plan.rotary_dim)
     thetas = np.array([p.theta for p in head.pairs])  # (P,)
@@ -55,14 +61,15 @@ def _ladder_head(plan: EmulationPlan, head: HeadPlan, dtype: str) -> float:
     if coarser(plan.dtype, dtype) != plan.dtype:  # D rounds the stored values again
         a, b = (stored_amplitudes(x, stored_scale, dtype, toward=False) for x in (a, b))
     ladder = head.ladder
-    fit = approximation_error(head.slope, a, b, thetas, plan.window, ladder.floor, ladder.shift)
-    level = max(ladder.shift, min(ladder.floor, head.slope * plan.window) - ladder.shift)
-    return fit + predicted_rounding(a, b, thetas, plan.window, dtype) + cast_rounding(level, stored_scale, dtype)
+    fit = approximation_error(head.slope, a, b, thetas, positions, ladder.floor, ladder.shift)
+    level = max(ladder.shift, min(ladder.floor, head.slope * positions) - ladder.shift)
+    return fit + predicted_rounding(a, b, thetas, positions, dtype) + cast_rounding(level, stored_scale, dtype)
 
 
-def _pairs_head(plan: EmulationPlan, head: HeadPlan, dtype: str) -> float:
+def _pairs_head(plan: EmulationPlan, head: HeadPlan, dtype: str, positions: int) -> float:
     """A single pair's or a fixed base's head: ``predict`` at D on its pairs (the opposed pairs' at the target
-    head's scale, as ``pairs.evaluate_opposed`` plans them), plus P's storage rounding where P is coarser."""
+    head's scale, as ``pairs.evaluate_opposed`` plans them), plus P's storage rounding where P is coarser, over
+    ``positions``."""
     scale = 1 / math.sqrt(plan.head_dim)
     specs = head.specs()
     if any(p.opposed for p in specs):  # stored at the target head's logit scale 1/sqrt(hd')
@@ -71,15 +78,21 @@ def _pairs_head(plan: EmulationPlan, head: HeadPlan, dtype: str) -> float:
         scale = stored_scale
     if max(abs(p.N) for p in specs) / head.split > largest(dtype) or head.split > largest(dtype):
         return math.inf
-    num = Numerics(scale=scale, window=plan.window, dtype=dtype, cutoff=plan.cutoff)
+    num = Numerics(scale=scale, window=positions, dtype=dtype, cutoff=plan.cutoff)
     error = predict(head.slope, specs, num, split=head.split).total
     if coarser(plan.dtype, dtype) != dtype:
-        error += storage_rounding(head.slope, specs, scale, plan.cutoff, plan.window, head.split, plan.dtype)
+        error += storage_rounding(head.slope, specs, scale, plan.cutoff, positions, head.split, plan.dtype)
     return error
 
 
-def predicted_in(plan: EmulationPlan, dtype: str) -> float:
-    """The plan's worst predicted logit error over its heads when its checkpoint (stored in ``plan.dtype``) runs in
-    ``dtype`` (module doc); in ``plan.dtype`` itself, the plan's own worst prediction."""
+def predicted_in(plan: EmulationPlan, dtype: str, positions: int | None = None) -> float:
+    """The plan's worst predicted score error over its heads (logits) when its checkpoint (stored in
+    ``plan.dtype``) runs in ``dtype``, over the first ``positions`` positions (None: the window; module doc); in
+    ``plan.dtype`` over the window, the plan's own worst prediction."""
+    n = plan.window if positions is None else positions
+    if not 0 < n <= plan.window:
+        raise ValueError(f"positions must be in 1..{plan.window} (the plan's window), got {positions}")
+    if dtype == plan.dtype and n == plan.window:  # the plan's own number, not its recomputation (equal to ~1e-15)
+        return plan.worst_head.predicted_error
     head_error = _ladder_head if plan.strategy == "ladder" else _pairs_head
-    return max(head_error(plan, head, dtype) for head in plan.heads)
+    return max(head_error(plan, head, dtype, n) for head in plan.heads)

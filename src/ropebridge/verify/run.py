@@ -14,12 +14,12 @@ Four checks, in this order, each independent of what DST says of itself:
    defines it where transformers departs from it (``deviations.DEVIATIONS``, transformers' own numbers
    reported beside), and the exact float64 reference (``reference.reference_states``) for every source, whatever
    its size. The converted model is judged against the reference by ``verdict.judge``: its max |logit error|
-   within the limit (``verdict.limit_of``: the largest of the dtype's default tolerance at the plan's window,
-   ``verdict.LOGIT_FACTOR`` times the plan's predicted worst score error in the dtype it runs in
-   (``cross_dtype.predicted_in``; none for a plan unfit for that dtype) and, in half precision,
-   ``verdict.BASELINE_FACTOR`` times the floor measured from SRC; the plan derived again from SRC, so a
-   ``--tolerance`` DST's record names is never the limit). Native's own error is reported beside, never used as
-   an allowance.
+   within the limit (``limit.limit``, the one ``plan`` and ``convert`` state: the largest of the dtype's default
+   tolerance at the plan's window, ``LOGIT_FACTOR`` times the plan's predicted worst score error in the dtype it
+   runs in, over the positions the check reaches (``cross_dtype.predicted_in``; none for a plan unfit for that
+   dtype) and, in half precision, ``BASELINE_FACTOR`` times the baseline measured from SRC; the plan derived
+   again from SRC, so a ``--tolerance`` DST's record names is never the limit). Native's own error is reported
+   beside, never used as an allowance.
 4. **One reading of the source** (float32): the source run as defined on the first ``verdict.READING_TOKENS``
    tokens alone must agree with the exact reference within the same limit, so transformers and ropebridge read
    SRC as one model and the named deviations are the only difference.
@@ -203,8 +203,9 @@ def _read_pair(src, dst, request: VerifyRequest) -> tuple[Path, Path, Conversion
 @dataclass(frozen=True)
 class Limits:
     """What the functional check is judged by: the ``dtype`` it runs in, the ``threshold`` (the dtype's default
-    tolerance at the plan's window unless asked), the plan's prediction in that dtype (``predicted``), and whether
-    the plan is fit for it (``fit``: else the prediction is no allowance)."""
+    tolerance at the plan's window unless asked), the plan's prediction in that dtype over the positions the check
+    reaches (``predicted``), and whether the plan is fit for it over its window (``fit``: else the prediction is no
+    allowance)."""
 
     dtype: str
     threshold: float
@@ -234,9 +235,11 @@ def _limits(info: SourceInfo, plan, request: VerifyRequest, dst: Path) -> Limits
     threshold = request.max_logit_diff
     if threshold is None:  # the dtype's default tolerance at this window: never a --tolerance DST's record names
         threshold = plan_tolerance(dtype, info.slopes, plan.window)
-    predicted = predicted_in(plan, dtype)  # in another dtype than DST's: its values as stored, D's arithmetic
-    fit = dtype == plan.dtype or predicted <= max(plan_tolerance(d, info.slopes, plan.window)
-                                                  for d in (dtype, plan.dtype))
+    fit = dtype == plan.dtype or predicted_in(plan, dtype) <= max(plan_tolerance(d, info.slopes, plan.window)
+                                                                  for d in (dtype, plan.dtype))
+    # over the positions the check reaches (the tokens, or the greedy prompt and tokens), not the whole window:
+    # in another dtype than DST's, its values as stored and D's arithmetic
+    predicted = predicted_in(plan, dtype, positions=max(request.context, reach))
     return Limits(dtype, threshold, predicted, fit)
 
 

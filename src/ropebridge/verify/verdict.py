@@ -1,9 +1,10 @@
 """The verdict of ``verify``: the report of everything it checked and measured, and the rule that judges it.
 
-The limit is the largest of the dtype's default tolerance at the plan's window, ``LOGIT_FACTOR`` times the plan's
-predicted worst score error and, in half precision, ``BASELINE_FACTOR`` times the dtype's baseline (the source itself in
-that dtype, measured by verify from SRC); the source's own error is never an allowance. In float32 the
-source run as defined must also agree with the exact reference over its first ``READING_TOKENS`` positions.
+The limit is ``limit.limit``: the largest of the dtype's default tolerance at the plan's window, ``LOGIT_FACTOR``
+times the plan's predicted worst score error over the positions compared and, in half precision,
+``BASELINE_FACTOR`` times the dtype's baseline (the source itself in that dtype, measured by verify from SRC); the
+source's own error is never an allowance. In float32 the source run as defined must also agree with the exact
+reference over its first ``READING_TOKENS`` positions.
 """
 
 from __future__ import annotations
@@ -12,17 +13,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-DIFFERENCE_ROWS = 8  # tensors whose bytes differ (``--accept-older``) named in the rows; report.json has all
+from ..limit import BASELINE_FACTOR, LOGIT_FACTOR, limit
 
-# The converted model's logit error may reach this many times the plan's predicted worst *score* error: the
-# error model's tests hold measurement <= prediction <= 4 x measurement for the scores, and the logits measured
-# up to 2.6x the predicted score error on the real-text models (docs/verify.md, benchmarks/verdicts.py).
-LOGIT_FACTOR = 3.0
-# In half precision the dtype's own rounding of the source (the baseline: SRC in that dtype with attention and the
-# ALiBi bias exact, ``reference_states(round_to=...)``) is measured; the converted model's error may reach this many
-# times it, since a conversion rounds its own ops once more and its attention in the dtype too. Measured
-# converted / baseline where the emulation's share is small: 0.95 to 2.2 (benchmarks/fidelity.py, docs/verify.md).
-BASELINE_FACTOR = 3.0
+DIFFERENCE_ROWS = 8  # tensors whose bytes differ (``--accept-older``) named in the rows; report.json has all
 READING_TOKENS = 256  # the tokens on which the source as transformers runs it is held to the reference
 
 
@@ -41,7 +34,7 @@ class VerifyReport:
     context: int
     source_attention: str
     byte_check: dict[str, Any] = field(default_factory=dict)
-    predicted_error: float | None = None  # the plan's worst predicted score error, derived again from SRC
+    predicted_error: float | None = None  # the plan's worst predicted score error over the positions compared, from SRC
     baseline_max_err: float | None = None  # half precision: SRC in the dtype, attention and bias exact, vs exact
     content_advantage: list[float] = field(default_factory=list)  # per head, on the tokens (calibration module)
     advantage_allowed: list[float] | None = None  # per head, what the ladder's floor covers (C - cutoff)
@@ -123,16 +116,8 @@ def describe(check: dict[str, Any]) -> str:
 
 
 def limit_of(report: VerifyReport) -> float:
-    """The largest logit error the functional check accepts: the largest of the threshold, ``LOGIT_FACTOR`` times
-    the plan's predicted worst score error and, in half precision, ``BASELINE_FACTOR`` times the dtype's baseline (module
-    doc); each where known. A non-finite baseline (SRC overflows in the dtype) is reported and no allowance."""
-    limit = report.thresholds["max_abs_logit_diff"]
-    if report.predicted_error is not None:
-        limit = max(limit, LOGIT_FACTOR * report.predicted_error)
-    baseline = report.baseline_max_err
-    if baseline is not None and math.isfinite(baseline):
-        limit = max(limit, BASELINE_FACTOR * baseline)
-    return limit
+    """``limit`` of a report: its threshold, prediction and baseline."""
+    return limit(report.thresholds["max_abs_logit_diff"], report.predicted_error, report.baseline_max_err)
 
 
 def judge(report: VerifyReport) -> list[str]:

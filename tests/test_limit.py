@@ -1,0 +1,45 @@
+"""The one limit: what verify judges by is what plan and convert state, and each term can decide it."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from pico import build
+
+from ropebridge.convert import convert
+from ropebridge.emulation import PlanRequest
+from ropebridge.limit import BASELINE_FACTOR, LOGIT_FACTOR, conversion_limit, limit
+from ropebridge.numerics import plan_tolerance
+from ropebridge.verify import VerifyRequest, verify
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_limit_is_the_largest_of_its_terms():
+    assert limit(1e-3, None) == 1e-3
+    assert limit(1e-3, 1e-4) == 1e-3 < LOGIT_FACTOR * 1e-3 == limit(1e-3, 1e-3)
+    assert limit(0.25, 0.1, 0.2) == BASELINE_FACTOR * 0.2
+    assert limit(0.25, 0.1, math.inf) == limit(0.25, 0.1, math.nan) == LOGIT_FACTOR * 0.1  # no allowance
+
+
+def test_the_factor_covers_every_measured_conversion():
+    # benchmarks/propagation.py: each verified half-precision conversion of the tables against its prediction
+    rows = json.loads((ROOT / "benchmarks" / "results" / "propagation.json").read_text())["rows"]
+    assert len(rows) >= 28 and {r["model"] for r in rows} >= {"demo", "demo-mpt", "demo-falcon", "demo-jais"}
+    for r in rows:
+        assert r["measured"] < LOGIT_FACTOR * r["predicted"] <= r["limit"], r
+    assert LOGIT_FACTOR <= 4, "a prediction within 4x of what it bounds"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_verify_over_the_whole_window_judges_by_the_limit_convert_stated(tmp_path, dtype):
+    src = build(tmp_path / "src", "bloom-4heads")
+    res = convert(src, tmp_path / "dst", PlanRequest(window=128, dtype=dtype))
+    stated = conversion_limit(res.plan)
+    slopes = [h.slope for h in res.plan.heads]
+    assert stated == limit(plan_tolerance(dtype, slopes, 128), res.plan.worst_head.predicted_error)
+    report = verify(src, res.destination, VerifyRequest(context=128, greedy_tokens=8, quick=True))
+    # the same number, unless the dtype's own baseline (measured by verify only) allows more
+    assert report.thresholds["limit"] == limit(stated, None, report.baseline_max_err)
+    assert report.predicted_error == res.plan.worst_head.predicted_error
