@@ -30,6 +30,11 @@ def test_the_factor_covers_every_measured_conversion():
     for r in rows:
         assert r["measured"] < LOGIT_FACTOR * r["predicted"] <= r["limit"], r
     assert LOGIT_FACTOR <= 4, "a prediction within 4x of what it bounds"
+    # benchmarks/rotary_width.py: R = 16 and 32 at 2K-8K, measured on the whole window (the prediction's positions)
+    rows = json.loads((ROOT / "benchmarks" / "results" / "rotary_width.json").read_text())["rows"]
+    assert len(rows) >= 60
+    for r in rows:
+        assert r["measured"] < LOGIT_FACTOR * r["predicted"], r
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -12,8 +12,10 @@ It is the largest of
 ``LOGIT_FACTOR`` is measured, not assumed (``benchmarks/propagation.py``, docs/decisions.md "One number"): over
 every verified half-precision conversion of the five real-text models in the tables (windows 8K to 128K, 2K and 8K
 tokens compared), the measured max |logit error| is 0.57 to 2.99 times the predicted worst score error over the
-positions compared (3.03 for the Jais demo in float16 at 8K in an earlier run). 4 bounds them all, and so every conversion convert accepts with the defaults there passes its
-own verify; at the low end the limit is 7.0 times what was measured.
+positions compared (3.03 for the Jais demo in float16 at 8K in an earlier run); with 16 or 32 rotary dims at 2K
+to 8K, measured over the whole window, 0.66 to 3.58 (``rotary_width.py``; 3.58: Falcon-RW, float16, 4K, 16 dims).
+4 bounds them all, and so every conversion convert accepts with the defaults there passes its own verify; at the
+low end the limit is 7.0 times what was measured.
 """
 
 from __future__ import annotations
