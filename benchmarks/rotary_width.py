@@ -11,7 +11,7 @@ at 96 with R = 32 (a KV budget holds 0.67x the sequences) and at 80 with R = 16 
 (the defaults otherwise; ``--accept-error`` so that a plan predicted above the tolerance is measured too, and
 marked), the converted model run by transformers on the first W tokens of the held-out text (the text repeated
 where it is shorter: never at 8K), against the exact reference: max |Δlogit|, mean KL, perplexity; beside the
-plan's worst predicted error, its tolerance and verify's limit over the window (``ropebridge.limit.limit``; the
+plan's worst predicted error, its tolerance and verify's limit over the window (convert's ``verify_limit``; the
 stored rows were judged with the factor 3 of their run).
 
 Writes benchmarks/results/rotary_width.json and prints the table.
@@ -39,8 +39,6 @@ def convert(src: Path, dst: Path, dtype: str, window: int, width: int) -> dict:
 
 
 def main() -> int:
-    from ropebridge.limit import limit as verify_limit
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(TEXT_MODELS))
     p.add_argument("--windows", default="2048,4096,8192")
@@ -69,7 +67,7 @@ def main() -> int:
                         res = compare(name, {"converted": forward_in_child(dst, dtype, ids, work)}, dtype, ids,
                                       ref_hidden, head64)
                         predicted = summary["worst_predicted_error"]
-                        limit = verify_limit(plan["tolerance"], predicted)  # over the window, no baseline
+                        limit = summary["verify_limit"]  # convert's statement: over the window, no baseline
                         row = {"model": name, "window": window, "dtype": dtype, "rotary_dim": width,
                                "served_head_dim": plan["head_dim"] + width, "predicted": predicted,
                                "tolerance": plan["tolerance"], "meets_tolerance": plan["meets_tolerance"],

@@ -48,4 +48,4 @@ def conversion_limit(plan) -> float:
     from .numerics import plan_tolerance
 
     return limit(plan_tolerance(plan.dtype, [h.slope for h in plan.heads], plan.window),
-                 max(h.predicted_error for h in plan.heads))
+                 plan.worst_head.predicted_error)
