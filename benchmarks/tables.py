@@ -73,6 +73,18 @@ def propagation() -> str:
     return "\n".join(out) + "\n"
 
 
+def float32_error() -> str:
+    """``float32_error.py``: each float32 conversion of the verdict tables against the plan's prediction, the
+    exact reference with the kernel's rounding injected, and that rounding against the kernel's own scores."""
+    out = ["| model | window | tokens | predicted | measured | measured / predicted | limit | injected | measured / "
+           "injected | kernel's score error | noise model's |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in _rows("float32_error"):
+        out.append(f"| {r['model']} | {r['window']} | {r['context']} | {r['predicted']:.3g} | {r['measured']:.3g} | "
+                   f"{r['measured_over_predicted']:.3g} | {r['limit']:.3g} | {r['injected']:.3g} | "
+                   f"{r['measured_over_injected']:.3g} | {r['kernel_score']:.3g} | {r['noise_score']:.3g} |")
+    return "\n".join(out) + "\n"
+
+
 def verdicts_8k() -> str:
     """verify at the whole 8K window of the real-text models' held-out text (``verdicts.py --context 8192``, the
     rows of ``verdicts_8k``; in half precision the reading of the source is not judged), with verify's seconds."""
@@ -504,7 +516,7 @@ def library_choices() -> str:
         f"load {data['load_average_1min_at_start']:.1f} at the start; `{data['command']}`.\n"
 
 
-TABLES = {"propagation": propagation, "window-guide": window_guide, "library-choices": library_choices, "rotary-width": rotary_width, "engines-per-target": engines_per_target,
+TABLES = {"propagation": propagation, "float32-error": float32_error, "window-guide": window_guide, "library-choices": library_choices, "rotary-width": rotary_width, "engines-per-target": engines_per_target,
           "engines-per-family": engines_per_family, "engine-choice": engine_choice, "kernels": kernels,
           "default-targets": default_targets, "targets": targets, "verdicts": verdicts, "verdicts-8k": verdicts_8k,
           "default-shapes": default_shapes, "verify-scale": verify_scale, "verify-time": verify_time,

@@ -6,11 +6,11 @@ for each dtype and window, then verified in that dtype on its own held-out text.
 
 Each row: the plan's predicted worst error and its tolerance (convert accepts the plan or refuses it), then
 ``ropebridge verify`` at CONTEXT tokens of the held-out text: the converted model's max |logit error| from
-exact float64 ALiBi, the source's own (reported), in half precision the baseline (the source in that dtype, attention and
-bias exact), verify's limit (the largest of the dtype's default tolerance, 3x the prediction and 3x the baseline), the source's error over its first 256 tokens (the reading of the source, judged in float32) and the
-verdict. The promise
-checked: what convert accepts, verify passes. Prints a table and writes benchmarks/results/verdicts.json;
-``python benchmarks/tables.py`` puts the table into docs/verify.md.
+exact float64 ALiBi, the source's own (reported), in half precision the baseline (the source in that dtype,
+attention and bias exact), verify's limit (``limit.limit``: the largest of the dtype's default tolerance, 4x the
+prediction and 3x the baseline), the source's error over its first 256 tokens (the reading of the source, judged
+in float32) and the verdict. The promise checked: what convert accepts, verify passes.
+Prints a table and writes benchmarks/results/verdicts.json; ``python benchmarks/tables.py`` puts the table into docs/verify.md.
 """
 
 from __future__ import annotations

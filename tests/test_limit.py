@@ -29,12 +29,25 @@ def test_the_factor_covers_every_measured_conversion():
     assert len(rows) >= 28 and {r["model"] for r in rows} >= {"demo", "demo-mpt", "demo-falcon", "demo-jais"}
     for r in rows:
         assert r["measured"] < LOGIT_FACTOR * r["predicted"] <= r["limit"], r
+        assert r["predicted"] < 4 * r["measured"], r  # in half precision the prediction is within 4x both ways
     assert LOGIT_FACTOR <= 4, "a prediction within 4x of what it bounds"
     # benchmarks/rotary_width.py: R = 16 and 32 at 2K-8K, measured on the whole window (the prediction's positions)
     rows = json.loads((ROOT / "benchmarks" / "results" / "rotary_width.json").read_text())["rows"]
     assert len(rows) >= 60
     for r in rows:
         assert r["measured"] < LOGIT_FACTOR * r["predicted"], r
+        assert r["predicted"] < 4 * r["measured"], r
+
+
+def test_float32_conversions_are_held_to_the_dtype_tolerance():
+    # benchmarks/float32_error.py: in float32 the plan's prediction (the pair's own arithmetic) is not within 4x of
+    # the measurement (0.04-121x; the kernel's rounding and each model's response to it decide it), so the limit
+    # is the dtype's tolerance, which every float32 conversion of the tables meets
+    rows = json.loads((ROOT / "benchmarks" / "results" / "float32_error.json").read_text())["rows"]
+    assert len(rows) >= 14 and {r["model"] for r in rows} == {"demo", "demo-mpt", "demo-falcon", "demo-baichuan",
+                                                               "demo-jais"}
+    for r in rows:
+        assert math.isfinite(r["measured"]) and r["measured"] <= r["limit"], r
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -52,6 +52,17 @@ class _Unread(torch.Tensor):
         return f"_Unread({list(self.shape)}, {self.dtype})"
 
 
+def warm_threads() -> None:
+    """One cosine before a model runs. In torch 2.13 on CPU, a process's first sin or cos over a tensor large enough
+    to be split between threads may compute the worker thread's part on a less accurate path (cos(x) off by 3.4e-6
+    for x <= 2^-12, where float32's cosine is 1; by 1.5e-4 at x ~ 8000), and a float32 conversion's exact pair
+    turns an error e in cos(theta i) into N e sin(theta j) ~ m sqrt(hd') e j logits: the Falcon-RW demo's first
+    forward at 8K then measured 5.5e-3 from exact instead of 4.4e-4 (``benchmarks/first_call_sincos.py``). A cosine
+    of one element, computed on this thread first, leaves no first call to race (0 of 32 processes, sin and cos,
+    against 1 to 5 of 16 without). docs/convert.md gives users this line."""
+    torch.cos(torch.ones(1))
+
+
 @contextmanager
 def _parameters_on_meta() -> Iterator[None]:
     """Every parameter registered inside on the meta device (no memory, no initialisation); buffers stay real."""
@@ -140,6 +151,7 @@ class LayeredModel:
         self.directory, self.dtype, self.block_bytes = Path(directory), dtype, block_bytes
         self.device = torch.device(device)
         load_config(self.directory)  # one line for a config that is not JSON
+        warm_threads()
         self.model = _meta_model(AutoConfig.from_pretrained(self.directory), dtype, attn_implementation)
         for module in self.model.modules():  # the buffers built from the config (rotary frequencies) where it runs
             for name, buffer in list(module._buffers.items()):
