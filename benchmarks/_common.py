@@ -10,6 +10,10 @@ from pathlib import Path
 
 import torch
 
+# torch 2.13's first sin/cos in a process may compute a worker thread's part less accurately (docs/decisions.md,
+# "torch's first sine or cosine"); one cosine first, as verify's models run after (layered.warm_threads).
+torch.cos(torch.ones(1))
+
 RESULTS = Path(__file__).resolve().parent / "results"
 # The ladder's calibration text for the real-text models: the last 10,000 characters of heldout.txt (~2,900
 # tokens, of which convert reads 2,048); the evaluations read the first 512 / 2K / 8K tokens (~30,000

@@ -1,6 +1,6 @@
-"""torch's first sin/cos on a CPU worker thread, and what it does to a float32 conversion.
+"""torch's first sin/cos on a CPU worker thread, and what it does to a conversion.
 
-    python benchmarks/first_call_sincos.py [--processes 16] [--model-processes 8]
+    python benchmarks/first_call_sincos.py [--processes 16] [--model-processes 8] [--dtypes float32,bfloat16]
 
 1. In ``--processes`` fresh processes (torch's default threads), the rotary table a float32 conversion's target
    builds, ``cat(p theta, p theta).cos()`` for positions p < 8192 and theta = (1, 2^-25) (rotary_dim 4, base
@@ -9,15 +9,16 @@
    (p 2^-25 <= 2^-12, whose float32 cosine is 1) and of the dummy pair's (p radians), against float64; the same
    with sin as the first call; then both in as many processes that first compute ``layered.warm_threads``'s
    cosine of one element (``warmed``).
-2. In ``--model-processes`` fresh processes, each of which first computes the exact float64 reference on 8192
-   tokens of the Falcon-RW demo's held-out text (other torch work, as in an evaluation), the demo converted for
-   float32 and an 8192-token window runs its first forward on those tokens, then a second; each is compared with
-   the reference (max |logit error|; verify's limit there is 1e-3). In a process whose first torch work is the
-   model's own forward, no first call was seen to differ (docs/decisions.md, "float32's error").
+2. In ``--model-processes`` fresh processes per dtype (``--dtypes``), each of which first computes the exact
+   float64 reference on 8192 tokens of the Falcon-RW demo's held-out text (other torch work, as in an evaluation),
+   the demo converted for that dtype and an 8192-token window runs its first forward on those tokens, then a
+   second; each is compared with the reference (max |logit error|; verify's limit in float32 is 1e-3), and the
+   two with each other.
 
 The exact pair makes the logit ``N (cos(theta i) sin(theta j) - sin(theta i) cos(theta j))`` with N theta ~
 m sqrt(hd'): an error e in cos(theta i) costs N e sin(theta j) ~ m sqrt(hd') e j, so the pair needs the cosine
-exact. Writes benchmarks/results/first_call_sincos.json.
+exact; a ladder's tables are rounded to the dtype after, where an error in float32 can move an entry by an ulp.
+Writes benchmarks/results/first_call_sincos.json.
 """
 
 from __future__ import annotations
@@ -57,10 +58,12 @@ from ropebridge.checkpoint.reference import Blocks, reference_states
 src = SourceModel(sys.argv[2])
 ids = torch.tensor(AutoTokenizer.from_pretrained(sys.argv[2])(open(sys.argv[2] + "/heldout.txt").read()[:30_000])["input_ids"][:8192])[None]
 exact = reference_states(src, ids, blocks=Blocks(256))[0] @ src.head_rows(0, src.info.vocab_size).T  # (s, V)
-model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=getattr(torch, sys.argv[3]))
 with torch.no_grad():
-    errors = [float((model(ids).logits[0].double() - exact).abs().max()) for _ in range(2)]
-print(json.dumps({"first_forward": errors[0], "second_forward": errors[1]}))
+    first, second = (model(ids).logits[0].double() for _ in range(2))  # (s, V) each
+print(json.dumps({"dtype": sys.argv[3], "first_forward": float((first - exact).abs().max()),
+                  "second_forward": float((second - exact).abs().max()),
+                  "first_vs_second": float((first - second).abs().max())}))
 """
 
 
@@ -73,25 +76,32 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--processes", type=int, default=16)
     p.add_argument("--model-processes", type=int, default=8)
+    p.add_argument("--dtypes", default="float32,bfloat16")
     args = p.parse_args()
     from ropebridge.demo import data_dir
 
     tables = [run(TABLE_CHECK, kind) for kind in KINDS for _ in range(args.processes)]
     print(table(tables, list(tables[0])))
     src = data_dir("demo-falcon")
-    with tempfile.TemporaryDirectory() as tmp:
-        dst = Path(tmp) / "dst"
-        subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--dtype", "float32",
-                        "--window", "8192"], check=True, capture_output=True)
-        models = [run(MODEL_CHECK, str(dst), str(src)) for _ in range(args.model_processes)]
+    models = []
+    for dtype in args.dtypes.split(","):
+        with tempfile.TemporaryDirectory() as tmp:
+            dst = Path(tmp) / "dst"
+            subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--dtype", dtype,
+                            "--window", "8192"], check=True, capture_output=True)
+            models += [run(MODEL_CHECK, str(dst), str(src), dtype) for _ in range(args.model_processes)]
     print(table(models, list(models[0])))
     for kind in KINDS:
         bad = [t for t in tables if t["process"] == kind and t["rows_differing"]]
         print(f"{kind}: the first call differs from the second in {len(bad)} of {args.processes} processes"
               + (f"; the exact pair's values off by up to {max(t['exact_pair_error'] for t in bad):.3g}" if bad else ""))
-    first = [m["first_forward"] for m in models]
-    print(f"Falcon-RW demo, float32, 8K: first forward {min(first):.3g} to {max(first):.3g}, "
-          f"second {min(m['second_forward'] for m in models):.3g} to {max(m['second_forward'] for m in models):.3g}")
+    for dtype in args.dtypes.split(","):
+        rows = [m for m in models if m["dtype"] == dtype]
+        first, second = [m["first_forward"] for m in rows], [m["second_forward"] for m in rows]
+        moved = [m["first_vs_second"] for m in rows if m["first_vs_second"]]
+        print(f"Falcon-RW demo, {dtype}, 8K: first forward {min(first):.3g} to {max(first):.3g} from exact, second "
+              f"{min(second):.3g} to {max(second):.3g}; the first differs from the second in {len(moved)} of "
+              f"{len(rows)} processes" + (f", by up to {max(moved):.3g}" if moved else ""))
     print(f"wrote {save('first_call_sincos', {'command': ' '.join(['python', *sys.argv]), 'tables': tables, 'models': models})}")
     return 0
 
