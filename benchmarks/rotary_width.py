@@ -11,8 +11,7 @@ at 96 with R = 32 (a KV budget holds 0.67x the sequences) and at 80 with R = 16 
 (the defaults otherwise; ``--accept-error`` so that a plan predicted above the tolerance is measured too, and
 marked), the converted model run by transformers on the first W tokens of the held-out text (the text repeated
 where it is shorter: never at 8K), against the exact reference: max |Δlogit|, mean KL, perplexity; beside the
-plan's worst predicted error, its tolerance and verify's limit over the window (convert's ``verify_limit``; the
-stored rows were judged with the factor 3 of their run).
+plan's worst predicted error, its tolerance and verify's limit over the window (convert's ``verify_limit``).
 
 Writes benchmarks/results/rotary_width.json and prints the table.
 """
