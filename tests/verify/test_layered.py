@@ -97,7 +97,6 @@ def test_a_missing_or_misshapen_tensor_is_named(tmp_path):
         LayeredModel(src, torch.float32)
 
 
-
 FIRST_TABLE = """
 freqs = torch.arange(8192)[None, :, None].float() * torch.tensor([1.0, 2.0 ** -25])  # (1, p, 2)
 emb = torch.cat((freqs, freqs), -1)  # (1, p, 4): a float32 conversion's rotary table, as transformers builds it
@@ -109,8 +108,8 @@ print(int((first != second).any(-1).sum()), float((first[..., 1] - 1).abs().max(
 def test_after_the_warm_up_a_processs_first_cosines_are_its_later_ones():
     # Without it, a fresh process's first cos differs from its second on one thread's half of the rows in 2 to 5 of
     # 16 processes on 2 threads (benchmarks/first_call_sincos.py); 12 processes all miss it with probability 5-20%,
-    # so this can fail where the line is missing, not always.
-    # The line docs/convert.md prints, which is warm_threads', run as printed.
+    # so this can fail where the line is missing, not always. The line docs/convert.md prints, which is
+    # warm_threads', run as printed.
     import inspect
     import re
     import subprocess
@@ -126,3 +125,12 @@ def test_after_the_warm_up_a_processs_first_cosines_are_its_later_ones():
                              capture_output=True, text=True)
         rows, error = out.stdout.split()
         assert (int(rows), float(error)) == (0, 0.0)
+
+
+def test_a_layered_model_is_built_after_the_warm_up(tmp_path, monkeypatch):
+    import ropebridge.verify.layered as layered
+
+    calls = []
+    monkeypatch.setattr(layered, "warm_threads", lambda: calls.append(1))
+    LayeredModel(build(tmp_path / "bloom", "bloom-4heads"), torch.float32)
+    assert calls == [1]

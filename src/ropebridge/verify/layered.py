@@ -58,9 +58,9 @@ def warm_threads() -> None:
     for x <= 2^-12, where float32's cosine is 1; by 1.5e-4 at x ~ 8000), and a float32 conversion's exact pair
     turns an error e in cos(theta i) into N e sin(theta j) ~ m sqrt(hd') e j logits: the Falcon-RW demo's first
     forward at 8K then measured 5.5e-3 from exact instead of 4.4e-4, and in bfloat16 (a ladder's entries moved by
-    an ulp) moved by up to 0.98 logits (``benchmarks/first_call_sincos.py``). A cosine
-    of one element, computed on this thread first, leaves no first call to race (0 of 32 processes, sin and cos,
-    against 1 to 5 of 16 without). docs/convert.md gives users this line."""
+    an ulp) moved by up to 0.98 logits (``benchmarks/first_call_sincos.py``). A cosine of one element, computed on
+    this thread first, leaves no first call to race (0 of 32 processes, sin and cos, against 1 to 5 of 16
+    without). docs/convert.md gives users this line."""
     torch.cos(torch.ones(1))
 
 
