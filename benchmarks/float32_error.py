@@ -22,7 +22,6 @@ q.k as torch computes them against the same in float64, at the last query, max o
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import subprocess
 import sys
@@ -32,20 +31,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import RESULTS, save, table
-from propagation import default_plan
+from _common import save, table
+from propagation import HeldOut, default_plan, verified_rows, with_error
 
 KEY = ("model", "window", "context")
-
-
-def float32_rows(models: list[str]) -> list[dict]:
-    """The float32 rows of the verdict tables of ``models``, by ``KEY`` (the 8K table's where both have one)."""
-    out = {}
-    for name in ("verdicts", "verdicts_8k"):
-        for r in json.loads((RESULTS / f"{name}.json").read_text())["rows"]:
-            if r["model"] in models and r["dtype"] == "float32":
-                out[tuple(r[k] for k in KEY)] = r
-    return [out[k] for k in sorted(out)]
 
 
 def noise_sd(plan: dict, positions: torch.Tensor) -> torch.Tensor:
@@ -59,26 +48,20 @@ def noise_sd(plan: dict, positions: torch.Tensor) -> torch.Tensor:
 
 
 def injector(plan: dict, seed: int):
-    """A ``reference_states`` observer that replaces the weights ``(b, h, block, t)`` with the softmax of the
-    scores plus Gaussian noise of standard deviation sigma_h(i) (module doc); future keys stay at -inf."""
-    slopes = torch.tensor([h["slope"] for h in plan["heads"]], dtype=torch.float64)[None, :, None, None]
+    """``propagation.with_error`` of Gaussian noise of standard deviation sigma_h(i) (module doc)."""
     gen = torch.Generator().manual_seed(seed)
 
-    def inject(layer: int, start: int, content, dist, weights: torch.Tensor) -> None:
-        block = weights.shape[2]
-        sd = noise_sd(plan, torch.arange(start, start + block, dtype=torch.float64))  # (h, block)
-        noise = sd[None, :, :, None] * torch.randn(weights.shape, generator=gen, dtype=torch.float64)
-        logits = (content - slopes * dist[:, None] + noise).masked_fill(dist[:, None] < 0, -math.inf)
-        weights.copy_(torch.softmax(logits, -1))
+    def error(start: int, dist, weights: torch.Tensor) -> torch.Tensor:
+        sd = noise_sd(plan, torch.arange(start, start + weights.shape[2], dtype=torch.float64))  # (h, block)
+        return sd[None, :, :, None] * torch.randn(weights.shape, generator=gen, dtype=torch.float64)
 
-    return inject
+    return with_error([h["slope"] for h in plan["heads"]], error)
 
 
 def kernel_score(src: Path, plan: dict, ids: torch.Tensor, window: int) -> float:
     """The converted model's first-layer score error in float32 at the last query (module doc)."""
     from transformers import AutoModelForCausalLM
 
-    torch.cos(torch.ones(1 << 16))  # every thread's first sin/cos before the tables (docs/decisions.md)
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), tmp, "--dtype", "float32",
                         "--window", str(window), "--force"], check=True, capture_output=True)
@@ -108,32 +91,24 @@ def main() -> int:
     p.add_argument("--models", default="demo,demo-mpt,demo-falcon,demo-baichuan,demo-jais")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    from transformers import AutoTokenizer
-
-    from ropebridge.checkpoint.model import SourceModel
-    from ropebridge.checkpoint.reference import Blocks, reference_states
     from ropebridge.demo import data_dir
     from ropebridge.emulation.cross_dtype import predicted_in
     from ropebridge.emulation.plan import EmulationPlan
 
     rows = []
     for name in args.models.split(","):
-        cases = [c for c in float32_rows([name]) if c["model"] == name]
+        cases = verified_rows([name], ["float32"])
         if not cases:
             continue
-        src = data_dir(name)
-        model = SourceModel(src)
-        text = (src / "heldout.txt").read_text()[:30_000]  # as benchmarks/verdicts.py writes its text file
-        all_ids = AutoTokenizer.from_pretrained(src)(text)["input_ids"]
-        head = model.head_rows(0, model.info.vocab_size)  # (V, D) float64
+        src, ref = data_dir(name), HeldOut(name)
         for context in sorted({c["context"] for c in cases}):
-            ids = torch.tensor(all_ids[:context])[None]  # (1, s)
+            ids = ref.tokens(context)  # (1, s)
             t0 = time.perf_counter()
-            clean = reference_states(model, ids, blocks=Blocks(256))[0] @ head.T  # (s, V)
+            clean = ref.logits(ids)  # (s, V)
             seconds = time.perf_counter() - t0
             for c in (c for c in cases if c["context"] == context):
                 plan = default_plan(src, "float32", c["window"])
-                hit = reference_states(model, ids, blocks=Blocks(256), observe=injector(plan, args.seed))[0] @ head.T
+                hit = ref.logits(ids, injector(plan, args.seed))
                 row = {k: c[k] for k in KEY}
                 row["predicted"] = predicted_in(EmulationPlan.from_dict(plan), "float32", positions=context)
                 row["measured"] = c["measured"]

@@ -67,26 +67,59 @@ def score_errors(plan: dict, context: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(np.array(pattern)), torch.tensor(sigma)
 
 
-def injector(plan: dict, context: int, noise: str, seed: int):
+def with_error(slopes: list[float], error):
     """A ``reference_states`` observer that replaces the weights ``(b, h, block, t)`` with the softmax of the
-    scores plus the injected error (``noise``, module doc); future keys stay at -inf."""
-    pattern, sigma = score_errors(plan, context)  # (h, context), (h,)
-    worst = torch.tensor([h["predicted_error"] for h in plan["heads"]], dtype=torch.float64)  # (h,)
-    slopes = torch.tensor([h["slope"] for h in plan["heads"]], dtype=torch.float64)[None, :, None, None]
-    gen = torch.Generator().manual_seed(seed)
+    scores (content less ``slopes`` times the distance) plus ``error(start, dist, weights)`` ``(b, h, block, t)``;
+    future keys stay at -inf."""
+    m = torch.tensor(slopes, dtype=torch.float64)[None, :, None, None]  # (1, h, 1, 1)
 
     def inject(layer: int, start: int, content, dist, weights: torch.Tensor) -> None:
-        future = dist[:, None] < 0  # (b, 1, block, t)
-        if noise == "plan":
-            err = pattern[:, dist.clamp(min=0).long()].permute(1, 0, 2, 3)  # (b, h, block, t)
-            err = err + sigma[None, :, None, None] * torch.randn(weights.shape, generator=gen, dtype=torch.float64)
-        else:
-            xi = torch.randint(0, 2, weights.shape, generator=gen).to(torch.float64) * 2 - 1
-            err = worst[None, :, None, None] * xi
-        logits = (content - slopes * dist[:, None] + err).masked_fill(future, -math.inf)
+        logits = (content - m * dist[:, None] + error(start, dist, weights)).masked_fill(dist[:, None] < 0, -math.inf)
         weights.copy_(torch.softmax(logits, -1))
 
     return inject
+
+
+def injector(plan: dict, context: int, noise: str, seed: int):
+    """``with_error`` of the injected error (``noise``, module doc)."""
+    pattern, sigma = score_errors(plan, context)  # (h, context), (h,)
+    worst = torch.tensor([h["predicted_error"] for h in plan["heads"]], dtype=torch.float64)  # (h,)
+    gen = torch.Generator().manual_seed(seed)
+
+    def error(start: int, dist, weights: torch.Tensor) -> torch.Tensor:
+        if noise == "plan":
+            err = pattern[:, dist.clamp(min=0).long()].permute(1, 0, 2, 3)  # (b, h, block, t)
+            return err + sigma[None, :, None, None] * torch.randn(weights.shape, generator=gen, dtype=torch.float64)
+        xi = torch.randint(0, 2, weights.shape, generator=gen).to(torch.float64) * 2 - 1
+        return worst[None, :, None, None] * xi
+
+    return with_error([h["slope"] for h in plan["heads"]], error)
+
+
+class HeldOut:
+    """Model ``name``'s exact float64 reference on its held-out text, tokenized as benchmarks/verdicts.py gives it to
+    verify (its first 30,000 characters)."""
+
+    def __init__(self, name: str):
+        from transformers import AutoTokenizer
+
+        from ropebridge.checkpoint.model import SourceModel
+        from ropebridge.demo import data_dir
+
+        src = data_dir(name)
+        self.model = SourceModel(src)
+        self.ids = AutoTokenizer.from_pretrained(src)((src / "heldout.txt").read_text()[:30_000])["input_ids"]
+        self.head = self.model.head_rows(0, self.model.info.vocab_size)  # (V, D) float64
+
+    def tokens(self, context: int) -> torch.Tensor:
+        """The first ``context`` tokens ``(1, s)``."""
+        return torch.tensor(self.ids[:context])[None]
+
+    def logits(self, ids: torch.Tensor, observe=None) -> torch.Tensor:
+        """The reference's logits ``(s, V)`` on ``ids`` ``(1, s)``, with ``observe`` (``with_error``) if given."""
+        from ropebridge.checkpoint.reference import Blocks, reference_states
+
+        return reference_states(self.model, ids, blocks=Blocks(256), observe=observe)[0] @ self.head.T
 
 
 def verified_rows(models: list[str], dtypes: list[str]) -> list[dict]:
@@ -101,29 +134,18 @@ def verified_rows(models: list[str], dtypes: list[str]) -> list[dict]:
 
 def injected(name: str, cases: list[dict], plans: dict, seed: int) -> dict:
     """The injected max |logit difference| per noise for ``cases`` of model ``name``, by ``KEY``."""
-    from transformers import AutoTokenizer
-
-    from ropebridge.checkpoint.model import SourceModel
-    from ropebridge.checkpoint.reference import Blocks, reference_states
-    from ropebridge.demo import data_dir
-
-    src = data_dir(name)
-    model = SourceModel(src)
-    text = (src / "heldout.txt").read_text()[:30_000]  # as benchmarks/verdicts.py writes its text file
-    all_ids = AutoTokenizer.from_pretrained(src)(text)["input_ids"]
-    head = model.head_rows(0, model.info.vocab_size)  # (V, D) float64
+    ref = HeldOut(name)
     out = {}
     for context in sorted({c["context"] for c in cases}):
-        ids = torch.tensor(all_ids[:context])[None]  # (1, s)
+        ids = ref.tokens(context)  # (1, s)
         t0 = time.perf_counter()
-        clean = reference_states(model, ids, blocks=Blocks(256))[0] @ head.T  # (s, V)
+        clean = ref.logits(ids)  # (s, V)
         seconds = time.perf_counter() - t0
         for c in (c for c in cases if c["context"] == context):
             plan = plans[c["model"], c["dtype"], c["window"]]
             row = {"reference_s": seconds}
             for noise in NOISES:
-                hit = reference_states(model, ids, blocks=Blocks(256),
-                                       observe=injector(plan, ids.shape[1], noise, seed))[0] @ head.T
+                hit = ref.logits(ids, injector(plan, ids.shape[1], noise, seed))
                 row[f"injected_{noise}"] = float((hit - clean).abs().max())
             out[tuple(c[k] for k in KEY)] = row
     return out
