@@ -78,13 +78,13 @@ def exact_logits(name: str, ids: list[int], work: Path) -> Path:
 
 
 def gguf(env: envs.Env, checkpoint: Path, base_from_config: bool, log_dir: Path, flags: tuple[str, ...] = (),
-         vocab: bool = True) -> Path:
-    """CHECKPOINT with GPT-2's vocabulary (unless it has it), through llama.cpp's converter at F32 with FLAGS (and
-    the base set where asked)."""
+         vocab: bool = True, outtype: str = "f32") -> Path:
+    """CHECKPOINT with GPT-2's vocabulary (unless it has it), through llama.cpp's converter at OUTTYPE with FLAGS
+    (and the base set where asked)."""
     if vocab:
         env.run([HERE / "gpt2_vocab.py", env.llama_src, checkpoint], log_file=log_dir / f"{checkpoint.name}-vocab.log")
     out = checkpoint.with_suffix(".gguf")
-    env.run([env.convert_hf_to_gguf, checkpoint, "--outtype", "f32", "--outfile", out, *flags], gguf=True,
+    env.run([env.convert_hf_to_gguf, checkpoint, "--outtype", outtype, "--outfile", out, *flags], gguf=True,
             log_file=log_dir / f"{checkpoint.name}-gguf.log")
     if base_from_config:
         config = json.loads((checkpoint / "config.json").read_text())
@@ -93,6 +93,27 @@ def gguf(env: envs.Env, checkpoint: Path, base_from_config: bool, log_dir: Path,
         env.run([HERE / "worker_llamacpp.py", "set-base", out, based, str(base)], gguf=True)
         out = based
     return out
+
+
+def prepare_native(native: Path, family: str) -> str | None:
+    """A copy of a source made ready for llama.cpp's converter, in place: the tied head written out where its graph
+    needs one (``UNTIE``), ``architectures`` as the hub spells it (``HUB_ARCHITECTURE``). Returns what was written
+    for the head, if anything."""
+    config = json.loads((native / "config.json").read_text())
+    if family in HUB_ARCHITECTURE:
+        config["architectures"] = [HUB_ARCHITECTURE[family]]
+        (native / "config.json").write_text(json.dumps(config, indent=1))
+    if family not in UNTIE:
+        return None
+    from safetensors.torch import load_file, save_file
+
+    emb, head = UNTIE[family]
+    tensors = load_file(native / "model.safetensors")
+    if head in tensors:
+        return None
+    tensors[head] = tensors[emb].clone()
+    save_file(tensors, native / "model.safetensors", metadata={"format": "pt"})
+    return f"the tied head written as {head}"
 
 
 def run(env: envs.Env, model: Path, ids: list[int], prompts: list[list[int]], reference: Path, work: Path) -> dict:
@@ -134,19 +155,9 @@ def case(env: envs.Env, name: str, context: int, work: Path) -> dict:
     native = work / f"{name}-native"
     shutil.rmtree(native, ignore_errors=True)
     shutil.copytree(src, native)
-    if family in UNTIE:
-        from safetensors.torch import load_file, save_file
-
-        emb, head = UNTIE[family]
-        tensors = load_file(native / "model.safetensors")
-        if head not in tensors:
-            tensors[head] = tensors[emb].clone()
-            save_file(tensors, native / "model.safetensors", metadata={"format": "pt"})
-            row["native_head"] = f"the tied head written as {head}"
-    if family in HUB_ARCHITECTURE:
-        config = json.loads((native / "config.json").read_text())
-        config["architectures"] = [HUB_ARCHITECTURE[family]]
-        (native / "config.json").write_text(json.dumps(config, indent=1))
+    untied = prepare_native(native, family)
+    if untied:
+        row["native_head"] = untied
     try:
         row["native"] = summary(run(env, gguf(env, native, False, work), ids, prompts, Path(ref["logits"]), work), ref)
     except RuntimeError as exc:  # llama.cpp's converter or loader refused the source: the row says what it said

@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 GGML_TYPES = {"f32": 0, "f16": 1}  # llama_cpp.GGML_TYPE_F32, GGML_TYPE_F16
-QUANT_FTYPES = {"q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M"}
+QUANT_FTYPES = {"q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M", "q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0"}
 
 
 def tokenizer(llama_dir: str, out: str) -> int:

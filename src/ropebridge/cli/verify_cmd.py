@@ -8,6 +8,8 @@ import math
 import sys
 from pathlib import Path
 
+from ..runners import RUNNERS, EngineRun
+from ..runners.serving_options import flags as engine_flags
 from ..verify.verdict import rows
 from ..verify.run import DEFAULT_MAX_MEMORY, DEVICES, VerifyRequest, verify
 from ..numerics import DTYPES
@@ -44,8 +46,46 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--accept-older", action="store_true",
                    help="for a conversion by an older ropebridge: report each tensor whose bytes differ from what this "
                         "version writes instead of failing; the bytes are then not proven and the function decides")
+    add_engine_options(p)
     add_verbose(p)
     p.set_defaults(run=run)
+
+
+def add_engine_options(p: argparse.ArgumentParser) -> None:
+    """``--engine``, ``--engine-python``, ``--gguf`` and every runner's serving options under the engine's own flags
+    (``runners.RUNNERS``)."""
+    g = p.add_argument_group("in an engine", "run DST in an engine, as it is served, instead of transformers")
+    g.add_argument("--engine", choices=tuple(RUNNERS),
+                   help="run DST in this engine with the options below and judge its log-probabilities against the "
+                        "exact float64 ALiBi pass on the same ids, by the same limit")
+    g.add_argument("--engine-python", metavar="PYTHON",
+                   help="the interpreter that has the engine installed (default: this one)")
+    g.add_argument("--gguf", metavar="FILE", help="llama.cpp: the GGUF file made from DST that you serve")
+    for flag, (runner, option) in engine_flags().items():
+        what = f"{runner.title}: {option.help}"
+        if option.kind is bool:
+            g.add_argument(flag, dest=f"engine_{option.key}", action=argparse.BooleanOptionalAction, default=None,
+                           help=what)
+        else:
+            g.add_argument(flag, dest=f"engine_{option.key}", default=None, help=what,
+                           type={int: numeric(int, option.low), float: numeric()}.get(option.kind, str),
+                           **({"choices": option.choices} if option.choices else {}))
+
+
+def engine_run(args: argparse.Namespace) -> EngineRun | None:
+    """The ``EngineRun`` the options ask for; an engine option without ``--engine`` is refused, naming both."""
+    given = {(runner, option): getattr(args, f"engine_{option.key}") for runner, option in engine_flags().values()}
+    given = {k: v for k, v in given.items() if v is not None}
+    if args.engine is None:
+        extra = [o.flag for (_, o) in given] + [f for f, v in (("--engine-python", args.engine_python),
+                                                              ("--gguf", args.gguf)) if v is not None]
+        if extra:
+            raise ValueError(f"{extra[0]} is an engine option: give --engine too")
+        return None
+    for runner, option in given:
+        if runner.name != args.engine:
+            raise ValueError(f"{option.flag} is an option of --engine {runner.name}, not of --engine {args.engine}")
+    return EngineRun(args.engine, {o.key: v for (_, o), v in given.items()}, args.engine_python, args.gguf)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     request = VerifyRequest(context=args.context, dtype=args.dtype, text=text, greedy_tokens=args.greedy_tokens,
                             max_logit_diff=args.max_logit_diff, max_memory=_gib(args.max_memory), device=args.device,
                             report_dir=args.report, card=args.card, quick=args.quick,
-                            accept_older=args.accept_older)
+                            accept_older=args.accept_older, engine=engine_run(args))
     r = verify(args.src, args.dst, request, progress=not args.json)
     status = 0 if r.passed else 1
     try:
@@ -86,7 +126,10 @@ def _gib(value: float) -> int:
 def format_report(r) -> list[str]:
     """The report as ``verify`` prints it: ``verdict.rows`` (each number beside how it is judged), the verdict last."""
     exact = "" if r.transformers_deviation is None else ", run as the family defines it"
-    lines = [f"{r.family} ({r.source_attention}{exact}) vs converted, {r.dtype}, {r.context} tokens"]
+    if r.engine is not None:
+        lines = [f"exact {r.family} vs converted in {r.engine.label}, {r.dtype}, {r.context} tokens"]
+    else:
+        lines = [f"{r.family} ({r.source_attention}{exact}) vs converted, {r.dtype}, {r.context} tokens"]
     lines += [f"  {what:<23} {value}" + (f"  ({how})" if how else "") for what, value, how in rows(r)]
     lines.append("PASSED" if r.passed else "FAILED: " + "; ".join(r.failures))
     return lines

@@ -24,11 +24,13 @@ Side = Callable[[int, int], torch.Tensor]
 
 @dataclass(frozen=True)
 class SideStats:
-    """Per position ``(b, s)``: argmax, and where asked log-sum-exp and the log-probability of the target."""
+    """Per position ``(b, s)``: argmax, and where asked log-sum-exp, the log-probability of the target and that of
+    the argmax (``top_logprob``: its margin over the target is ``top_logprob - target_logprob``)."""
 
     lse: torch.Tensor | None
     argmax: torch.Tensor
     target_logprob: torch.Tensor | None
+    top_logprob: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,8 @@ def compare(sides: dict[str, Side], pairs: Sequence[tuple[str, str]], vocab: int
             z[name] = z[name] * shrink + weights.pop(name).sum(-1)
         m.update(new_m)
     lse = {name: m[name] + torch.log(z[name]) for name in summed}
-    side_stats = {name: SideStats(lse.get(name), arg[name], tgt[name] - lse[name] if name in targets else None)
-                  for name in m}
+    side_stats = {name: SideStats(lse.get(name), arg[name], tgt[name] - lse[name] if name in targets else None,
+                                  best[name] - lse[name] if name in lse else None) for name in m}
     pair_stats = {(p, q): PairStats(diff[p, q], cross[p, q] / z[p] - lse[p] + lse[q] if (p, q) in kl else None)
                   for p, q in pairs}
     return side_stats, pair_stats

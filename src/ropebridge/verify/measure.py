@@ -101,7 +101,9 @@ def check_memory(info, positions: int, max_memory: int, model_weight: int) -> Me
     return need
 
 
-def _tokens(src: Path, text: str | None, context: int, vocab: int, seed: int) -> torch.Tensor:
+def tokens(src: Path, text: str | None, context: int, vocab: int, seed: int) -> torch.Tensor:
+    """The ids ``(1, s)`` a check runs on: ``context`` random ids from ``seed``, or the first ``context`` tokens of
+    ``text`` through SRC's tokenizer."""
     if text is None:
         g = torch.Generator().manual_seed(seed)
         return torch.randint(0, vocab, (1, context), generator=g)
@@ -162,7 +164,7 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
     conv = LayeredModel(dst, dtype, on_layer=tick, device=device)
     runs = info.family_row.attention is not None  # transformers has a class for the source
     source_model = LayeredModel(src, dtype, on_layer=tick, device=device) if runs else None
-    ids = _tokens(src, request.text, request.context, info.vocab_size, request.seed)  # (1, s)
+    ids = tokens(src, request.text, request.context, info.vocab_size, request.seed)  # (1, s)
     n = ids.shape[1]
     weight = max(conv.tensor_bytes, source_model.tensor_bytes if source_model else 0)
     max_memory, need = request.max_memory, memory_need(info, n, weight)

@@ -50,6 +50,7 @@ from ..checkpoint.config import SourceInfo, load_config
 from ..checkpoint.model import SourceModel
 from ..checkpoint.tensor_io import CheckpointReader, rows_per_block
 from ..emulation.cross_dtype import predicted_in
+from ..runners import EngineRun
 from ..numerics import DTYPES, largest, plan_tolerance
 from . import byte_check
 from .layered import largest_weight_bytes
@@ -115,7 +116,8 @@ class VerifyRequest:
     line where the check needs more: ``measure.memory_need``), the ``seed`` of the ids, ``report_dir`` for report.md/json,
     ``card``: record the result in DST's model card, ``quick``: skip reading the tensors' bytes (everything else
     is still compared), and ``accept_older``: report the tensors whose bytes differ instead of failing on them, for
-    a conversion by an older ropebridge (the report says the bytes are not proven; the functional check decides)."""
+    a conversion by an older ropebridge (the report says the bytes are not proven; the functional check decides);
+    ``engine``: the functional check runs DST in that engine with its serving options (``in_engine``)."""
 
     context: int = 256
     dtype: str | None = None
@@ -129,6 +131,7 @@ class VerifyRequest:
     card: bool = False  # write the result into DST's model card (its README.md) as its "Verification" section
     quick: bool = False
     accept_older: bool = False
+    engine: EngineRun | None = None  # run DST in this engine (``in_engine``) instead of transformers
 
     def __post_init__(self) -> None:
         _checks.positive_int("context", self.context)
@@ -141,6 +144,8 @@ class VerifyRequest:
             object.__setattr__(self, "max_logit_diff", _checks.positive("max_logit_diff", self.max_logit_diff))
         if self.report_dir is not None:
             object.__setattr__(self, "report_dir", Path(self.report_dir))
+        if self.engine is not None and not isinstance(self.engine, EngineRun):
+            raise ValueError(f"engine must be an EngineRun, got {self.engine!r}")
 
 
 def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = None, *, progress: bool = False,
@@ -251,10 +256,15 @@ def _functional(source: SourceModel, paths: tuple[Path, Path], plan, request: Ve
     (src, dst), (limits, checked) = paths, judged
     bar = progress_bar(1, "verify", enabled=progress, unit="step")  # layers run and the logits pass; an ETA
     try:
-        report, ids = measure(source, src, dst, request, bar)
+        if request.engine is None:
+            report, ids = measure(source, src, dst, request, bar)
+            report.source_attention = source_attention(source.info.family_row)
+        else:
+            from .in_engine import measure_in_engine
+
+            report, ids = measure_in_engine(source, src, dst, request, bar)
     finally:
         bar.close()
-    report.source_attention = source_attention(source.info.family_row)
     report.byte_check, report.predicted_error = checked.to_dict(), limits.allowance
     if plan.strategy == "ladder":
         report.advantage_allowed = [h.ladder.floor - plan.cutoff for h in plan.heads]

@@ -99,23 +99,35 @@ def views(reading: int) -> dict[Side, tuple[Side, tuple[slice, ...]]]:
     return {**VIEWS, Side.EXACT_HEAD: (Side.EXACT, (slice(0, 1), slice(0, reading)))}
 
 
-def sides(source_model, reference: Reference, converted: Converted, source: Source | None, models: dict,
-          dtype: torch.dtype, device) -> tuple[dict[Side, logit_stats.Side], list[tuple[Side, Side]]]:
-    """The logit producers of every side the stages gave (``(a, c) -> (b, s, c - a)`` float64, vocabulary rows
-    ``[a, c)``: the exact side's and the baseline's through SRC's head rows, each model's through its own head,
-    ``models[side]``) and the pairs of ``COMPARED`` whose both sides exist."""
+def head_reader(source_model, device) -> logit_stats.Side:
+    """SRC's head rows ``[a, c)`` transposed ``(D, c - a)``, float64, read once per block."""
     read: dict[tuple[int, int], torch.Tensor] = {}
 
-    def head(a: int, c: int) -> torch.Tensor:  # SRC's head rows [a, c) transposed (D, c - a), read once per block
+    def head(a: int, c: int) -> torch.Tensor:
         if (a, c) not in read:
             read.clear()
             read[a, c] = source_model.head_rows(a, c).T.to(device)
         return read[a, c]
 
+    return head
+
+
+def baseline_side(baseline: torch.Tensor, head: logit_stats.Side, dtype: torch.dtype) -> logit_stats.Side:
+    """The baseline's logits ``(b, s, c - a)``: its hidden states ``(b, s, D)`` through SRC's head rows in the dtype
+    too."""
+    return lambda a, c: baseline @ head(a, c).to(dtype).double()
+
+
+def sides(source_model, reference: Reference, converted: Converted, source: Source | None, models: dict,
+          dtype: torch.dtype, device) -> tuple[dict[Side, logit_stats.Side], list[tuple[Side, Side]]]:
+    """The logit producers of every side the stages gave (``(a, c) -> (b, s, c - a)`` float64, vocabulary rows
+    ``[a, c)``: the exact side's and the baseline's through SRC's head rows, each model's through its own head,
+    ``models[side]``) and the pairs of ``COMPARED`` whose both sides exist."""
+    head = head_reader(source_model, device)
     made: dict[Side, logit_stats.Side] = {
         Side.EXACT: lambda a, c: padded_like(reference.ids @ head(a, c), reference.mask)}
-    if reference.baseline is not None:  # the baseline's head rows in the dtype too
-        made[Side.BASELINE] = lambda a, c: reference.baseline @ head(a, c).to(dtype).double()
+    if reference.baseline is not None:
+        made[Side.BASELINE] = baseline_side(reference.baseline, head, dtype)
     hidden = {Side.CONVERTED: converted.ids, Side.CONVERTED_BATCH: converted.batch}
     if source is not None:
         hidden |= {Side.SOURCE: source.ids, Side.SOURCE_HEAD: source.head}

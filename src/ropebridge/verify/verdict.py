@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..limit import BASELINE_FACTOR, LOGIT_FACTOR, limit
+from . import engine_check
+from .engine_check import EngineCheck
 
 DIFFERENCE_ROWS = 8  # tensors whose bytes differ (``--accept-older``) named in the rows; report.json has all
 READING_TOKENS = 256  # the tokens on which the source as transformers runs it is held to the reference
@@ -63,6 +65,7 @@ class VerifyReport:
     failures: list[str] = field(default_factory=list)
     report_error: str | None = None  # why --report DIR could not be written, if it could not
     source_ran: bool = True  # False: transformers has no class for SRC, the exact reference stood for it
+    engine: EngineCheck | None = None  # verify --engine: DST run by an engine instead of transformers
 
     @property
     def source_name(self) -> str:
@@ -127,6 +130,8 @@ def judge(report: VerifyReport) -> list[str]:
     greedy generations that differ. Native's error is never an allowance for the converted model's."""
     failures = non_finite(report)
     limit = report.thresholds["limit"]
+    if report.engine is not None:
+        return failures + engine_check.judge(report.engine, limit, report.limit_why)
     what = f"the limit {limit:.3g} ({report.limit_why})"
     if report.reference_converted_max_err > limit:
         failures.append(f"converted vs exact ALiBi: max |logit error| {report.reference_converted_max_err:.3g} > {what}"
@@ -167,6 +172,13 @@ def advantage_hint(report: VerifyReport) -> str:
             "--floor")
 
 
+def _baseline_row(report: VerifyReport) -> list[tuple[str, str, str]]:
+    if report.baseline_max_err is None:
+        return []
+    return [("baseline", f"{report.baseline_max_err:.3e}", f"reported: SRC in {report.dtype} vs exact, attention and "
+             "bias exact")]
+
+
 def rows(report: VerifyReport) -> list[tuple[str, str, str]]:
     """The report as rows (what, measured, how it is judged): the one content the terminal, ``report.md`` and the
     model card format. No row names the source where the source did not run."""
@@ -179,10 +191,11 @@ def rows(report: VerifyReport) -> list[tuple[str, str, str]]:
         return out + [("functional check", f"skipped: {report.functional_skipped}", "")]
     limit = report.thresholds["limit"]
     bar = f"judged: <= {limit:.3g} ({report.limit_why})"
+    if report.engine is not None:
+        return out + engine_check.rows(report.engine, bar) + _baseline_row(report)
     out += [("converted vs exact", f"{report.reference_converted_max_err:.3e}", bar),
             ("left-padded batch", f"{report.padded_max_abs_logit_diff:.3e}", bar),
-            *([("baseline", f"{report.baseline_max_err:.3e}", f"reported: SRC in {report.dtype} vs exact, attention and "
-                "bias exact")] if report.baseline_max_err is not None else []),
+            *_baseline_row(report),
             ("mean KL(exact||conv)", f"{report.mean_kl:.3e}", ""),
             ("top-1 agreement", f"{report.top1_agreement:.4f}", "with exact")]
     if report.advantage_allowed and report.content_advantage:

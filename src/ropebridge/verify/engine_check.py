@@ -1,0 +1,92 @@
+"""What ``verify --engine`` measured in the engine and how it is judged: ``EngineCheck`` (the numbers), ``judge``
+(the failures), ``rows`` (the report's rows). ``in_engine`` measures it.
+
+An engine returns log-probabilities, not logits: log p of a token is its logit less the log-sum-exp of the row, so
+|Δ log p| is held to verify's limit on |Δ logit| (``limit.limit``) as it is. A greedy parting is a failure where
+exact's own margin at that step (its top log p less that of the engine's token, after the same prefix) is above
+``NEAR_TIE`` times the limit: an engine within the limit in every logit could not have chosen that token.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+NEAR_TIE = 2.0  # a parting at exact's margin up to this times the limit is a near tie: reported, not judged
+
+
+@dataclass
+class EngineCheck:
+    """DST run by an engine (``run``: the engine, its options, the interpreter, the GGUF file) against exact on
+    the same ids. ``facts``: what the engine resolved (its version, architecture, dtype, cache); ``refused``:
+    what it said where it would not run DST. Scored ids: ``max_err`` and ``mean_err`` (|Δ log p| of each next
+    token), the perplexities (exact's and the engine's). Decode: the engine's greedy tokens after the prompt,
+    ``decode_max_err`` (|Δ log p| of each, exact's after the same prefix), and the first step where the engine's
+    token is not exact's argmax (``parting``, exact's ``parting_margin`` there)."""
+
+    run: dict[str, Any]
+    facts: dict[str, Any] = field(default_factory=dict)
+    refused: str | None = None
+    seconds: float | None = None
+    max_err: float | None = None
+    mean_err: float | None = None
+    ppl_exact: float | None = None
+    ppl_engine: float | None = None
+    greedy_tokens: int = 0
+    decode_max_err: float | None = None
+    parting: int | None = None
+    parting_margin: float | None = None
+
+    @property
+    def label(self) -> str:
+        """The engine and the options it ran with, as the engine's command line writes them."""
+        words = [self.run["title"], *self.run["flags"]]
+        return " ".join(words) if self.run.get("gguf") is None else " ".join(words) + f" ({self.run['gguf']})"
+
+
+def judge(check: EngineCheck, limit: float, why: str) -> list[str]:
+    """The failures of ``check`` against ``limit`` (``why``: where it comes from, in words): the engine did not run
+    DST; a measured number that is not finite; max |Δ log p| above the limit on the scored ids or on the decoded
+    tokens; a greedy parting not at a near tie (module doc)."""
+    where = f"in {check.label}"
+    if check.refused is not None:
+        return [f"{where}: the engine did not run DST: {check.refused}"]
+    out = []
+    numbers = {"max |Δ log p|": check.max_err, "mean |Δ log p|": check.mean_err, "perplexity": check.ppl_engine,
+               "decode max |Δ log p|": check.decode_max_err}
+    out += [f"{where}: {name} is {value}: not a finite number" for name, value in numbers.items()
+            if value is not None and not math.isfinite(value)]
+    bar = f"the limit {limit:.3g} ({why})"
+    if check.max_err is not None and check.max_err > limit:
+        out.append(f"{where}: max |Δ log p| from exact ALiBi {check.max_err:.3g} > {bar}")
+    if check.decode_max_err is not None and check.decode_max_err > limit:
+        out.append(f"{where}: greedy decoding through its KV cache, max |Δ log p| {check.decode_max_err:.3g} > {bar}")
+    if check.parting is not None and not check.parting_margin <= NEAR_TIE * limit:
+        out.append(f"{where}: greedy output parts from exact's at token {check.parting}, where exact's margin is "
+                   f"{check.parting_margin:.3g} (> {NEAR_TIE:g} x the limit: not a near tie)")
+    return out
+
+
+def rows(check: EngineCheck, bar: str) -> list[tuple[str, str, str]]:
+    """The engine's rows of the report (what, measured, how it is judged; ``bar``: the limit in words)."""
+    if check.refused is not None:
+        return [("engine", f"did not run DST: {check.refused}", "judged")]
+    facts = check.facts
+    resolved = ", ".join(f"{k} {facts[k]}" for k in ("architecture", "dtype", "kv_cache_dtype", "tensor_parallel_size",
+                                                       "quantization", "type_k", "type_v", "flash_attn", "file_type")
+                         if facts.get(k) is not None)
+    out = [("engine", facts.get("engine", check.run["engine"]), f"reported: {resolved}"),
+           ("scored tokens", f"{check.max_err:.3e}", f"max |Δ log p| from exact; {bar}"),
+           ("mean |Δ log p|", f"{check.mean_err:.3e}", ""),
+           ("perplexity", f"exact {check.ppl_exact:.6g}, engine {check.ppl_engine:.6g} "
+                          f"({100 * (check.ppl_engine / check.ppl_exact - 1):+.2f}%)", "reported")]
+    if check.greedy_tokens:
+        same = "identical to exact's" if check.parting is None else \
+            f"parts at token {check.parting} (exact's margin there {check.parting_margin:.3g})"
+        out += [(f"decode ({check.greedy_tokens} tokens)", f"{check.decode_max_err:.3e}",
+                 f"max |Δ log p| through its KV cache; {bar}"),
+                ("greedy", same, f"judged: a parting beyond a near tie ({NEAR_TIE:g} x the limit) fails")]
+    if check.seconds is not None:
+        out.append(("engine time", f"{check.seconds:.1f}s", "its start included"))
+    return out

@@ -1,0 +1,35 @@
+"""runners/workers/_job: the worker's side of the protocol; every worker runs in an engine's interpreter, where
+ropebridge is not installed, so each imports the standard library and its engine only."""
+
+import ast
+import sys
+
+import pytest
+
+from ropebridge.runners.jobs import WORKERS
+
+sys.path.insert(0, str(WORKERS))
+import _job  # noqa: E402
+
+ENGINES = {"torch", "transformers", "vllm", "numpy", "llama_cpp"}  # what the workers may import beside _job
+
+
+@pytest.mark.parametrize("path", sorted(WORKERS.glob("*.py")), ids=lambda p: p.name)
+def test_a_worker_imports_the_standard_library_and_its_engine_only(path):
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.add(node.module.split(".")[0])
+    outside = names - set(sys.stdlib_module_names) - ENGINES - {"_job", "__future__"}
+    assert not outside, f"{path.name} imports {outside}"
+
+
+
+def test_what_an_engine_said_is_its_sentence():
+    pydantic = ValueError("1 validation error for ModelConfig\n  Value error, head size 72 is not supported by the "
+                          "CPU attention [type=value_error, input_value=...]")
+    assert _job.said(pydantic) == "ValueError: head size 72 is not supported by the CPU attention"
+    assert _job.said(RuntimeError("\n\nout of memory\nmore")) == "RuntimeError: out of memory"
+    assert len(_job.said(RuntimeError("x" * 2000))) == 500
