@@ -265,15 +265,18 @@ def rounding_widths() -> str:
 
 
 def verify_scale() -> str:
-    """``verify_scale.py``: verify by default at real shapes, time, peak RSS and the verdicts, untouched and damaged."""
+    """``verify_scale.py``: verify by default at real shapes, time, peak RSS and anonymous memory (rows measured
+    before it was sampled: —), the verdicts, untouched and damaged."""
     out = ["| shape (bfloat16) | parameters | tokens | convert | verify | verify / convert | verify peak RSS | "
-           "predicted need | converted vs exact (limit) | baseline | source vs exact | greedy | untouched | one MLP zeroed |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+           "peak anonymous | predicted need | converted vs exact (limit) | baseline | source vs exact | greedy | "
+           "untouched | one MLP zeroed |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in _rows("verify_scale"):
         greedy = f"{r['greedy_tokens']}" + (" (bounded)" if r.get("greedy_bound") else "")
+        anon = "—" if r.get("verify_peak_anon_mb") is None else f"{r['verify_peak_anon_mb'] / 1024:.2f} GB"
         out.append(f"| {r['shape']} | {r['parameters'] / 1e6:.0f}M | {r['context']} | {r['convert_seconds']:.0f} s | "
                    f"{r['verify_seconds']:.0f} s | {r['verify_over_convert']:.2g} | "
-                   f"{r['verify_peak_rss_mb'] / 1024:.2f} GB | {r['memory_need_mb'] / 1024:.2f} GB | "
+                   f"{r['verify_peak_rss_mb'] / 1024:.2f} GB | {anon} | {r['memory_need_mb'] / 1024:.2f} GB | "
                    f"{r['converted_vs_exact']:.3g} ({r['limit']:.3g}) | {_or_dash(r.get('baseline'))} | "
                    f"{_or_dash(r['source_vs_exact'])} | {greedy} | "
                    f"{'PASSED' if r['passed'] else 'FAILED'} | {'FAILED' if r['damaged_exit'] == 1 else 'PASSED?!'} |")
@@ -532,7 +535,8 @@ TABLES = {"propagation": propagation, "float32-error": float32_error, "window-gu
           "llamacpp-families": lambda: _engine_script_table("llamacpp_families", "llamacpp_families"),
           "vllm-engine": lambda: _engine_script_table("vllm_run", "vllm_engine"),
           "vllm-cost": lambda: _engine_script_table("vllm_cost", "vllm_cost"),
-          "llamacpp-cost": lambda: _engine_script_table("llamacpp_cost", "llamacpp_cost")}
+          "llamacpp-cost": lambda: _engine_script_table("llamacpp_cost", "llamacpp_cost"),
+          "serving-options": lambda: _engine_script_table("serving_options", "serving_options")}
 
 
 def render(text: str) -> str:

@@ -1,4 +1,4 @@
-"""``ropebridge verify`` at the sizes users have: time, peak RSS and the ratio to ``convert``'s time.
+"""``ropebridge verify`` at the sizes users have: time, peak memory and the ratio to ``convert``'s time.
 
     python benchmarks/verify_scale.py [--shapes bloom-560m bloom-1b7 ...] [--cache DIR] [--keep]
 
@@ -6,7 +6,8 @@ Each shape is a random checkpoint of the model's real geometry (written tensor b
 ``random_checkpoint``), stored in bfloat16 as the hub's are, converted with ``--dtype bfloat16 --window 2048`` and
 verified by default (the exact float64 reference, every model a layer at a time) at the shape's context, once
 untouched and once with one MLP matrix zeroed (``--quick``, so only the functional check can see it). Convert and
-verify run as child processes so their peak RSS is their own (``getrusage`` of the children). Prints a table and
+verify run as child processes so their peak RSS is their own (``getrusage`` of the children), and verify's peak
+anonymous memory is sampled beside it (``child``). Prints a table and
 writes benchmarks/results/verify_scale.json (rows merged by shape).
 """
 
@@ -31,6 +32,9 @@ SHAPES = {
     "bloom-560m": ("BloomConfig", dict(n_layer=24, hidden_size=1024, n_head=16, vocab_size=250880), 1024),
     "bloom-560m-6l": ("BloomConfig", dict(n_layer=6, hidden_size=1024, n_head=16, vocab_size=250880), 1024),
     "bloom-1b7": ("BloomConfig", dict(n_layer=24, hidden_size=2048, n_head=16, vocab_size=250880), 1024),
+    # depth alone: BLOOM-560M's width with a small vocabulary, 6 and 48 layers (what verify holds must not grow)
+    "bloom-1024-6l": ("BloomConfig", dict(n_layer=6, hidden_size=1024, n_head=16, vocab_size=4096), 256),
+    "bloom-1024-48l": ("BloomConfig", dict(n_layer=48, hidden_size=1024, n_head=16, vocab_size=4096), 256),
     "bloom-7b1": ("BloomConfig", dict(n_layer=30, hidden_size=4096, n_head=32, vocab_size=250880), 256),
     # the widest layers users have, 2 layers each with a small vocabulary: BLOOM-176B's (hidden 14336, 112 heads: a
     # layer is 2.5B parameters, 18.4 GiB in float64) and MPT-30B's (d_model 7168, 64 heads, MLP 4x)
@@ -85,16 +89,25 @@ def random_checkpoint(directory: Path, config, dtype: torch.dtype = torch.bfloat
     return directory
 
 
-def child(cmd: list[str]) -> tuple[int, float, float, str]:
-    """Run ``cmd`` as a child: (exit status, wall seconds, peak RSS MiB of that child, its stdout)."""
+def child(cmd: list[str]) -> tuple[int, float, float, str, float]:
+    """Run ``cmd`` as a child: (exit status, wall seconds, peak RSS MiB of that child, its stdout, its peak anonymous
+    memory MiB). The peak RSS counts the pages of files it maps (reclaimable, shared with the page cache); the
+    anonymous peak (``RssAnon``, sampled every 20 ms) is the memory of its own that verify's budget bounds."""
     wrapper = [sys.executable, "-c",
-               "import resource,subprocess,sys,time;t=time.perf_counter();r=subprocess.run(sys.argv[1:],"
-               "stdout=subprocess.PIPE);w=time.perf_counter()-t;m=resource.getrusage(resource.RUSAGE_CHILDREN)"
-               ".ru_maxrss;sys.stdout.buffer.write(r.stdout);print(f'{r.returncode} {w} {m}',file=sys.stderr)",
+               "import resource,subprocess,sys,time\n"
+               "t=time.perf_counter();p=subprocess.Popen(sys.argv[1:],stdout=subprocess.PIPE);anon=0\n"
+               "import threading;out=[];r=threading.Thread(target=lambda:out.append(p.stdout.read()));r.start()\n"
+               "while p.poll() is None:\n"
+               " try:\n"
+               "  anon=max(anon,next(int(l.split()[1]) for l in open(f'/proc/{p.pid}/status') if l.startswith('RssAnon')))\n"
+               " except (OSError,StopIteration): pass\n"
+               " time.sleep(0.02)\n"
+               "r.join();w=time.perf_counter()-t;m=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+               "sys.stdout.buffer.write(out[0]);print(f'{p.returncode} {w} {m} {anon}',file=sys.stderr)",
                *cmd]
     out = subprocess.run(wrapper, capture_output=True, text=True)
-    code, wall, kib = out.stderr.strip().splitlines()[-1].split()
-    return int(code), float(wall), int(kib) / 1024, out.stdout
+    code, wall, kib, anon = out.stderr.strip().splitlines()[-1].split()
+    return int(code), float(wall), int(kib) / 1024, out.stdout, int(anon) / 1024
 
 
 def zero_one_mlp(dst: Path, damaged: Path) -> str:
@@ -136,21 +149,22 @@ def run_shape(shape: str, cache: Path, greedy: int) -> dict:
     dst = cache / f"{shape}-rope"
     shutil.rmtree(dst, ignore_errors=True)
     py = [sys.executable, "-m", "ropebridge"]
-    code, convert_s, convert_rss, _ = child([*py, "convert", str(src), str(dst), "--dtype", "bfloat16", "--window",
+    code, convert_s, convert_rss, _, _ = child([*py, "convert", str(src), str(dst), "--dtype", "bfloat16", "--window",
                                              "2048", "--json"])
     if code:
         raise SystemExit(f"{shape}: convert exited {code}")
     verify = [*py, "verify", str(src), str(dst), "--context", str(context), "--greedy-tokens", str(greedy), "--json"]
-    code, verify_s, verify_rss, out = child(verify)
+    code, verify_s, verify_rss, out, verify_anon = child(verify)
     report = json.loads(out)
     damaged = cache / f"{shape}-damaged"
     zeroed = zero_one_mlp(dst, damaged)
-    d_code, damaged_s, damaged_rss, d_out = child([*py, "verify", str(src), str(damaged), "--context", str(context),
+    d_code, damaged_s, damaged_rss, d_out, _ = child([*py, "verify", str(src), str(damaged), "--context", str(context),
                                                    "--greedy-tokens", "0", "--quick", "--json"])
     shutil.rmtree(damaged, ignore_errors=True)
     return {"shape": shape, "parameters": params, "layers": layers, "context": context,
             "convert_seconds": convert_s, "convert_peak_rss_mb": convert_rss,
             "verify_exit": code, "verify_seconds": verify_s, "verify_peak_rss_mb": verify_rss,
+            "verify_peak_anon_mb": verify_anon,
             "verify_over_convert": verify_s / convert_s, "memory_need_mb": report["cost"]["memory_need"] / 2**20,
             "stage_seconds": report["cost"]["stage_seconds"], "byte_check_seconds": report["byte_check"].get("seconds"),
             "converted_vs_exact": report["reference_converted_max_err"], "source_vs_exact": report["reference_source_max_err"],

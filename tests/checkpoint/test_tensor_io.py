@@ -69,3 +69,20 @@ def test_the_writer_streams_shards_safetensors_reads_back(tmp_path, dtype):
     assert torch.equal(loaded["small"], small.to(dtype))
     assert writer.total_bytes() == sum(t.numel() * t.element_size() for t in loaded.values())
 
+
+
+def test_a_mapped_tensor_is_the_stored_one_without_a_copy(tmp_path):
+    from safetensors.torch import save_file
+
+    tensors = {"a": torch.randn(4, 6, dtype=torch.bfloat16), "b": torch.arange(7, dtype=torch.float32)}
+    save_file(tensors, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text("{}")
+    reader = CheckpointReader(tmp_path)
+    for name, t in tensors.items():
+        m = reader.mapped(name)
+        assert m.dtype == t.dtype and torch.equal(m, t)
+        assert torch.equal(m, reader.read(name, dtype=t.dtype))
+    # the same pages for every call: the file's map, no copy of its own
+    assert reader.mapped("a").data_ptr() == reader.mapped("a").data_ptr()
+    with pytest.raises(ValueError, match="missing"):
+        reader.mapped("c")

@@ -89,7 +89,7 @@ CASES = [
     ("convert {root}/nowhere {out}/x", "nowhere"),
     ("convert {root}/bloom {root}/bloom-rope", "exists; pass --force"),
     ("convert {root}/bloom {out}/x --window 0", "window"),
-    ("convert {root}/bloom {out}/x --max-phase 2", "max_phase"),
+    ("convert {root}/bloom {out}/x --max-phase 2", "--max-phase must be in (0, pi/2)"),
     ("convert {root}/bloom {out}/x --dtype float16 --theta 1e-12", "float16"),
     ("convert {root}/bloom {out}/x --rotary-dim 32", "--rope-base"),
     ("convert {root}/bloom {out}/x --pairs 2", "fixed base"),
@@ -134,7 +134,7 @@ CASES = [
     ("plan --heads 4 --head-dim 32 --window 64 --family gpt", "invalid choice"),
     ("plan --heads 4 --head-dim 32 --window 64 --ladder --theta 1e-3", "single"),
     ("plan --heads 4 --head-dim 32 --window 64 --calibration-text {root}/missing.txt", "--model"),
-    ("plan --model {root}/nowhere --window 64", "config.json"),
+    ("plan --model {root}/nowhere --window 64", "nowhere is neither a directory nor a hub id"),
     ("rope --head-dim 64 --context 10 --factor 8", "--factor is not used"),
     ("rope --head-dim 64 --context 10 --rope-type yarn --factor 2", "--original-max-position"),
     ("demo --context 0", "context"),
@@ -366,7 +366,7 @@ def test_verify_takes_hub_ids_like_convert(models, capsys, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no network here: fail fast
     assert main(["verify", "bigscience/bloom-560m", str(models / "bloom-rope")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "cannot fetch bigscience/bloom-560m" in err[0]
+    assert len(err) == 1 and "cannot reach the Hugging Face hub to download bigscience/bloom-560m" in err[0]
 
 
 def test_force_into_the_current_directory(models, tmp_path, monkeypatch, capsys):

@@ -46,7 +46,10 @@ def test_a_hub_id_without_a_network_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "ropebridge", "convert", "bigscience/bloom-560m", str(tmp_path / "x")],
                           capture_output=True, text=True, env=env)
     lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and "cannot fetch bigscience/bloom-560m" in lines[0], proc.stderr
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].endswith("cannot reach the Hugging Face hub to download bigscience/bloom-560m, and it is not in the "
+                             "local cache: connect to the network (and unset HF_HUB_OFFLINE), or download it where the "
+                             "hub is reachable (hf download bigscience/bloom-560m --local-dir DIR) and pass DIR"), lines
 
 
 def test_force_onto_a_symlink_replaces_the_link_and_leaves_nothing_aside(tmp_path):
@@ -74,3 +77,61 @@ def test_plot_onto_a_directory_or_without_a_format_is_one_line(tmp_path, capsys,
     assert main(["rope", "--head-dim", "64", "--context", "1024", "--plot", str(target)]) == 2  # rope's --plot alike
     _one_line(capsys, "--plot")
     assert main([*argv[:-1], str(tmp_path / "plan.png")]) == 0 and (tmp_path / "plan.png").is_file()
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["plan", "--heads", "4", "--head-dim", "32", "--dtyp", "bfloat16"],
+     "ropebridge plan: error: unrecognized argument --dtyp; did you mean --dtype? ropebridge plan --help lists its "
+     "options"),
+    (["convert", "SRC", "DST", "--dtpye", "bfloat16"], "unrecognized argument --dtpye; did you mean --dtype?"),
+    (["plan", "--heds", "4"], "ropebridge plan: error: unrecognized argument --heds; did you mean --heads?"),
+    (["verify", "SRC", "DST", "--kv-cache-dtyp=fp8"], "did you mean --kv-cache-dtype?"),
+    (["rope", "--head-dim", "64", "--context", "8", "--frobnicate"],
+     "ropebridge rope: error: unrecognized argument --frobnicate; ropebridge rope --help lists its options"),
+])
+def test_an_option_is_taken_by_its_whole_name_and_a_typo_is_named_with_the_closest(tmp_path, capsys, argv, said):
+    from ropebridge.demo import data_dir
+
+    argv = [str(data_dir()) if a == "SRC" else str(tmp_path / "dst") if a == "DST" else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1, err
+    assert not (tmp_path / "dst").exists()
+
+
+def test_the_help_says_what_ropebridge_is_and_verify_the_limit_it_uses(capsys):
+    from ropebridge.limit import BASELINE_FACTOR, LOGIT_FACTOR
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Positional encodings of transformer language models" in out and "Thin" not in out
+    assert main(["verify", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"{LOGIT_FACTOR:g}x the plan's predicted error" in out and f"{BASELINE_FACTOR:g}x the baseline" in out
+
+
+def test_a_source_that_names_nothing_is_said_before_an_existing_destination(tmp_path, capsys):
+    (tmp_path / "dst").mkdir()
+    assert main(["convert", str(tmp_path / "does-not-exist"), str(tmp_path / "dst")]) == 2
+    err = capsys.readouterr().err
+    assert "does-not-exist is neither a directory nor a hub id" in err and "exists; pass --force" not in err, err
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    work = tmp_path_factory.mktemp("flags")
+    src = build(work / "bloom", "bloom-4heads")
+    assert main(["convert", str(src), str(work / "rope"), "--window", "256"]) == 0
+    return src, work / "rope"
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["plan", "--heads", "6", "--head-dim", "32", "--window", "0"], "ropebridge plan: error: --window must be > 0"),
+    (["verify", "SRC", "DST", "--greedy-tokens", "-3"], "ropebridge verify: error: --greedy-tokens must be >= 0"),
+])
+def test_a_refusal_names_the_flag_typed_not_the_parameter(converted, capsys, argv, said):
+    src, dst = converted
+    argv = [str(src) if a == "SRC" else str(dst) if a == "DST" else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(said) and err.count("\n") == 1, err

@@ -53,7 +53,7 @@ def test_model_directory_and_plot(tmp_path, capsys):
     [
         (["--heads", "8", "--head-dim", "64", "--window", "0"], "window"),
         (["--heads", "8", "--head-dim", "64", "--window", "100", "--theta", "0"], "theta"),
-        (["--heads", "8", "--head-dim", "64", "--window", "100", "--max-phase", "1.6"], "max_phase"),
+        (["--heads", "8", "--head-dim", "64", "--window", "100", "--max-phase", "1.6"], "--max-phase must be in"),
         (["--heads", "8", "--head-dim", "64", "--window", "100", "--family", "gpt"], "family"),
         (["--heads", "8", "--window", "100"], "--head-dim"),
         (["--heads", "16", "--head-dim", "64", "--window", "65536", "--max-phase", "0.1", "--dtype", "float16",

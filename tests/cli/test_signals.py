@@ -161,6 +161,32 @@ def test_a_signal_after_the_work_is_done_changes_nothing(src, tmp_path, sig):
     assert out.startswith("wrote") and (dst / "ropebridge.json").is_file() and list(dst.glob("*.safetensors"))
 
 
+# a convert whose interpreter's teardown lasts three seconds (an object of __main__ that sleeps as it is collected,
+# after the interpreter has put its Python signal handlers back to the default action): a signal lands there
+SLOW_TEARDOWN = """
+import sys, time
+class Slow:
+    def __del__(self):
+        time.sleep(3)
+slow = Slow()
+sys.argv = ["ropebridge", *sys.argv[1:]]
+from ropebridge.cli import console_main
+console_main()
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_during_the_interpreters_teardown_changes_nothing(src, tmp_path, sig):
+    dst = tmp_path / "rope"
+    proc = _start(["convert", str(src), str(dst), "--window", "256"], SLOW_TEARDOWN)
+    _wait(proc, lambda: (dst / "ropebridge.json").is_file())
+    time.sleep(1.0)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and err.strip() == "", (proc.returncode, err)
+    assert out.startswith("wrote") and (dst / "ropebridge.json").is_file()
+
+
 @pytest.mark.parametrize("delay", [0.0, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.07, 0.1, 0.15, 0.2])
 def test_ctrl_c_during_ropebridges_own_imports_is_one_line_and_130(src, tmp_path, delay):
     """The console command, interrupted from its start on (no waiting for any handler): once its entry point
@@ -181,3 +207,15 @@ def test_ctrl_c_during_ropebridges_own_imports_is_one_line_and_130(src, tmp_path
         package = os.path.dirname(ropebridge.__file__)
         assert package not in err and "_ropebridge_console.py" not in err, (delay, proc.returncode, err)
     assert out == "" and list(tmp_path.iterdir()) == [], (delay, list(tmp_path.iterdir()))
+
+
+def test_a_ladder_fitted_in_a_process_pool_ends_without_a_word_of_a_signal(tmp_path):
+    # the pool's workers import the command's entry point again; the pool ends them with SIGTERM when the work is
+    # done, which is not the command being stopped: nothing on stderr, exit 0 (before: one "stopped by SIGTERM"
+    # line per worker)
+    command = os.path.join(os.path.dirname(sys.executable), "ropebridge")
+    proc = subprocess.run([command, "plan", "--heads", "32", "--head-dim", "32", "--dtype", "bfloat16", "--window",
+                           "256", "--jobs", "2"], capture_output=True, text=True, timeout=300,
+                          preexec_fn=_default_signals)
+    assert proc.returncode == 0 and proc.stderr == "", (proc.returncode, proc.stderr)
+    assert "worst head" in proc.stdout

@@ -112,11 +112,54 @@ def test_the_fits_cost_is_said_before_a_long_fit_and_a_fit_beyond_memory_is_refu
     seconds, per_process = ladder.fit_cost(6, 4 * 2**20, 32, 2)
     assert 150 < seconds < 250 and 4 * 2**30 < per_process < 8 * 2**30  # the measured 185 s and 5.5 GB
     monkeypatch.setattr(ladder, "_available_memory", lambda: 2**27)
-    with pytest.raises(ValueError, match=r"--window 65536: the ladder's fit would hold about .* GiB .* more than "
-                                         r"the 0.125 GiB available; plan a shorter --window"):
+    with pytest.raises(ValueError, match=r"--window 65536: the ladder's fit on 32 rotary dims would hold about .* "
+                                         r"GiB .* more than the 0.125 GiB available; plan a shorter --window"):
         plan(from_heads(4, 32), PlanRequest(window=65536, dtype="bfloat16"))
     monkeypatch.setattr(ladder, "_available_memory", lambda: None)
     monkeypatch.setattr(ladder, "LONG_FIT_SECONDS", 0.0)
     with caplog.at_level(logging.WARNING, logger="ropebridge.emulation.ladder"):
         plan(from_heads(4, 32), PlanRequest(window=512, dtype="bfloat16"))
     assert any("fitting 4 heads over a 512-token window: about" in r.message for r in caplog.records)
+
+
+def test_a_size_that_would_not_fit_memory_is_decided_before_any_fit(monkeypatch, caplog):
+    """The next rotary dim, tried where the first misses the tolerance, is not tried where its fit would outgrow
+    the memory available (said before any fit); where the first would, nothing is fitted at all."""
+    import logging
+
+    from ropebridge.checkpoint.config import from_heads
+    from ropebridge.emulation import ladder_fit
+
+    fitted = []
+    real = ladder_fit.fit_head
+
+    def counted(slope, thetas, *args, **kwargs):
+        fitted.append(len(thetas))
+        return real(slope, thetas, *args, **kwargs)
+
+    monkeypatch.setattr(ladder, "fit_head", counted)
+    window = 4096
+    sizes = ladder._ladder_sizes("any", 32, ladder.MIN_ROTARY_DIM, 2)
+    first, second = (ladder.fit_cost(1, window, r, 1)[1] for r in sizes)
+    assert sizes[0] == 32 and first < second
+    monkeypatch.setattr(ladder, "_available_memory", lambda: int((first + second) / 2))  # 32 dims fit, the next not
+    with caplog.at_level(logging.WARNING, logger="ropebridge.emulation.ladder"):
+        # a tolerance no ladder meets: without the budget, the next size would be fitted too
+        p = plan(from_heads(2, 32), PlanRequest(window=window, dtype="bfloat16", tolerance=1e-6, jobs=1))
+    assert p.rotary_dim == 32 and set(fitted) == {16}, fitted  # 16 pairs: only the 32-dim ladder ran
+    assert any(f"the ladder on 32 rotary dims is tried alone: {sizes[1]}" in r.message for r in caplog.records)
+    fitted.clear()
+    monkeypatch.setattr(ladder, "_available_memory", lambda: int(first / 2))
+    with pytest.raises(ValueError, match="would hold about"):
+        plan(from_heads(2, 32), PlanRequest(window=window, dtype="bfloat16", jobs=1))
+    assert fitted == []
+
+
+def test_a_kernel_size_beyond_the_ladders_largest_is_refused_before_any_fit(monkeypatch):
+    # vLLM's CPU sizes jump from 256 to 512: a head dim of 226 to 254 would need R = 512 - hd > 128, which takes
+    # hours to fit (given by hand, --rotary-dim 280 is refused); refused at once, naming the R it would need
+    monkeypatch.setattr(ladder, "fit_head", lambda *a, **k: pytest.fail("fitted"))
+    with pytest.raises(ValueError, match=r"head dim 232: no rotary dim R from 32 to 128 makes 232 \+ R a size "
+                                         r"--kernel vllm-cpu runs natively .* \(the first is R = 280, beyond the 128"):
+        plan_ladder(alibi_slopes(4).tolist(), 232, 8192, kernel="vllm-cpu")
+    assert ladder.rotary_dim_for(224, "vllm-cpu") == 32  # 256: within the ladder's sizes

@@ -103,3 +103,18 @@ def test_an_interrupted_run_ends_every_process_the_engine_started(tmp_path):
         time.sleep(0.1)
     else:
         pytest.fail("the engine's child process outlived the run")
+
+
+def test_a_refusal_whose_reason_is_in_the_engines_log_says_that_reason(tmp_path):
+    # vLLM's engine process fails and its LLM() raises "... See root cause above": the reason is the first
+    # exception its log names
+    path = worker(tmp_path, """
+    def run(job):
+        print("(Worker pid=1) ERROR 12-07 [multiproc_executor.py:1063] Traceback (most recent call last):")
+        print("(Worker pid=1) ERROR 12-07 [multiproc_executor.py:1063] NotImplementedError: FP8 KV cache on CPU "
+              "requires x86 with AVX-512 or AMX.", flush=True)
+        return {"refused": "RuntimeError: Engine core initialization failed. See root cause above. Failed core "
+                           "proc(s): {}"}
+    """)
+    assert launch(sys.executable, path, JOB).refused == ("NotImplementedError: FP8 KV cache on CPU requires x86 with "
+                                                         "AVX-512 or AMX.")

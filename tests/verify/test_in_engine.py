@@ -114,8 +114,8 @@ def test_an_engine_that_does_not_run_dst_fails_with_what_it_said(pair, perturbed
 
 @pytest.mark.parametrize("argv, message", [
     (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype is an engine option: give --engine too"),
-    (["--engine", "transformers", "--kv-cache-dtype", "fp8"],
-     "--kv-cache-dtype is an option of --engine vllm, not of --engine transformers"),
+    (["--engine", "transformers", "--cache-type-k", "q8_0"],
+     "--cache-type-k is an option of --engine llama.cpp, not of --engine transformers"),
     (["--engine", "llama.cpp"], "--engine llama.cpp runs a GGUF file: give it with --gguf FILE"),
     (["--engine", "vllm", "--tensor-parallel-size", "0"], "argument --tensor-parallel-size: '0' is not an integer"),
 ])

@@ -134,3 +134,33 @@ def test_a_layered_model_is_built_after_the_warm_up(tmp_path, monkeypatch):
     monkeypatch.setattr(layered, "warm_threads", lambda: calls.append(1))
     LayeredModel(build(tmp_path / "bloom", "bloom-4heads"), torch.float32)
     assert calls == [1]
+
+
+@pytest.mark.parametrize("run_in", [torch.float32, torch.bfloat16])
+def test_greedy_holds_one_weight_whatever_the_depth(tmp_path, run_in):
+    # counted, not timed: a model kept for greedy generation holds none of its weights in memory of its own (its
+    # files' memory maps: the stored bytes themselves where the dtype is the model's, one weight's cast at a time
+    # where not), so what verify needs is the same at 6 and at 24 layers
+    from pico import build
+
+    from ropebridge.convert import convert
+    from ropebridge.emulation import PlanRequest
+    from ropebridge.verify import verify
+
+    needs, counted = [], []
+    for layers in (6, 24):
+        src = build(tmp_path / f"bloom{layers}", "bloom-4heads", n_layer=layers)  # stored in float32
+        model = LayeredModel(src, run_in)
+        with model.resident(), torch.no_grad():
+            model.model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=3, do_sample=False, pad_token_id=0)
+            weight = model._read(next(k for k in model.reader.names() if k.endswith("dense.weight")))
+            shares = weight.untyped_storage().data_ptr() == model.reader.mapped(
+                next(k for k in model.reader.names() if k.endswith("dense.weight"))).untyped_storage().data_ptr()
+        assert shares is (run_in == torch.float32)  # no copy where the dtype is the stored one
+        assert model.resident_bytes == 0 and model.largest_read_bytes <= model.tensor_bytes
+        counted.append(model.largest_read_bytes)
+        dst = convert(src, tmp_path / f"rope{layers}", PlanRequest(window=128, dtype="bfloat16")).destination
+        report = verify(src, dst, context=32, greedy_tokens=4)
+        assert report.passed and report.cost["greedy_kept_bytes"] == 0
+        needs.append(report.cost["memory_need"])
+    assert needs[0] == needs[1] and counted[0] == counted[1], (needs, counted)

@@ -173,3 +173,33 @@ def test_the_vocabulary_block_counts_the_heads_rows_each_side_reads(tmp_path, mo
     d_conv = json.loads((dst / "config.json").read_text())["hidden_size"]  # gpt-neox: the padded stream
     baseline = dtype != "float32"
     assert report.passed and seen["row_bytes"] == 8 * (d * (1 + baseline) + 2 * d_conv + 2 * d)
+
+
+@pytest.mark.parametrize("family", ["bloom-4heads", "baichuan"])
+def test_a_long_greedy_check_says_its_remaining_time_and_counts_every_token(tmp_path, monkeypatch, caplog, family):
+    # a transformers model with its KV cache, and the exact reference token by token (a remote-code family): each
+    # token generated is counted, and the rest's time is said once its pace is known
+    import logging
+
+    from pico import build_remote
+
+    src = build(tmp_path / "src", family) if family.startswith("bloom") else build_remote(tmp_path / "src", family)
+    dst = convert(src, tmp_path / "rope", PlanRequest(window=256)).destination
+    ticks = []
+    real = measure.Pace.tick
+    monkeypatch.setattr(measure.Pace, "tick", lambda self: (ticks.append(self.done), real(self)))
+    monkeypatch.setattr(measure, "PACE_AFTER", 0.0)
+    monkeypatch.setattr(measure, "LONG_SECONDS", 0.0)
+    with caplog.at_level(logging.WARNING, logger="ropebridge.verify.measure"):
+        report = verify(src, dst, context=32, greedy_tokens=5)
+    assert report.passed and len(ticks) == 10  # 5 tokens, two models (or the exact reference)
+    said = [r.message for r in caplog.records if "greedy check" in r.message]
+    assert len(said) == 1 and said[0].startswith("greedy check: 1 of 10 tokens in "), said
+
+
+def test_a_text_without_a_tokenizer_says_why_in_words(tmp_path):
+    src = build(tmp_path / "bloom", "bloom-4heads")  # a pico: no tokenizer files
+    with pytest.raises(ValueError) as caught:
+        measure.tokens(src, "some text", 16, 320, 0)
+    message = str(caught.value)
+    assert "has none that loads: it has no tokenizer files" in message and "Error" not in message

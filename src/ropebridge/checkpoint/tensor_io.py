@@ -10,10 +10,12 @@ tensors' bytes after it, so a tensor larger than a shard (a big embedding) is wr
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import queue
 import struct
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +94,7 @@ class CheckpointReader:
         self.directory = Path(directory)
         self._infos: dict[str, TensorInfo] = {}
         self._bin: dict[str, torch.Tensor] = {}
+        self._maps: dict[Path, mmap.mmap] = {}  # the files ``mapped`` has mapped, kept while the reader lives
         self.files, index = weight_files(self.directory)  # the files the tensors are read from (one, or an index's)
         stored: dict[str, list[str]] = {}  # tensor name -> the files that store it
         for f in self.files:
@@ -146,6 +149,28 @@ class CheckpointReader:
         finally:
             os.close(fd)
         return data
+
+    def mapped(self, name: str) -> torch.Tensor:
+        """Tensor ``name`` as stored (its dtype and shape), read-only, as a view onto a memory map of its file: its
+        pages are the file's (shared with the page cache, reclaimable), not memory of this process's own; a
+        ``.bin`` checkpoint's tensor as loaded, and one whose offset is not a multiple of its element size
+        (never written so by safetensors) as a copy. Nothing is checked for finiteness."""
+        if name not in self:
+            raise ValueError(f"tensor {name!r} is missing from the checkpoint in {self.directory}")
+        if name in self._bin:
+            return self._bin[name]
+        info = self._infos[name]
+        size = torch.empty((), dtype=info.dtype).element_size()
+        if info.begin % size:
+            return self._pread(info.file, info.begin, info.end, name).view(info.dtype).reshape(info.shape)
+        if info.file not in self._maps:
+            with open(info.file, "rb") as f:
+                self._maps[info.file] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        count = (info.end - info.begin) // size
+        with warnings.catch_warnings():  # read-only by design: nothing writes into a weight
+            warnings.filterwarnings("ignore", message="The given buffer is not writable")
+            flat = torch.frombuffer(self._maps[info.file], dtype=info.dtype, count=count, offset=info.begin)
+        return flat.reshape(info.shape)
 
     def read(self, name: str, rows: tuple[int, int] | None = None, dtype: torch.dtype = torch.float64, *,
              finite: bool = True) -> torch.Tensor:

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..convert.record import floors_in
 from ..emulation.fixed_base import ROTARY_DIM as FIXED_BASE_ROTARY_DIM
+from ..emulation.kv_cache import FORMATS as CACHE_FORMATS
 from ..emulation.ladder import DEFAULT_ADVANTAGE
 from ..emulation.strategies import STRATEGIES
 from ..emulation.request import DEFAULT_WINDOW, PlanRequest
@@ -101,6 +102,10 @@ def add_planning_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", choices=tuple(ENGINES),
                    help="the engine you serve on: the target it runs natively for this source (else the one its "
                         "Transformers backend runs), and its kernel (docs/targets.md)")
+    p.add_argument("--kv-cache-dtype", choices=tuple(CACHE_FORMATS),
+                   help="the KV cache you serve with, as your engine names it (vLLM's --kv-cache-dtype, llama.cpp's "
+                        "--cache-type-k): refused where it breaks the plan, naming the caches that hold "
+                        "(default: the model's dtype; docs/serving.md)")
     floor = p.add_mutually_exclusive_group()
     floor.add_argument("--floor", metavar="C|FILE.json",
                        help="ladder: the floor C (logits) kept beyond W = C/m, every head; or a JSON file of one per "
@@ -134,13 +139,15 @@ def numeric(kind: type = float, low: float | None = None, high: float | None = N
             + (" and " if lo and hi else " ") * bool(hi) + hi).strip()
 
     def parse(text: str) -> float | int:
+        typed = repr(text) if len(text) <= 24 else f"'{text[:8]}...' ({len(text)} characters)"  # one readable line
         try:
             value = kind(text)
         except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {want}") from None
-        if not math.isfinite(value) or (low is not None and (value < low or low_open and value == low)) or (
+            raise argparse.ArgumentTypeError(f"{typed} is not {want}") from None
+        finite = isinstance(value, int) or math.isfinite(value)  # an int of any size is finite (isfinite overflows)
+        if not finite or (low is not None and (value < low or low_open and value == low)) or (
                 high is not None and (value > high or high_open and value == high)):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {want}")
+            raise argparse.ArgumentTypeError(f"{typed} is not {want}")
         return value
 
     parse.__name__ = "integer" if kind is int else "number"  # argparse names the type in its own messages
@@ -178,4 +185,5 @@ def plan_request(args: argparse.Namespace, progress: bool) -> PlanRequest:
                        theta=args.theta, max_phase=args.max_phase, rope_base=args.rope_base,
                        rotary_dim=args.rotary_dim, pairs=args.pairs, split=args.split,
                        kernel=args.kernel, engine=args.engine, floor=floors(args.floor), calibration_text=text,
-                       cutoff=args.cutoff, tolerance=args.tolerance, jobs=args.jobs, progress=progress)
+                       cutoff=args.cutoff, tolerance=args.tolerance, jobs=args.jobs, progress=progress,
+                       kv_cache_dtype=args.kv_cache_dtype)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..convert.card import CACHE_FLAG, serving_options
 from ..convert.pipeline import convert
 from ..emulation.resolved import float32_ladder_note
 from ..emulation.strategies import STRATEGIES
 from ..limit import conversion_limit
 from ..targets import TARGETS
 from ..targets.engines import describe
+from ..targets.support import TITLES
 from ._options import add_planning_options, families, add_verbose, numeric, plan_request
 
 
@@ -52,4 +54,10 @@ def run(args: argparse.Namespace) -> int:
             print(why)
         print(f"{res.target} runs in {TARGETS[res.target].engines}"
               + (f"; --engine {args.engine}: {describe(res.target, args.engine)}" if args.engine else ""))
+        if args.engine in CACHE_FLAG:  # what the engine's options do to this plan, and what a user must set
+            print(serving_options(res.plan, args.engine))
+            base = "free theta" if res.plan.base is None else f"{res.plan.base:.6g}"
+            print(*(line.format(dst=args.dst, dtype=res.dtype, window=res.plan.window, base=base).replace("`", "")
+                    for line in TARGETS[res.target].serving if line.startswith(TITLES[args.engine].split()[0] + ":")),
+                  sep="\n")
     return 0

@@ -5,12 +5,14 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from .. import reports
 from ..checkpoint.config import FAMILIES, from_heads
 from ..emulation.fixed_base import max_window_for_phase
 from ..emulation.resolved import float32_ladder_note
 from ..limit import conversion_limit
+from ..checkpoint.hub import resolve_source
 from ..planning import plan_checkpoint, plan_source, what_would_fit
 from ..targets.engines import describe
 from ..serving import kv_cost
@@ -25,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="preview the RoPE emulation convert would write (theta, N or the ladder per head), "
                                     "with predicted errors")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", metavar="PATH", help=f"an ALiBi checkpoint directory or its config.json ({families()})")
+    src.add_argument("--model", metavar="PATH", help=f"an ALiBi checkpoint directory, its config.json or a hub id ({families()})")
     src.add_argument("--heads", type=numeric(int, 1, MAX_HEADS), help="number of heads (with --head-dim)")
     p.add_argument("--head-dim", type=numeric(int, 1, MAX_HEAD_DIM), help="head dim (with --heads)")
     p.add_argument("--family", default="bloom", choices=tuple(FAMILIES), help="with --heads (default bloom)")
@@ -45,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
     if args.model is None and args.calibration_text is not None:
         raise ValueError("--calibration-text needs --model (a checkpoint with weights)")
     request = plan_request(args, progress=not args.json)
-    if args.model is not None:
-        plan, resolved, _ = plan_checkpoint(args.model, request)
+    if args.model is not None:  # a directory, its config.json, or a hub id (as convert takes)
+        model = args.model if Path(args.model).is_file() else resolve_source(args.model)
+        plan, resolved, _ = plan_checkpoint(model, request, source_name=args.model)
     else:
         if args.head_dim is None:
             raise ValueError("--heads needs --head-dim")

@@ -49,8 +49,12 @@ def arm() -> None:
 
 
 def finish() -> None:
-    """The command has returned: from now on a signal is ignored (the process is exiting with its status)."""
+    """The command has returned: from now on a signal is ignored (the process is exiting with its status). Ignored,
+    not handled: the interpreter's finalization puts a Python handler back to the default action (a signal then
+    would kill the process while torch's modules are torn down) but leaves an ignored signal ignored."""
     _state["finished"] = True
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def received() -> int | None:

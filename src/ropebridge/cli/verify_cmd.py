@@ -8,6 +8,7 @@ import math
 import sys
 from pathlib import Path
 
+from ..limit import BASELINE_FACTOR, LOGIT_FACTOR
 from ..runners import RUNNERS, EngineRun
 from ..runners.serving_options import flags as engine_flags
 from ..verify.verdict import rows
@@ -29,7 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-logit-diff", type=numeric(),
                    help="threshold in logits (default: the dtype's default tolerance at DST's window, whatever "
                         "--tolerance the conversion used: 1e-3 float32 (more at long windows), 2 bfloat16, 0.25 "
-                        "float16); the limit is this or 3x the plan's predicted error, whichever is larger")
+                        f"float16); the limit is the largest of this, {LOGIT_FACTOR:g}x the plan's predicted error "
+                        f"and, in half precision, {BASELINE_FACTOR:g}x the baseline (SRC itself in the dtype)")
     p.add_argument("--max-memory", type=numeric(float, 0, MAX_GIB, low_open=True), default=DEFAULT_MAX_MEMORY / 2**30,
                    metavar="GIB",
                    help=f"memory verify may hold, in GiB (default {DEFAULT_MAX_MEMORY / 2**30:g}): every model reads "
@@ -61,8 +63,8 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--engine-python", metavar="PYTHON",
                    help="the interpreter that has the engine installed (default: this one)")
     g.add_argument("--gguf", metavar="FILE", help="llama.cpp: the GGUF file made from DST that you serve")
-    for flag, (runner, option) in engine_flags().items():
-        what = f"{runner.title}: {option.help}"
+    for flag, (option, runners) in engine_flags().items():
+        what = f"{', '.join(r.title for r in runners)}: {option.help}"
         if option.kind is bool:
             g.add_argument(flag, dest=f"engine_{option.key}", action=argparse.BooleanOptionalAction, default=None,
                            help=what)
@@ -74,18 +76,19 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
 
 def engine_run(args: argparse.Namespace) -> EngineRun | None:
     """The ``EngineRun`` the options ask for; an engine option without ``--engine`` is refused, naming both."""
-    given = {(runner, option): getattr(args, f"engine_{option.key}") for runner, option in engine_flags().values()}
+    given = {(option, runners): getattr(args, f"engine_{option.key}") for option, runners in engine_flags().values()}
     given = {k: v for k, v in given.items() if v is not None}
     if args.engine is None:
-        extra = [o.flag for (_, o) in given] + [f for f, v in (("--engine-python", args.engine_python),
+        extra = [o.flag for (o, _) in given] + [f for f, v in (("--engine-python", args.engine_python),
                                                               ("--gguf", args.gguf)) if v is not None]
         if extra:
             raise ValueError(f"{extra[0]} is an engine option: give --engine too")
         return None
-    for runner, option in given:
-        if runner.name != args.engine:
-            raise ValueError(f"{option.flag} is an option of --engine {runner.name}, not of --engine {args.engine}")
-    return EngineRun(args.engine, {o.key: v for (_, o), v in given.items()}, args.engine_python, args.gguf)
+    for option, runners in given:
+        if args.engine not in {r.name for r in runners}:
+            raise ValueError(f"{option.flag} is an option of --engine {' and '.join(r.name for r in runners)}, not of "
+                             f"--engine {args.engine}")
+    return EngineRun(args.engine, {o.key: v for (o, _), v in given.items()}, args.engine_python, args.gguf)
 
 
 def run(args: argparse.Namespace) -> int:

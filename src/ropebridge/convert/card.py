@@ -1,14 +1,35 @@
 """The converted checkpoint's model card (``README.md``, Hugging Face conventions: a YAML header, then prose):
-the base model, how it was converted (the command, the plan), how to verify it, and how to serve it in each
-engine that runs its target."""
+the base model, how it was converted (the command, the plan), how to verify it, how to serve it in each engine that
+runs its target, and which of those engines' serving options hold for its plan (``serving_options``)."""
 
 from __future__ import annotations
 
 
 from .. import __version__
-from ..emulation import EmulationPlan
+from ..emulation import EmulationPlan, kv_cache
 from ..emulation.request import PlanRequest
 from ..targets import Target
+from ..targets.serving_facts import MEASURED_WITH, measured
+from ..targets.support import TITLES
+
+CACHE_FLAG = {"vllm": "--kv-cache-dtype", "llama.cpp": "--cache-type-k"}  # the engines whose cache is planned for
+
+
+def serving_options(plan: EmulationPlan, engine: str) -> str:
+    """One line for ``engine`` (a key of ``CACHE_FLAG``): the KV caches it keeps that hold for ``plan`` and those
+    that break it (``emulation.kv_cache``, predicted), then the settings measured to hold (``serving_facts``)."""
+    names = [n for n, f in kv_cache.FORMATS.items() if engine in f.engines]
+    held = [n for n in names if kv_cache.holds(plan, n)]
+    broken = [n for n in names if n not in held]
+    words = f"{TITLES[engine]} (measured with {MEASURED_WITH[engine]}): `{CACHE_FLAG[engine]}` {', '.join(held)} hold"
+    if broken:
+        worst = max(kv_cache.cache_error(plan, n) for n in broken)
+        words += (f"; {', '.join(broken)} break this plan (up to {worst:.3g} logits predicted, beyond its own "
+                  f"rounding {plan.worst_head.rounding_error:.3g})")
+    facts = measured(engine)
+    if facts:
+        words += "; measured to hold: " + "; ".join(f"{m.setting} ({m.words})" for m in facts)
+    return words
 
 
 def command_flags(request: PlanRequest) -> list[str]:
@@ -45,6 +66,7 @@ def model_card(src: str, dst_name: str, plan: EmulationPlan, target: Target, req
     header.append("---")
     serving = "\n".join(f"- {line.format(dst=dst_name, dtype=plan.dtype, window=plan.window, base=base)}"
                         for line in target.serving)
+    options = "\n".join(f"- {serving_options(plan, e)}" for e in CACHE_FLAG if target.support[e].kind != "none")
     return "\n".join(header) + f"""
 
 # {dst_name}
@@ -78,4 +100,12 @@ compares it with the source and with an exact float64 ALiBi forward pass (exit 1
 ## How to serve it
 
 {serving}
+
+## Serving options
+
+{options or "- no engine's options were measured for this target"}
+
+A KV cache coarser than the plan's dtype rounds the keys' rotary pairs again (ALiBi's own bias is never stored);
+`ropebridge plan --kv-cache-dtype FORMAT` says whether a cache holds, and `ropebridge verify --engine ENGINE` runs
+the checkpoint in the engine with the options you serve with.
 """

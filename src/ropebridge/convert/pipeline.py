@@ -21,6 +21,7 @@ from typing import Any
 from .. import _log
 from .. import __version__, _checks, _interrupt
 from .._progress import progress_bar
+from ..checkpoint.hub import check_source_name, resolve_source
 from ..checkpoint.model import SourceModel
 from ..checkpoint.tensor_io import ShardWriter
 from ..emulation import EmulationPlan, PlanRequest, Resolved
@@ -58,24 +59,6 @@ class ConversionResult:
     @property
     def dtype(self) -> str:
         return self.plan.dtype
-
-
-def resolve_source(src: str | Path) -> Path:
-    """A local checkpoint directory, or a Hugging Face hub id downloaded to the local cache."""
-    p = Path(src)
-    if p.is_dir():
-        return p
-    if p.exists():
-        raise NotADirectoryError(f"{src} is not a directory")
-    if str(src).count("/") != 1 or str(src).startswith((".", "/")):
-        raise FileNotFoundError(f"{src} is neither a directory nor a hub id (owner/name)")
-    try:
-        from huggingface_hub import snapshot_download
-
-        patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "*.bin"]
-        return Path(snapshot_download(str(src), allow_patterns=patterns))
-    except Exception as exc:  # network, auth, missing repo: one clear line for the CLI
-        raise FileNotFoundError(f"cannot fetch {src} from the hub: {type(exc).__name__}: {exc}") from None
 
 
 def side_files(src_dir: Path) -> dict[str, bytes]:
@@ -260,6 +243,7 @@ def convert(src: str | Path, dst: str | Path, request: PlanRequest | None = None
     request = PlanRequest() if request is None else request
     max_shard_mb = _checks.positive("max_shard_mb", max_shard_mb)
     dst = Path(os.path.abspath(dst))  # "." and "sub/.." have a name once absolute
+    check_source_name(src)  # a SRC that names nothing is said first
     if not Path(src).is_dir() and dst.exists() and not force:  # a hub id: refuse before any download
         raise FileExistsError(f"{dst} exists; pass --force to replace it")
     src_dir = resolve_source(src)

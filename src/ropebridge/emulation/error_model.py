@@ -229,7 +229,8 @@ def _product_rounding(n: float, p: np.ndarray, theta: float) -> np.ndarray:
 def matter_distance(slope: float, window: int, level: float) -> int:
     """min(L, floor(level/m)): the distances up to which ALiBi's bias -m d stays above -level. With the cutoff:
     D, beyond which a key carries no softmax weight; with the ladder's floor C: W, up to which its bias is exact."""
-    return int(min(window, math.floor(level / slope)))
+    ratio = level / slope
+    return int(window if ratio >= window else math.floor(ratio))  # (level/m may be inf: compared before floor)
 
 
 def distance_grid(limit: int, points: int = 2049) -> np.ndarray:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 from collections.abc import Sequence
 
 import numpy as np
@@ -47,13 +48,18 @@ def rotary_dim_for(head_dim: int, kernel: str = "any", minimum: int = MIN_ROTARY
 
 
 def _ladder_sizes(kernel: str, head_dim: int, minimum: int, count: int) -> list[int]:
-    """The first ``count`` rotary dims R >= ``minimum`` with hd + R a size the kernel runs natively; ``ValueError``
-    naming the head dim when there is none (an odd head dim plus an even R is never a multiple of 2)."""
-    sizes = list(itertools.islice(rotary_dims(kernel, head_dim, minimum), count))
+    """The first ``count`` rotary dims ``minimum`` <= R <= ``MAX_ROTARY_DIM`` with hd + R a size the kernel runs
+    natively; ``ValueError`` naming the head dim when there is none (an odd head dim plus an even R is never a
+    multiple of 2; a head dim just above one of the kernel's sizes needs an R beyond the ladder's largest)."""
+    sizes = list(itertools.islice(rotary_dims(kernel, head_dim, minimum, MAX_ROTARY_DIM), count))
     if not sizes:
-        raise ValueError(f"head dim {head_dim}: no rotary dim R makes {head_dim} + R a size --kernel {kernel} runs "
-                         f"natively ({KERNELS[kernel].sizes}); the ladder cannot be served on it: use --strategy "
-                         "single or --dtype float32")
+        beyond = next(rotary_dims(kernel, head_dim, minimum), None)
+        why = "" if beyond is None else (f" (the first is R = {beyond}, beyond the {MAX_ROTARY_DIM} the ladder is "
+                                         "fitted on: its time grows about eightfold with each doubling)")
+        raise ValueError(f"head dim {head_dim}: no rotary dim R from {minimum} to {MAX_ROTARY_DIM} makes {head_dim} "
+                         f"+ R a size --kernel {kernel} runs natively ({KERNELS[kernel].sizes}){why}; the ladder "
+                         "cannot be served on that kernel: plan for another --kernel or --engine, or --strategy "
+                         "single where the kernel runs its head dim")
     return sizes
 
 
@@ -126,6 +132,32 @@ def _available_memory() -> int | None:
     return None
 
 
+@dataclass(frozen=True)
+class FitBudget:
+    """What fitting ``distinct`` heads of one rotary dim will take, known before any fit: the processes it runs in
+    (``jobs``: a pool where it is worth one), the predicted ``seconds`` and bytes per process, and, where that
+    memory is more than is available, the one-line ``refusal``."""
+
+    jobs: int
+    seconds: float
+    per_process: float
+    refusal: str | None
+
+
+def fit_budget(distinct: int, window: int, rotary_dim: int, jobs: int) -> FitBudget:
+    """The ``FitBudget`` of fitting ``distinct`` heads on ``rotary_dim`` dims over ``window`` with ``jobs`` asked."""
+    jobs = min(jobs, distinct) if worth_a_pool(distinct, window) else 1
+    seconds, per_process = fit_cost(distinct, window, rotary_dim, jobs)
+    available, refusal = _available_memory(), None
+    if available is not None and per_process * jobs > available:
+        refusal = (f"--window {window}: the ladder's fit on {rotary_dim} rotary dims would hold about "
+                   f"{per_process * jobs / 2**30:.3g} GiB ({jobs} process{'es' if jobs > 1 else ''} of "
+                   f"{per_process / 2**30:.3g}; it evaluates every distance up to the window), more than the "
+                   f"{available / 2**30:.3g} GiB available; plan a shorter --window" +
+                   (" or fewer --jobs" if jobs > 1 else ""))
+    return FitBudget(jobs, seconds, per_process, refusal)
+
+
 def fit_heads(
     keys: Sequence[tuple[float, float]], thetas: np.ndarray, window: int, dtype: str, stored_scale: float, *,
     jobs: int = 1, progress: bool = False,
@@ -137,14 +169,10 @@ def fit_heads(
 
     distinct = list(dict.fromkeys((float(m), float(c)) for m, c in keys))
     args = [(m, tuple(np.asarray(thetas, np.float64).tolist()), window, c, dtype, stored_scale) for m, c in distinct]
-    jobs = min(jobs, len(distinct)) if worth_a_pool(len(distinct), window) else 1
-    seconds, per_process = fit_cost(len(distinct), window, 2 * len(thetas), jobs)
-    available = _available_memory()
-    if available is not None and per_process * jobs > available:
-        raise ValueError(f"--window {window}: the ladder's fit would hold about {per_process * jobs / 2**30:.3g} GiB "
-                         f"({jobs} process{'es' if jobs > 1 else ''} of {per_process / 2**30:.3g}; it evaluates every "
-                         f"distance up to the window), more than the {available / 2**30:.3g} GiB available; plan a "
-                         "shorter --window" + (" or fewer --jobs" if jobs > 1 else ""))
+    budget = fit_budget(len(distinct), window, 2 * len(thetas), jobs)
+    if budget.refusal is not None:
+        raise ValueError(budget.refusal)
+    jobs, seconds, per_process = budget.jobs, budget.seconds, budget.per_process
     if seconds > LONG_FIT_SECONDS:  # said before the work, where its cost is known (the bar needs a terminal)
         log.warning("fitting %d heads over a %d-token window: about %.0f minutes and %.3g GiB per process on 2 cores "
                     "(the fit evaluates every distance up to the window)", len(distinct), window, seconds / 60,
@@ -232,6 +260,14 @@ def plan_ladder(source, request) -> EmulationPlan:
         sizes = [request.rotary_dim]
     else:
         sizes = _ladder_sizes(request.kernel, source.head_dim, MIN_ROTARY_DIM, 2)
+    distinct = len(set(zip(source.slopes, floors)))
+    budgets = [fit_budget(distinct, request.window, r, request.jobs) for r in sizes]
+    if budgets[0].refusal is not None:  # decided before any fit
+        raise ValueError(budgets[0].refusal)
+    if any(b.refusal for b in budgets[1:]):  # the next size, tried where the first misses, would not fit memory
+        log.warning("the ladder on %d rotary dims is tried alone: %d, which is tried where it misses the tolerance, "
+                    "would need more memory than is available", sizes[0], sizes[1])
+        sizes = sizes[:1]
     plans = []
     for r in sizes:
         plans.append(ladder_on(source, request, r, floors, cutoff))

@@ -30,7 +30,8 @@ def check_window(window: Any) -> int:
     """``window`` as a positive int no larger than ``MAX_WINDOW``, else ``ValueError`` naming ``--window``."""
     window = _checks.positive_int("window", window)
     if window > MAX_WINDOW:
-        raise ValueError(f"--window {window} is beyond {MAX_WINDOW} (2^24), the last position float32 holds exactly")
+        raise ValueError(f"--window {_checks.shown(window)} is beyond {MAX_WINDOW} (2^24), the last position float32 "
+                         "holds exactly")
     return window
 
 
@@ -56,6 +57,8 @@ class PlanRequest:
     hd + R a size it runs natively, and a served head dim it does not run is refused. engine: the engine served on
     (``targets.support.ENGINES``), which chooses the target and the kernel where none is named. cutoff, tolerance:
     logits. jobs, progress: how the ladder is fitted, not what (the plan is the same whatever they are).
+    kv_cache_dtype: the KV cache the engine will keep (``emulation.kv_cache.FORMATS``; None: the model's dtype),
+    which the plan must hold with.
     """
 
     window: int = DEFAULT_WINDOW
@@ -77,6 +80,7 @@ class PlanRequest:
     tolerance: float | None = None
     jobs: int = 1
     progress: bool = False
+    kv_cache_dtype: str | None = None
 
     def __post_init__(self) -> None:
         fix = lambda key, value: object.__setattr__(self, key, value)  # noqa: E731 (normalise once, frozen after)
@@ -92,6 +96,10 @@ class PlanRequest:
                                  "to take the target it runs")
         if self.dtype is not None:
             _checks.choice("dtype", self.dtype, tuple(DTYPES))
+        if self.kv_cache_dtype is not None:
+            from .kv_cache import FORMATS
+
+            _checks.choice("kv_cache_dtype", self.kv_cache_dtype, tuple(FORMATS))
         if self.target is not None:
             _checks.choice("target", self.target, tuple(TARGETS))
         if self.strategy is not None:
@@ -142,7 +150,8 @@ class PlanRequest:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out.pop("calibration_text")  # the text itself is not recorded; the advantages it gave are
-        if out["engine"] is None:  # records without one read as before
-            out.pop("engine")
+        for key in ("engine", "kv_cache_dtype"):
+            if out[key] is None:  # records without one read as before
+                out.pop(key)
         return out
 

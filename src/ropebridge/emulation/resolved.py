@@ -53,8 +53,8 @@ class Resolved:
     ``strategy`` (of ``STRATEGIES``), the source's ``head_dim``, ``tolerance`` and ``cutoff`` (logits), ``floors``
     (the ladder's C per head ``(h,)``; empty for the other strategies); the strategy's own options as asked, None
     where the strategy chooses them (``theta``, ``max_phase``, ``rope_base``, ``rotary_dim``, ``pairs``,
-    ``split``); how the ladder is fitted (``jobs``, ``progress``: not what); and ``asked``, the request it
-    resolves (module doc)."""
+    ``split``); how the ladder is fitted (``jobs``, ``progress``: not what); ``asked``, the request it
+    resolves (module doc); and the KV cache the plan must hold with (``kv_cache_dtype``, None: the model's)."""
 
     window: int
     dtype: str
@@ -75,6 +75,7 @@ class Resolved:
     asked: PlanRequest
     jobs: int = 1
     progress: bool = False
+    kv_cache_dtype: str | None = None
 
     @property
     def target_row(self) -> Target:
@@ -86,6 +87,8 @@ class Resolved:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name not in ("asked", *UNRECORDED)}
         out["floors"] = list(self.floors)
+        if out["kv_cache_dtype"] is None:  # records without one read as before
+            out.pop("kv_cache_dtype")
         return out
 
     def asked_dict(self) -> dict[str, Any]:
@@ -105,6 +108,13 @@ def resolve(source, asked: PlanRequest, model=None) -> Resolved:
 
     dtype = asked.dtype or checkpoint_dtype(getattr(source, "config", None))
     engine = asked.engine or "transformers"
+    if asked.kv_cache_dtype is not None:
+        from .kv_cache import FORMATS
+
+        names = [n for n, f in FORMATS.items() if asked.engine in f.engines]
+        if asked.engine is not None and asked.kv_cache_dtype not in names:
+            raise ValueError(f"--kv-cache-dtype {asked.kv_cache_dtype} is not a cache --engine {asked.engine} keeps; "
+                             f"the ones it keeps are {', '.join(names)}")
     kernel = asked.kernel if asked.kernel != "any" else ENGINES[engine].kernel
     check_dtype(kernel, dtype)
     target = TARGETS[asked.target or choose_for(source, engine).target]
@@ -124,7 +134,8 @@ def resolve(source, asked: PlanRequest, model=None) -> Resolved:
     return Resolved(window=asked.window, dtype=dtype, target=target.name, engine=engine, kernel=kernel, strategy=name,
                     head_dim=source.head_dim, tolerance=tolerance, cutoff=cutoff, floors=floors, theta=asked.theta,
                     max_phase=asked.max_phase, rope_base=asked.rope_base, rotary_dim=asked.rotary_dim,
-                    pairs=asked.pairs, split=asked.split, asked=asked, jobs=asked.jobs, progress=asked.progress)
+                    pairs=asked.pairs, split=asked.split, asked=asked, jobs=asked.jobs, progress=asked.progress,
+                    kv_cache_dtype=asked.kv_cache_dtype)
 
 
 def _calibrated(asked: PlanRequest, model) -> PlanRequest:

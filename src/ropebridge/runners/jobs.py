@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -116,12 +117,27 @@ def launch(python: str | Path, worker: str, job: Job, *, env: dict[str, str] | N
             how = f"died by signal {-code}" if code < 0 else f"exited with status {code}"
             raise ValueError(f"the {worker} worker in {python} {how} before answering: "
                              f"{last_error(output.read_text(errors='replace'))}")
-        answer = json.loads(out.read_text())
+        answer, log_text = json.loads(out.read_text()), output.read_text(errors="replace")
     if answer.get("missing") is not None:
         raise ValueError(f"{python} cannot import what the {worker} worker needs ({answer['missing']}); give "
                          "--engine-python an interpreter that has the engine installed")
+    if answer.get("refused") and ROOT_CAUSE_ABOVE in answer["refused"]:  # the engine's own process said why
+        answer["refused"] = root_cause(log_text) or answer["refused"]
     log.info("%s answered in %.1f s", worker, seconds)
     return Result.from_dict(answer, seconds)
+
+
+ROOT_CAUSE_ABOVE = "root cause above"  # vLLM's words where its engine process failed and said why in its log
+
+
+def root_cause(text: str) -> str | None:
+    """The first exception a worker's output names (``NotImplementedError: FP8 KV cache on CPU requires ...``), its
+    log prefix dropped: where an engine's own process failed, the reason it gave."""
+    for line in text.splitlines():
+        found = re.search(r"\b([A-Z]\w*(?:Error|Exception)): (.+)$", line)
+        if found and ROOT_CAUSE_ABOVE not in line and "Traceback" not in line:
+            return f"{found.group(1)}: {found.group(2).strip()}"[:LOG_TAIL]
+    return None
 
 
 def last_error(text: str) -> str:

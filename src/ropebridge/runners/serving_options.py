@@ -66,14 +66,16 @@ class Runner:
         return next(o for o in self.options if o.key == key)
 
 
+KV_CACHE_DTYPE = Option("kv_cache_dtype", "--kv-cache-dtype", str, "the KV cache's dtype (vLLM's names; default auto: "
+                        "the model's)", VLLM_KV_CACHE_DTYPES)
 RUNNERS = {r.name: r for r in (
     Runner("transformers", "transformers", "run_transformers.py", "checkpoint", (
         Option("attn_implementation", "--attn-implementation", str, "transformers' attention (default: the model's)",
                ("sdpa", "eager")),
+        KV_CACHE_DTYPE,  # transformers has none but the model's: its cache's values rounded to it as stored
     )),
     Runner("vllm", "vLLM", "run_vllm.py", "checkpoint", (
-        Option("kv_cache_dtype", "--kv-cache-dtype", str, "vLLM's KV cache dtype (default auto: the model's)",
-               VLLM_KV_CACHE_DTYPES),
+        KV_CACHE_DTYPE,
         Option("tensor_parallel_size", "--tensor-parallel-size", int, "vLLM's tensor-parallel ranks (default 1)"),
         Option("quantization", "--quantization", str, "vLLM's weight quantization method (default: none)"),
         Option("max_num_batched_tokens", "--max-num-batched-tokens", int,
@@ -89,11 +91,12 @@ RUNNERS = {r.name: r for r in (
 )}
 
 
-def flags() -> dict[str, tuple[Runner, Option]]:
-    """Every runner's options by flag (no flag belongs to two runners)."""
-    out: dict[str, tuple[Runner, Option]] = {}
+def flags() -> dict[str, tuple[Option, tuple[Runner, ...]]]:
+    """Every option by flag, with the runners that take it (two runners share a flag only as one ``Option``)."""
+    out: dict[str, tuple[Option, tuple[Runner, ...]]] = {}
     for runner in RUNNERS.values():
         for option in runner.options:
-            assert option.flag not in out, f"{option.flag} is two runners' option"
-            out[option.flag] = (runner, option)
+            known, takers = out.get(option.flag, (option, ()))
+            assert known is option, f"{option.flag} is two different options"
+            out[option.flag] = (option, (*takers, runner))
     return out

@@ -198,6 +198,8 @@ TARGETS = {t.name: t for t in (
            strategies=("ladder", "single", "fixed-base"), rotary_block=True, pair_dims="block",
            layer_norm="layernorm", mlp=("up_proj", "down_proj"),
            serving=(_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
-            "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}`"),
+            "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}`",
+            "llama.cpp: `convert_hf_to_gguf.py {dst}` drops the RoPE base; set `stablelm.rope.freq_base` to {base} "
+            "in the GGUF, or convert with `--rope-base 10000` (docs/targets.md in ropebridge)"),
            blocks=("layernorm-gated", "unbiased-layernorm-gated")),
 )}

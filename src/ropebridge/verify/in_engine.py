@@ -24,7 +24,7 @@ import torch
 from ..checkpoint.model import SourceModel
 from ..checkpoint.reference import Blocks, reference_states
 from ..numerics import DTYPES
-from ..runners import EngineRun, Job, launch
+from ..runners import Job, launch
 from . import logit_stats
 from .engine_check import EngineCheck
 from .measure import GREEDY_PROMPT, LOGIT_BYTES, QUERY_BLOCK, tokens
@@ -36,14 +36,15 @@ from .verdict import VerifyReport
 class ExactScores:
     """The exact reference over one sequence ``ids`` ``(s,)``, per position i < s - 1: ``logprobs``, log p of
     ``ids[i + 1]`` after ``ids[: i + 1]``; ``argmax``, exact's top token there; ``margin``, its log p less that of
-    ``ids[i + 1]`` (0 where that is the top); and ``baseline_max_err``, in half precision, SRC in the dtype with
-    attention and bias exact against exact (max |logit error| over every position and the vocabulary; None in
-    float32)."""
+    ``ids[i + 1]`` (0 where that is the top); and, in half precision (None in float32), the baseline, SRC in the
+    dtype with attention and bias exact, against exact: ``baseline_max_err`` (max |logit error| over every position
+    and the vocabulary) and ``baseline_mean_err`` (mean |Δ log p| of the next tokens)."""
 
     logprobs: tuple[float, ...]
     argmax: tuple[int, ...]
     margin: tuple[float, ...]
     baseline_max_err: float | None = None
+    baseline_mean_err: float | None = None
 
     @property
     def ppl(self) -> float:
@@ -69,13 +70,16 @@ def exact_scores(source: SourceModel, ids: torch.Tensor, *, baseline: torch.dtyp
     s = ids.shape[1]
     block = logit_stats.vocab_block(s * len(sides), s, LOGIT_BYTES, row_bytes=8 * info.hidden_size * len(sides))
     targets = torch.cat([ids[:, 1:], ids[:, :1]], 1).to(device)  # (1, s): the next token (the last is ignored)
-    stats, pair = logit_stats.compare(sides, pairs, info.vocab_size, block, targets={"exact": targets})
+    stats, pair = logit_stats.compare(sides, pairs, info.vocab_size, block, targets={name: targets for name in sides})
     e = stats["exact"]
     logprobs, top = e.target_logprob[0, :-1].cpu(), e.top_logprob[0, :-1].cpu()  # (s - 1,)
     argmax = e.argmax[0, :-1].cpu()
     margin = torch.where(argmax == ids[0, 1:], torch.zeros_like(top), top - logprobs)
-    base = float(pair["exact", "baseline"].max_abs_diff.max()) if pairs else None
-    return ExactScores(tuple(logprobs.tolist()), tuple(argmax.tolist()), tuple(margin.tolist()), base)
+    base = mean = None
+    if pairs:
+        base = float(pair["exact", "baseline"].max_abs_diff.max())
+        mean = float((stats["baseline"].target_logprob[0, :-1].cpu() - logprobs).abs().mean())
+    return ExactScores(tuple(logprobs.tolist()), tuple(argmax.tolist()), tuple(margin.tolist()), base, mean)
 
 
 def cached_exact_scores(source: SourceModel, fingerprint: str, ids: list[int], cache: Path, *,
@@ -105,7 +109,7 @@ def measure_in_engine(source: SourceModel, src: Path, dst: Path, request, bar) -
     bar.set_postfix_str(f"DST in {run.describe()}")
     job = Job(model=run.gguf or str(dst), dtype=request.dtype, max_model_len=max(s + 1, len(prompt) + n),
               sequences=(tuple(ids[0].tolist()),), prompts=(tuple(prompt.tolist()),) if n else (), greedy_tokens=n,
-              options=run.options)
+              options=run.options, vocab=info.vocab_size)  # SRC's vocabulary: an engine's padded rows are not
     result = launch(run.interpreter, run.runner.worker, job)
     bar.update()
     check = EngineCheck(run=run.to_dict(), facts=result.facts, refused=result.refused, seconds=result.seconds,
@@ -117,7 +121,7 @@ def measure_in_engine(source: SourceModel, src: Path, dst: Path, request, bar) -
     bar.set_postfix_str(f"exact float64 reference, {s} tokens")
     exact = exact_scores(source, ids[0], baseline=DTYPES[request.dtype] if half else None, device=request.device,
                          on_layer=tick)
-    report.baseline_max_err = exact.baseline_max_err
+    report.baseline_max_err, check.baseline_mean_err = exact.baseline_max_err, exact.baseline_mean_err
     if result.refused is None:
         _score(check, exact, result.logprobs[0])
         if n:

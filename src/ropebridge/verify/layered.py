@@ -241,7 +241,17 @@ class LayeredModel:
 
     def _read(self, key: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
         """Weight ``key`` (or its ``rows``) as stored, cast once to the model's dtype, on its device (judged after,
-        so not refused where non-finite); kept whole and sliced while ``resident``."""
+        so not refused where non-finite). While ``resident``: on the CPU, from the memory map of its file (the
+        stored bytes themselves where the dtype is the model's, else a cast of one weight, released after);
+        elsewhere, kept whole on the device and sliced."""
+        if self._kept is not None and self.device.type == "cpu":
+            t = self.reader.mapped(key)
+            t = t if rows is None else t[rows[0]: rows[1]]
+            self.loads += 1
+            if t.dtype != self.dtype:
+                t = t.to(self.dtype)
+                self.largest_read_bytes = max(self.largest_read_bytes, t.nbytes)
+            return t
         if self._kept is not None:
             if key not in self._kept:
                 self._kept[key] = self.reader.read(key, dtype=self.dtype, finite=False).to(self.device)
@@ -253,10 +263,19 @@ class LayeredModel:
         self.largest_read_bytes = max(self.largest_read_bytes, t.nbytes)
         return t
 
+    @property
+    def resident_bytes(self) -> int:
+        """The memory of this process's own that ``resident`` holds: none on the CPU (the files' memory maps, shared
+        with the page cache and reclaimable), ``weight_bytes`` on another device (every weight kept there)."""
+        return 0 if self.device.type == "cpu" else self.weight_bytes
+
     @contextmanager
     def resident(self) -> Iterator[None]:
-        """Every weight read inside kept until the end (the head's whole), not read again: for greedy generation,
-        which would read every weight once per token, where the budget holds ``weight_bytes`` more."""
+        """Weights not read again for every use: for greedy generation, which would read every weight once per
+        token. On the CPU each is used from its file's memory map (``CheckpointReader.mapped``: no copy where the
+        stored dtype is the model's, one weight's cast at a time where not), so what is held stays one weight,
+        whatever the depth; on another device every weight read is kept there until the end (the head's whole),
+        where the budget holds ``resident_bytes`` more."""
         self._kept, self._head_rows = {}, (None, None)
         try:
             yield

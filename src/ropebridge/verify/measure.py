@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from .. import _log
 from ..checkpoint.calibration import AdvantageTracker
 from ..checkpoint.model import SourceModel
 from ..checkpoint.reference import BLOCK_BYTES, Blocks, reference_states
@@ -50,6 +51,9 @@ GREEDY_PROMPT = 16  # the greedy check continues the first tokens of the compare
 OVERHEAD_BYTES = 900 << 20  # the interpreter, torch and transformers resident before any weight
 QUERY_BLOCK = 256  # the reference's queries per attention block
 LOGIT_BYTES = 256 << 20  # the logit blocks compared at once (float64, every side, their temporaries, the heads' rows)
+log = _log.logger(__name__)
+PACE_AFTER = 5.0  # seconds of greedy generation after which its remaining time is predicted
+LONG_SECONDS = 60.0  # a greedy check predicted to take longer says so (a warning), as convert does
 
 
 @dataclass(frozen=True)
@@ -111,9 +115,13 @@ def tokens(src: Path, text: str | None, context: int, vocab: int, seed: int) -> 
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(src)
-    except Exception as exc:  # missing or broken tokenizer files surface as many types: one line
-        raise ValueError(f"--text needs the source's tokenizer, which does not load from {src} "
-                         f"({type(exc).__name__})") from None
+    except Exception:  # missing or broken tokenizer files surface as many types: one line
+        has = [n for n in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+               if (Path(src) / n).is_file()]
+        why = ("it has no tokenizer files (tokenizer.json, tokenizer_config.json, tokenizer.model)" if not has else
+               f"its {', '.join(has)} do not load with this transformers")
+        raise ValueError(f"--text is tokenized with SRC's tokenizer, and {src} has none that loads: {why}; without "
+                         "--text verify compares on random ids") from None
     ids = tokenizer(text, return_tensors="pt")["input_ids"][:, :context]
     if ids.shape[1] < 2:
         raise ValueError("the text gives fewer than 2 tokens")
@@ -131,13 +139,41 @@ def padded_batch(ids: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Te
     return batch, mask
 
 
-def _greedy(model, prompt: torch.Tensor, n: int, pad_id: int) -> list[int]:
+class Pace:
+    """The greedy check's pace: ``tick()`` after each token generated (by any model), ``total`` tokens in all; once
+    ``PACE_AFTER`` seconds have passed, the rest's predicted time at the pace so far is said (a warning, once)
+    where it is more than ``LONG_SECONDS``, and the bar counts the tokens. A ``transformers`` stopping criterion
+    that never stops."""
+
+    def __init__(self, total: int, bar):
+        self.total, self.bar, self.done, self.said = total, bar, 0, False
+        self.started = time.perf_counter()
+
+    def tick(self) -> None:
+        self.done += 1
+        self.bar.update()
+        elapsed = time.perf_counter() - self.started
+        if not self.said and elapsed >= PACE_AFTER:
+            self.said = True
+            rest = elapsed / self.done * (self.total - self.done)
+            if rest > LONG_SECONDS:
+                log.warning("greedy check: %d of %d tokens in %.0f s; about %.0f minutes more at this pace (fewer "
+                            "with --greedy-tokens)", self.done, self.total, elapsed, rest / 60)
+
+    def __call__(self, input_ids, scores, **kwargs) -> torch.Tensor:
+        self.tick()
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool)
+
+
+def _greedy(model, prompt: torch.Tensor, n: int, pad_id: int, pace: Pace | None = None) -> list[int]:
     out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, min_new_tokens=n,
-                         do_sample=False, pad_token_id=pad_id, eos_token_id=None)
+                         do_sample=False, pad_token_id=pad_id, eos_token_id=None,
+                         stopping_criteria=None if pace is None else [pace])
     return out[0, prompt.shape[1]:].tolist()
 
 
-def _reference_greedy(source: SourceModel, prompt: torch.Tensor, n: int, block: int, device: str) -> list[int]:
+def _reference_greedy(source: SourceModel, prompt: torch.Tensor, n: int, block: int, device: str,
+                      pace: Pace | None = None) -> list[int]:
     """The exact reference's own greedy tokens: the argmax of its last position's logits, token by token."""
     seq, out = prompt.cpu(), []
     for _ in range(n):
@@ -146,6 +182,8 @@ def _reference_greedy(source: SourceModel, prompt: torch.Tensor, n: int, block: 
         stats, _ = logit_stats.compare(side, [], source.info.vocab_size, block)
         out.append(int(stats[Side.EXACT].argmax[0, 0]))
         seq = torch.cat([seq, torch.tensor([[out[-1]]])], 1)
+        if pace is not None:
+            pace.tick()
     return out
 
 
@@ -276,7 +314,7 @@ def _greedy_check(report: VerifyReport, source, models: tuple, ids: torch.Tensor
     pad_id = int(conv.model.config.pad_token_id or 0)
     if not asked:
         return 0
-    keeps = {m: need.total + m.weight_bytes <= request.max_memory for m in (conv, source_model) if m is not None}
+    keeps = {m: need.total + m.resident_bytes <= request.max_memory for m in (conv, source_model) if m is not None}
     per_token = sum(m.layer_bytes for m, kept in keeps.items() if not kept) * source.info.n_layers
     if source_model is None:  # the exact reference recomputes its prefix per token
         per_token += reference_layer_bytes(source.info) * source.info.n_layers
@@ -284,19 +322,21 @@ def _greedy_check(report: VerifyReport, source, models: tuple, ids: torch.Tensor
     if tokens < asked:
         report.greedy_bound = (f"{tokens} of {asked} tokens: each streams {per_token / 2**30:.3g} GiB of weights, "
                                f"bounded at {GREEDY_STREAM_BYTES / 2**30:g} GiB")
-    bar.reset(total=2 * tokens * source.info.n_layers)
-    bar.set_postfix_str(f"greedy, {tokens} tokens")
+    bar.reset(total=2 * tokens)
+    bar.unit = "token"
+    bar.set_postfix_str(f"greedy, {tokens} tokens per model")
+    pace = Pace(2 * tokens, bar)
     prompt = ids[:, : min(GREEDY_PROMPT, ids.shape[1])]
     held = lambda m: m.resident() if keeps[m] else nullcontext()  # noqa: E731
     with torch.no_grad():
         if source_model is not None:
             with as_defined(source_model.model, source), held(source_model):
-                g_source = _greedy(source_model.model, prompt, tokens, pad_id)
+                g_source = _greedy(source_model.model, prompt, tokens, pad_id, pace)
         else:
-            g_source = _reference_greedy(source, prompt, tokens, block, request.device)
+            g_source = _reference_greedy(source, prompt, tokens, block, request.device, pace)
         with held(conv):
-            g_conv = _greedy(conv.model, prompt, tokens, pad_id)
+            g_conv = _greedy(conv.model, prompt, tokens, pad_id, pace)
     divergence = next((i for i, (x, y) in enumerate(zip(g_source, g_conv)) if x != y), None)
     report.greedy_source, report.greedy_converted = g_source, g_conv
     report.greedy_identical, report.greedy_first_divergence = divergence is None, divergence
-    return max((m.weight_bytes for m, kept in keeps.items() if kept), default=0)
+    return max((m.resident_bytes for m, kept in keeps.items() if kept), default=0)

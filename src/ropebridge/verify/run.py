@@ -55,7 +55,8 @@ from ..numerics import DTYPES, largest, plan_tolerance
 from . import byte_check
 from .layered import largest_weight_bytes
 from .measure import GREEDY_PROMPT, check_memory, measure
-from ..convert.pipeline import derive, resolve_source, source_fingerprint
+from ..checkpoint.hub import resolve_source
+from ..convert.pipeline import derive, source_fingerprint
 from ..convert.record import ConversionRecord, written_by_older
 from .verdict import VerifyReport, judge, limit_of
 
@@ -227,8 +228,8 @@ def _limits(info: SourceInfo, plan, request: VerifyRequest, dst: Path) -> Limits
     or greedy tokens beyond the plan's window or the source's own limit."""
     dtype = plan.dtype if request.dtype is None else request.dtype
     if request.context > plan.window:
-        raise ValueError(f"--context {request.context} is beyond the window {plan.window} that {dst} was converted "
-                         "for (its bias is planned up to there only); convert again with a larger --window")
+        raise ValueError(f"--context {_checks.shown(request.context)} is beyond the window {plan.window} that {dst} was "
+                         "converted for (its bias is planned up to there only); convert again with a larger --window")
     reach = min(GREEDY_PROMPT, request.context) + request.greedy_tokens
     if reach > plan.window:  # its cost grows with the square of the tokens, and past the window nothing is planned
         raise ValueError(f"--greedy-tokens {request.greedy_tokens} would generate up to position {reach}, beyond the "
@@ -236,7 +237,8 @@ def _limits(info: SourceInfo, plan, request: VerifyRequest, dst: Path) -> Limits
                          f"{plan.window - min(GREEDY_PROMPT, request.context)}")
     positions = info.max_positions
     if positions is not None and request.context > positions:
-        raise ValueError(f"--context {request.context} is beyond the source's own limit of {positions} positions")
+        raise ValueError(f"--context {_checks.shown(request.context)} is beyond the source's own limit of {positions} "
+                         "positions")
     threshold = request.max_logit_diff
     if threshold is None:  # the dtype's default tolerance at this window: never a --tolerance DST's record names
         threshold = plan_tolerance(dtype, info.slopes, plan.window)

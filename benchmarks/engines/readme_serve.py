@@ -1,0 +1,155 @@
+"""The README's set-up command and its serve recipe, exactly as printed, from a fresh clone in a clean environment.
+
+    python benchmarks/engines/readme_serve.py [--work-dir DIR] [--keep]
+
+A clone of this checkout's HEAD (``git clone``), run with nothing of this session's environment: ``PATH`` the
+system's, a new ``HOME``, no pip cache (``PIP_NO_CACHE_DIR``). In the clone, the README's first set-up command (the
+install and the demo), then each line of its ``vllm-serve-cpu`` recipe with ``bash -e``; the recipe's last line
+(the server) runs until ``/health`` answers, then the demo's held-out text is scored over HTTP as a client would
+(``/v1/completions``: token ids in, ``prompt_logprobs`` and 4 greedy continuations out) and judged against exact
+float64 ALiBi on the same ids as ``serving_options.py`` judges every row. Writes
+benchmarks/results/readme_serve.json: each step's command, seconds and last line, the served numbers, the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from _common import machine  # noqa: E402
+
+OUT = ROOT / "benchmarks" / "results" / "readme_serve.json"
+RECIPE = "vllm-serve-cpu"
+PORT, START_TIMEOUT = 8000, 900
+
+
+def readme_steps(readme: str) -> tuple[str, list[str]]:
+    """The README's first set-up command and the serve recipe's lines."""
+    setup = re.search(r"```bash\n(python3 -m venv .*?)\n", readme).group(1)
+    block = re.search(rf"<!-- recipe: {RECIPE} -->\n```bash\n(.*?)```", readme, flags=re.S).group(1)
+    return setup, [line for line in block.strip().splitlines() if line.strip()]
+
+
+def clean_env(home: Path) -> dict[str, str]:
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "PIP_NO_CACHE_DIR": "1", "LANG": "C.UTF-8"}
+
+
+def step(command: str, cwd: Path, env: dict[str, str]) -> dict:
+    """One command as printed: its seconds, status and last line of output."""
+    t = time.perf_counter()
+    proc = subprocess.run(["bash", "-e", "-c", command], cwd=cwd, env=env, capture_output=True, text=True)
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    out = {"command": command, "seconds": time.perf_counter() - t, "status": proc.returncode,
+           "last_line": lines[-1] if lines else ""}
+    if proc.returncode:
+        raise SystemExit(f"{command!r} exited {proc.returncode}:\n" + "\n".join(lines[-20:]))
+    return {**out, "output": proc.stdout[-4000:]}
+
+
+def post(path: str, body: dict | None = None) -> dict:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{PORT}{path}", data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=900) as resp:
+        return json.loads(resp.read())
+
+
+def served(command: str, cwd: Path, env: dict[str, str], log: Path) -> dict:
+    """The server line as printed, until /health answers; the held-out ids scored and continued over HTTP."""
+    import serving_options as so
+    from ropebridge.checkpoint.model import SourceModel
+    from ropebridge.convert.pipeline import source_fingerprint
+    from ropebridge.demo import data_dir
+    from ropebridge.runners import Result
+
+    t = time.perf_counter()
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(["bash", "-e", "-c", command], cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"the server exited {proc.returncode}: {log.read_text()[-2000:]}")
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{PORT}/health", timeout=5)
+                break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                if time.perf_counter() - t > START_TIMEOUT:
+                    raise SystemExit(f"the server did not answer /health in {START_TIMEOUT} s")
+                time.sleep(2)
+        start = time.perf_counter() - t
+        texts = so.token_ids("demo")
+        ids, prompts = texts["scored"], texts["prompts"]
+        model = post("/v1/models")["data"][0]["id"]
+        scored = post("/v1/completions", {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0,
+                                          "prompt_logprobs": 0})["choices"][0]["prompt_logprobs"]
+        logprobs = [d[str(t)]["logprob"] for d, t in zip(scored[1:], ids[1:])]
+        outs = post("/v1/completions", {"model": model, "prompt": prompts, "max_tokens": so.GREEDY, "temperature": 0,
+                                        "ignore_eos": True, "return_token_ids": True, "logprobs": 0})["choices"]
+        outs = sorted(outs, key=lambda c: c["index"])
+        greedy = [c["token_ids"] for c in outs]
+        greedy_lp = [c["logprobs"]["token_logprobs"] for c in outs]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+    result = Result(logprobs=(tuple(logprobs),), greedy=tuple(map(tuple, greedy)),
+                    greedy_logprobs=tuple(map(tuple, greedy_lp)))
+    src = data_dir("demo")
+    dst = cwd / "demo-vllm"
+    limit = json.loads(subprocess.run([str(cwd / ".venv/bin/ropebridge"), "plan", "--model", "demo-out/native",
+                                       "--engine", "vllm", "--dtype", "bfloat16", "--window", "2048", "--json"],
+                                      cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout)["verify_limit"]
+    judged = so.judged(result, SourceModel(src), source_fingerprint(src), [ids], prompts, limit, cwd / "work",
+                       "bfloat16")
+    return {"command": command, "start_seconds": start, "model": model, "limit": limit,
+            "converted_from": str(dst.relative_to(cwd)), **judged}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--work-dir", type=Path, default=None)
+    p.add_argument("--keep", action="store_true", help="keep the clone")
+    args = p.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="readme-serve-", dir=args.work_dir))
+    clone, home = work / "ropebridge", work / "home"
+    home.mkdir()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    setup, lines = readme_steps((clone / "README.md").read_text())
+    env, load = clean_env(home), os.getloadavg()[0]
+    steps = [step(setup, clone, env)]
+    for line in lines[:-1]:
+        steps.append(step(line, clone, env))
+        print(f"{steps[-1]['seconds']:6.0f} s  {line}\n          {steps[-1]['last_line']}", flush=True)
+    server = served(lines[-1], clone, env, work / "server.log")
+    payload = {"machine": {**machine(), "load_before": load, "load_after": os.getloadavg()[0]},
+               "command": " ".join(["python", *sys.argv]), "commit": head.strip(), "steps": steps, "served": server}
+    OUT.write_text(json.dumps(payload, indent=1))
+    print(f"served: perplexity {100 * server['ppl_rel']:+.2f}% of exact's, max |Δ log p| {server['max_abs_dlogp']:.3g}, "
+          f"holds: {server['holds']}; wrote {OUT}")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if server["holds"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
