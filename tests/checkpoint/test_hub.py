@@ -1,6 +1,7 @@
 """checkpoint.hub: a source by directory or hub id; a download that fails says what happened and what to do in
 one line, never the hub library's exception chain."""
 
+import json
 import os
 import subprocess
 import sys
@@ -61,3 +62,22 @@ def test_the_command_says_it_offline_in_one_line(tmp_path, argv):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert ("cannot reach the Hugging Face hub" in proc.stderr or "is not a hub id" in proc.stderr), proc.stderr
     assert "Error" not in proc.stderr and not (tmp_path / "dst").exists()
+
+
+def test_plan_takes_a_hub_id_as_convert_does(tmp_path, monkeypatch, capsys):
+    # a hub id in the local cache (the hub unreachable here): plan --model reads it where it said "no config.json"
+    import huggingface_hub.constants as constants
+    from pico import build
+
+    from ropebridge.cli import main
+
+    cache = tmp_path / "hub"
+    entry = cache / "models--owner--bloom"
+    build(entry / "snapshots" / ("0" * 40), "bloom-4heads")
+    (entry / "refs").mkdir()
+    (entry / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    assert main(["plan", "--model", "owner/bloom", "--window", "256", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["source"] == "owner/bloom" and planned["heads"]
