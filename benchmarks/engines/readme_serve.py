@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -80,6 +79,7 @@ def served(command: str, cwd: Path, env: dict[str, str], log: Path) -> dict:
     from ropebridge.convert.pipeline import source_fingerprint
     from ropebridge.demo import data_dir
     from ropebridge.runners import Result
+    from ropebridge.runners.jobs import end
 
     t = time.perf_counter()
     with open(log, "w") as sink:
@@ -110,11 +110,7 @@ def served(command: str, cwd: Path, env: dict[str, str], log: Path) -> dict:
         greedy_lp = [c["logprobs"]["token_logprobs"] for c in outs]
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+            end(proc)
     result = Result(logprobs=(tuple(logprobs),), greedy=tuple(map(tuple, greedy)),
                     greedy_logprobs=tuple(map(tuple, greedy_lp)))
     src = data_dir("demo")

@@ -142,8 +142,10 @@ def table(payload: dict) -> str:
                    f"{cell(r, 'weights_bytes', '{:.3g}').replace('e+09', ' GB')} |")
     loads = [x for r in payload["rows"] for x in r["load_before"]]
     out.append("")
-    cpu = payload["machine"].get("cpu_model", "")
-    out.append(f"({payload['vllm']}, {payload['machine']['cpus']} cores{', ' + cpu if cpu else ''}; load average "
+    machines = payload.get("machines", {"": payload["machine"]})
+    cpu = "; ".join(f"{shape + ': ' if shape else ''}{m.get('cpu_model') or 'CPU not recorded'}"
+                    for shape, m in machines.items())
+    out.append(f"({payload['vllm']}, {payload['machine']['cpus']} cores, {cpu}; load average "
                f"before each engine start {min(loads):.1f}-{max(loads):.1f}; ratios: the median of the rounds, each "
                f"against native in the same round, and their range where recorded; ✓/✗: meets or misses ≥ 0.9× "
                f"throughput, ≥ 0.8× KV capacity)")
@@ -208,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         payload["rows"] = [r for r in stored["rows"] if r.get("shape", "bloom-560m") != args.shape] + rows
         payload["runs"] = {**(stored["runs"] if "bloom-560m" in stored["runs"] else {"bloom-560m": stored["runs"]}),
                            **payload["runs"]}
+        payload["machines"] = {**stored.get("machines", {"bloom-560m": stored["machine"]}),
+                               args.shape: payload["machine"]}
     out.write_text(json.dumps(payload, indent=1))
     print(table(payload))
     print(f"wrote {out}" + ("" if args.write else " (--write stores it in benchmarks/results/vllm_cost.json)"))

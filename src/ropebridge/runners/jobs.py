@@ -110,7 +110,7 @@ def launch(python: str | Path, worker: str, job: Job, *, env: dict[str, str] | N
             try:
                 code = proc.wait(timeout)
             except BaseException:  # an interrupt or the timeout: the engine's processes end with the worker
-                _end(proc)
+                end(proc)
                 raise
         seconds = time.perf_counter() - started
         if not out.is_file():
@@ -147,8 +147,8 @@ def last_error(text: str) -> str:
     return (errors or lines or ["(no output)"])[-1][:LOG_TAIL]
 
 
-def _end(proc: subprocess.Popen) -> None:
-    """End the worker's session: SIGTERM, then SIGKILL after 10 s."""
+def end(proc: subprocess.Popen) -> None:
+    """End ``proc``'s session (it was started in one of its own): SIGTERM, then SIGKILL after 10 s."""
     for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
         try:
             os.killpg(proc.pid, sig)
