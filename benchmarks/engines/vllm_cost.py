@@ -10,9 +10,10 @@ target asks for, the same with ``--rotary-dim 16`` (head 80, both sizes vLLM's C
 starts every model's engine once, in turn (``worker_vllm.py speed``: ``enforce_eager``, prefix caching off,
 ``VLLM_CPU_KVCACHE_SPACE=1``, 1 GiB of KV cache), and measures, after one warm-up each:
 
-- prefill: one prompt of ``PREFILL`` tokens (2K) and one generated token, tokens/s;
-- decode: ``DECODE_BATCHES`` prompts of 32 tokens at once, each continued by ``DECODE_TOKENS`` greedy tokens,
-  generated tokens/s over the whole request;
+- prefill: one prompt of the shape's ``prefill`` tokens (2K at 560M, 512 at the 7b1 width) and one generated
+  token, tokens/s;
+- decode: ``DECODE_BATCHES`` prompts of 32 tokens at once, each continued by the shape's ``decode_tokens`` greedy
+  tokens (64; 16), generated tokens/s over the whole request;
 - the KV cache vLLM allocates in its 1 GiB (its tokens; per token 2 layers kv_heads head_dim bytes), and how many
   2K sequences that holds;
 - the weights vLLM holds: the checkpoint's tensors in bfloat16 (their element count from the safetensors headers,
@@ -51,8 +52,11 @@ log = logging.getLogger("engines")
 OUT = ROOT / "benchmarks" / "results" / "vllm_cost.json"
 PREFILL, DECODE_BATCHES, DECODE_TOKENS, WINDOW = 2048, (1, 16), 64, 4096
 # the shapes served: BLOOM-560M's (heads of 64), and BLOOM-7b1's width (32 heads of 128, the head most of these
-# models are served at) with 4 of its 30 layers and its whole vocabulary
-SHAPES = {"bloom-560m": {}, "bloom-7b1-4l": {"layers": 4, "hidden": 4096, "heads": 32}}
+# models are served at) with 4 of its 30 layers and its whole vocabulary; each with the work it is measured on (the
+# 7b1 width prefills at about 11 tokens/s on 2 cores: a 512-token prompt and 16 decode tokens, one timed run)
+SHAPES = {"bloom-560m": {"model": {}, "prefill": PREFILL, "decode_tokens": DECODE_TOKENS, "rounds": 2},
+          "bloom-7b1-4l": {"model": {"layers": 4, "hidden": 4096, "heads": 32}, "prefill": 512, "decode_tokens": 16,
+                           "rounds": 1}}
 
 
 def cpu_model() -> str:
@@ -88,22 +92,24 @@ def convert(src: Path, dst: Path, width: int | None) -> Path:
 
 def speeds(run: dict) -> dict[str, float]:
     """One round's throughputs (tokens/s, the median of its measurements)."""
-    out = {"prefill_tokens_per_s": statistics.median(PREFILL / s for s in run["prefill_seconds"])}
+    prefill, decode = run.get("prefill", PREFILL), run.get("decode_tokens", DECODE_TOKENS)
+    out = {"prefill_tokens_per_s": statistics.median(prefill / s for s in run["prefill_seconds"])}
     for b, times in run["decode_seconds"].items():
-        out[f"decode_b{b}_tokens_per_s"] = statistics.median(int(b) * DECODE_TOKENS / s for s in times)
+        out[f"decode_b{b}_tokens_per_s"] = statistics.median(int(b) * decode / s for s in times)
     return out
 
 
 def summarise(name: str, runs: list[dict], native: dict | None, native_runs: list[dict] | None = None) -> dict:
-    prefill = statistics.median(PREFILL / s for r in runs for s in r["prefill_seconds"])
-    decode = {b: statistics.median(int(b) * DECODE_TOKENS / s for r in runs for s in r["decode_seconds"][b])
-              for b in runs[0]["decode_seconds"]}
+    prefill = statistics.median(r.get("prefill", PREFILL) / s for r in runs for s in r["prefill_seconds"])
+    decode = {b: statistics.median(int(b) * r.get("decode_tokens", DECODE_TOKENS) / s
+                                   for r in runs for s in r["decode_seconds"][b]) for b in runs[0]["decode_seconds"]}
     first = runs[0]
     kv_per_token = 2 * first["layers"] * first["kv_heads"] * first["head_size"] * 2  # keys and values, bfloat16
     row = {"model": name, "head_size": first["head_size"], "prefill_tokens_per_s": prefill,
            **{f"decode_b{b}_tokens_per_s": v for b, v in decode.items()},
            "kv_cache_tokens": first["kv_cache_tokens"], "kv_bytes_per_token": kv_per_token,
            "sequences_2k": first["kv_cache_tokens"] // PREFILL, "weights_bytes": first["weights_bytes"],
+           "prefill": first.get("prefill", PREFILL), "decode_tokens": first.get("decode_tokens", DECODE_TOKENS),
            "runs": len(runs), "load_before": [r["load_before"] for r in runs]}
     if native is not None:
         for key in ("prefill_tokens_per_s", *(f"decode_b{b}_tokens_per_s" for b in decode), "kv_cache_tokens",
@@ -133,10 +139,11 @@ def table(payload: dict) -> str:
         within = "" if spread is None else f", {spread[0]:.2f}–{spread[1]:.2f}"
         return f"{v} ({ratio:.2f}×{within}{mark})"
 
-    out = ["| shape | model | head size | prefill 2K, tok/s | decode batch 1, tok/s | decode batch 16, tok/s | KV bytes / token | "
+    out = ["| shape | model | head size | prefill, tok/s | decode batch 1, tok/s | decode batch 16, tok/s | KV bytes / token | "
            "KV tokens in 1 GiB | 2K sequences in it | weights |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in payload["rows"]:
-        out.append(f"| {r.get('shape', 'bloom-560m')} | {r['model']} | {r['head_size']} | {cell(r, 'prefill_tokens_per_s', '{:.0f}')} | "
+        shape = f"{r.get('shape', 'bloom-560m')} ({r.get('prefill', PREFILL)} + {r.get('decode_tokens', DECODE_TOKENS)})"
+        out.append(f"| {shape} | {r['model']} | {r['head_size']} | {cell(r, 'prefill_tokens_per_s', '{:.0f}')} | "
                    f"{cell(r, 'decode_b1_tokens_per_s', '{:.1f}')} | {cell(r, 'decode_b16_tokens_per_s', '{:.0f}')} | "
                    f"{r['kv_bytes_per_token']:,} | {cell(r, 'kv_cache_tokens', '{:,}')} | {r['sequences_2k']} | "
                    f"{cell(r, 'weights_bytes', '{:.3g}').replace('e+09', ' GB')} |")
@@ -167,27 +174,29 @@ def main(argv: list[str] | None = None) -> int:
     work = (args.work_dir or root / "work") / "vllm-cost"
     work.mkdir(parents=True, exist_ok=True)
     shape = SHAPES[args.shape]
-    src = bloom_560m_shaped(work / f"{args.shape}-shaped", **shape)
+    src = bloom_560m_shaped(work / f"{args.shape}-shaped", **shape["model"])
     models = {"native BLOOM (ALiBi)": (src, "bfloat16")}
     for width in map(int, args.widths.split(",")):
         label = f"converted, R = {width}" + (" (the planner's)" if width == 32 else f" (--rotary-dim {width})")
         models[label] = (convert(src, work / f"{args.shape}-vllm-r{width}", None if width == 32 else width), None)
     import torch
 
-    ids = torch.randint(0, shape.get("vocab", 250880), (PREFILL + 32 * max(DECODE_BATCHES),), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(0, shape["model"].get("vocab", 250880), (PREFILL + 32 * max(DECODE_BATCHES),),
+                        generator=torch.Generator().manual_seed(0))
     runs: dict[str, list[dict]] = {m: [] for m in models}
     for r in range(args.rounds):
         for name, (path, dtype) in models.items():
             load = os.getloadavg()[0]
             log.info("round %d: %s (load %.2f)", r + 1, name, load)
             job = {"model": str(path), "dtype": dtype, "max_model_len": WINDOW, "ids": ids.tolist(),
-                   "prefill": PREFILL, "decode_batches": list(DECODE_BATCHES), "decode_tokens": DECODE_TOKENS,
-                   "rounds": 2, "skip_tokenizer_init": True}
+                   "prefill": shape["prefill"], "decode_batches": list(DECODE_BATCHES),
+                   "decode_tokens": shape["decode_tokens"], "rounds": shape["rounds"], "skip_tokenizer_init": True}
             result = worker(env, "speed", job, work)
             if "refused" in result:
                 raise SystemExit(f"{name}: {result['refused']}")
             config = json.loads((path / "config.json").read_text())
-            result.update(load_before=load, weights_bytes=2 * tensor_elements(path),
+            result.update(load_before=load, weights_bytes=2 * tensor_elements(path), prefill=shape["prefill"],
+                          decode_tokens=shape["decode_tokens"],
                           layers=config.get("num_hidden_layers") or config["n_layer"],
                           kv_heads=config.get("num_key_value_heads") or config.get("num_attention_heads")
                           or config["n_head"])
@@ -202,8 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             "decode_b16_tokens_per_s_ratio", "sequences_2k_ratio"]
     print(text_table(rows, cols))
     payload = {"machine": {**machine(), "cpu_model": cpu_model()}, "command": " ".join(["python", *sys.argv]),
-               "vllm": f"vllm-cpu {envs.VLLM_CPU}", "prefill": PREFILL, "decode_tokens": DECODE_TOKENS,
-               "window": WINDOW, "kv_cache_space_gib": 1, "rows": rows, "runs": {args.shape: runs}}
+               "vllm": f"vllm-cpu {envs.VLLM_CPU}", "window": WINDOW, "kv_cache_space_gib": 1, "rows": rows, "runs": {args.shape: runs}}
     out = OUT if args.write else work / f"vllm_cost-{args.shape}-{int(time.time())}.json"
     if args.write and OUT.exists():  # the other shapes' rows and runs kept
         stored = json.loads(OUT.read_text())

@@ -27,7 +27,7 @@ FORMATS = {"float32": (24, -126), "bfloat16": (8, -126), "float16": (11, -14)}
 # Per dtype, the one tolerance of a conversion, in logits. ``plan`` predicts the worst error of the emulated
 # bias (worst head, worst distance, as an eager attention computes the scores) and ``convert`` refuses a plan
 # above it; ``verify`` bounds the converted model's output logits by it or by a factor of the plan's prediction
-# (``convert.verdict``; docs/verify.md). float32 1e-3 (and ``plan_tolerance``'s bias resolution); half precision
+# (``verify.verdict``; docs/verify.md). float32 1e-3 (and ``plan_tolerance``'s bias resolution); half precision
 # the same 2^9 units of roundoff in both dtypes (float16 u = 2^-11: 0.25; bfloat16 u = 2^-8: 2.0), about eight
 # half-ulps of a 60-logit score.
 TOLERANCE = {"float32": 1e-3, "bfloat16": 2.0, "float16": 0.25}

@@ -1,5 +1,5 @@
 """Reports and figures: the figures of ``plan``, ``rope`` and the demo, the demo's report, and the plotting
-helpers ``verify --report`` draws with (``convert.report``). Every figure function returns a ``matplotlib.figure.Figure`` (no pyplot state, no display needed);
+helpers ``verify --report`` draws with (``verify.report``). Every figure function returns a ``matplotlib.figure.Figure`` (no pyplot state, no display needed);
 matplotlib is imported when a figure is made."""
 
 from __future__ import annotations

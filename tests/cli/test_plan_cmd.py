@@ -108,7 +108,7 @@ def test_a_checkpoints_plan_names_the_target_convert_takes_and_its_engines(tmp_p
     assert main(["plan", "--model", str(src), "--window", "512", *flags]) == 0
     *_, named, kernels, cost = capsys.readouterr().out.strip().splitlines()
     assert named == f"target {target} ({TARGETS[target].architecture}): {TARGETS[target].engines}"
-    assert kernels.startswith("head dim ") and " runs on: vLLM 0.34 " in kernels and "; TensorRT-LLM " in kernels
+    assert kernels.startswith("head dim ") and " runs on: vLLM 0.34.0 " in kernels and "; TensorRT-LLM " in kernels
     served = int(kernels.split()[2])
     assert cost.startswith(f"serving cost: head dim 16 -> {served}: KV cache per token {served / 16:.2f}x")
     assert main(["plan", "--heads", "4", "--head-dim", "16", "--window", "512"]) == 0  # no checkpoint: no target line

@@ -78,6 +78,22 @@ def mirror(module: Path) -> Path:
     return ROOT / "tests" / rel.parent / f"test_{rel.stem.strip('_')}.py"
 
 
+def test_the_files_and_modules_the_docs_name_exist():
+    # a path in backticks (`tests/x.py`, `benchmarks/y.py`, `src/...`) and every module of the levels table
+    docs = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "benchmarks").glob("**/README.md")]
+    missing = [(doc.name, path) for doc in docs if doc.name != "decisions.md"
+               for path in re.findall(r"`((?:tests|benchmarks|src|scripts|docs)/[\w/.-]+\.(?:py|md|json))`",
+                                      doc.read_text()) if not (ROOT / path).exists()]
+    # a result not yet produced, named as what its script writes (the GPU runs)
+    missing = [(doc, path) for doc, path in missing
+               if not (path.startswith("benchmarks/results/") and list(ROOT.glob(f"benchmarks/**/{Path(path).stem}.py")))]
+    assert not missing, missing
+    from test_levels import LEVELS
+
+    names = {n for level in LEVELS for n in level}
+    assert names and not [n for n in sorted(names) if not (PACKAGE / f"{n}.py").exists() and not (PACKAGE / n).is_dir()]
+
+
 def test_every_module_has_its_test_file_at_the_mirrored_path():
     missing = [str(mirror(p).relative_to(ROOT)) for p in sorted(PACKAGE.rglob("*.py")) if p.name != "__init__.py"
                and not mirror(p).exists()]

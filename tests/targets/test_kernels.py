@@ -50,10 +50,11 @@ def test_float32_on_a_half_precision_kernel_is_refused_in_one_line():
 
 def test_each_engine_names_the_kernel_that_runs_a_head_dim():
     from ropebridge.targets.kernels import engine_kernels
+    from ropebridge.targets.support import TITLES
 
     k = engine_kernels(160)
-    assert k["vLLM 0.34"] == "FLASH_ATTN (FA3 on Hopper: the 192 kernel, padded)" and k["TensorRT-LLM"] == "MMHA"
-    assert engine_kernels(132)["vLLM 0.34"].startswith("TRITON_ATTN") and "aborts" in engine_kernels(132)["TensorRT-LLM"]
-    assert engine_kernels(36)["vLLM 0.34"].startswith("TRITON_ATTN") and engine_kernels(512)["vLLM 0.34"] == "FLASHINFER"
-    assert engine_kernels(96, "float32")["vLLM 0.34"].startswith("TRITON_ATTN")
+    assert k[TITLES["vllm"]] == "FLASH_ATTN (FA3 on Hopper: the 192 kernel, padded)" and k["TensorRT-LLM"] == "MMHA"
+    assert engine_kernels(132)[TITLES["vllm"]].startswith("TRITON_ATTN") and "aborts" in engine_kernels(132)["TensorRT-LLM"]
+    assert engine_kernels(36)[TITLES["vllm"]].startswith("TRITON_ATTN") and engine_kernels(512)[TITLES["vllm"]] == "FLASHINFER"
+    assert engine_kernels(96, "float32")[TITLES["vllm"]].startswith("TRITON_ATTN")
     assert engine_kernels(96)["llama.cpp"] == "CUDA flash attention"

