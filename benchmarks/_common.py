@@ -48,10 +48,23 @@ def table(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def save(name: str, payload: dict) -> Path:
+SCHEMA = ("machine", "command", "rows")  # every result file's keys (``results``); others beside them
+
+
+def payload(rows: list, *, command: str | None = None, **extras) -> dict:
+    """A result file's content: the machine, the command that made it (this process's unless given), the rows
+    (a list, one per measurement the tables show) and whatever else the study keeps beside them."""
+    if not isinstance(rows, list):
+        raise TypeError(f"a result's rows are a list, not {type(rows).__name__}")
+    return {"machine": machine(), "command": command or " ".join(["python", *sys.argv]), "rows": rows, **extras}
+
+
+def save(name: str, content: dict) -> Path:
+    """Write ``content`` (``rows`` and what goes beside them) as benchmarks/results/NAME.json in the one schema."""
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps({"machine": machine(), **payload}, indent=1))
+    extras = {k: v for k, v in content.items() if k not in SCHEMA}
+    path.write_text(json.dumps(payload(content["rows"], command=content.get("command"), **extras), indent=1))
     return path
 
 

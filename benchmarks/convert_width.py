@@ -76,7 +76,8 @@ def random_bloom(directory: Path, *, layers: int, hidden: int, heads: int, vocab
 
 
 def full_model_bytes(record: dict, layers: int, vocab: int, itemsize: int) -> int:
-    """Output bytes of a converted BLOOM with ``layers`` and ``vocab``, from the converted geometry (``ropebridge.json``)."""
+    """Output bytes of a converted BLOOM with ``layers`` and ``vocab``, from the converted geometry
+    (``ropebridge.json``)."""
     lay = record["geometry"]
     d2, hd2, heads = lay["hidden_size"], lay["head_dim"], len(record["plan"]["heads"])
     d = d2 - lay["pad_dims"]

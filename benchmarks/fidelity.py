@@ -13,8 +13,9 @@ conversion adds no more error than the native model's own rounding), in half pre
 source model in that dtype with attention and its bias exact, ``reference_hidden(round_to=…)``, as FA2 and
 vLLM add ALiBi in float32) and converted / floor, and, on real text (the demo models: BLOOM, MPT and
 Falcon-RW trained on the same corpus), the perplexity of each; on real text at 2048 also whether the converted
-model's greedy continuation (transformers' ``generate``, ``GREEDY_TOKENS`` tokens) is the reference's. Logits are compared a block of positions at a time (a 560M model's logits at 8K
-would take 16 GB). Prints a table and writes benchmarks/results/fidelity.json (or fidelity_quick.json).
+model's greedy continuation (transformers' ``generate``, ``GREEDY_TOKENS`` tokens) is the reference's. Logits are
+compared a block of positions at a time (a 560M model's logits at 8K would take 16 GB). Prints a table and writes
+benchmarks/results/fidelity.json (or fidelity_quick.json).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # Every model therefore runs in a child process (an out-of-memory kill costs only that row's native
 # numbers), before the float64 reference is built; those long contexts are in the defaults but slow.
 DEFAULT_CONTEXTS = {"demo": "512,2048,8192,32768", "demo-mpt": "512,2048,8192,32768",
-                    "demo-falcon": "512,2048,8192,32768", "demo-baichuan": "2048,8192,32768", "demo-jais": "2048,8192,32768", "mpt": "512,2048,8192", "falcon": "512,2048,8192",
+                    "demo-falcon": "512,2048,8192,32768", "demo-baichuan": "2048,8192,32768",
+                    "demo-jais": "2048,8192,32768", "mpt": "512,2048,8192", "falcon": "512,2048,8192",
                     "bloom560m": "512,2048,8192", "bloom-hd128": "2048,8192"}
 # Real-text models shipped as package data (scripts/train_demo_model.py --family …): name -> data directory
 TEXT_MODELS = {"demo": "demo", "demo-mpt": "demo-mpt", "demo-falcon": "demo-falcon", "demo-baichuan": "demo-baichuan",
@@ -106,7 +108,8 @@ def convert_for(src: Path, dst: Path, dtype: str, window: int, calibration: Path
     for a user)."""
     subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--dtype", dtype,
                     "--window", str(window), *(["--target", target] if target else []), "--kernel", kernel,
-                    "--json", "--force", *(["--calibration-text", str(calibration)] if calibration is not None else [])],
+                    "--json", "--force",
+                    *(["--calibration-text", str(calibration)] if calibration is not None else [])],
                    check=True, capture_output=True)
 
 
@@ -203,12 +206,14 @@ def markdown(rows: list[dict]) -> str:
            "| greedy = exact |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         reason = str(r.get("native", ""))
-        native = (num(r, "native_max_abs_logit_err") if "native_max_abs_logit_err" in r else "remote code"
-                  if "remote code" in reason else "out of memory"
-                  if "memory" in reason or "allocate" in reason else "refused (max_seq_len)" if "size of tensor" in reason else "failed")
+        native = (num(r, "native_max_abs_logit_err") if "native_max_abs_logit_err" in r
+                  else "remote code" if "remote code" in reason
+                  else "out of memory" if "memory" in reason or "allocate" in reason
+                  else "refused (max_seq_len)" if "size of tensor" in reason else "failed")
         ppl = "" if r.get("reference_ppl") is None else " / ".join(
             num(r, k, "{:.2f}") for k in ("native_ppl", "floor_ppl", "converted_ppl", "reference_ppl"))
-        label = NAMES.get(r["model"], r["model"]) + ("" if r.get("target", "gpt-neox") == "gpt-neox" else f", {r['target']}")
+        label = NAMES.get(r["model"],
+                          r["model"]) + ("" if r.get("target", "gpt-neox") == "gpt-neox" else f", {r['target']}")
         if r.get("kernel", "any") != "any":
             label += f", R = {r['rotary_dim']} (--kernel {r['kernel']})"
         out.append(f"| {label} | {r['dtype']} | {r['context']} | {native} | "
@@ -251,7 +256,8 @@ def main() -> int:
     sources = build_sources(cache, names)
     rows = []
     for name, src in sources.items():
-        contexts = [int(c) for c in (args.contexts or ("512,2048" if args.quick else DEFAULT_CONTEXTS[name])).split(",")]
+        asked = args.contexts or ("512,2048" if args.quick else DEFAULT_CONTEXTS[name])
+        contexts = [int(c) for c in asked.split(",")]
         model = SourceModel(src)
         dtypes = args.dtypes.split(",")
         text = None

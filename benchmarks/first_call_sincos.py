@@ -56,7 +56,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from ropebridge.checkpoint.model import SourceModel
 from ropebridge.checkpoint.reference import Blocks, reference_states
 src = SourceModel(sys.argv[2])
-ids = torch.tensor(AutoTokenizer.from_pretrained(sys.argv[2])(open(sys.argv[2] + "/heldout.txt").read()[:30_000])["input_ids"][:8192])[None]
+text = open(sys.argv[2] + "/heldout.txt").read()[:30_000]
+ids = torch.tensor(AutoTokenizer.from_pretrained(sys.argv[2])(text)["input_ids"][:8192])[None]
 exact = reference_states(src, ids, blocks=Blocks(256))[0] @ src.head_rows(0, src.info.vocab_size).T  # (s, V)
 model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=getattr(torch, sys.argv[3]))
 with torch.no_grad():
@@ -93,8 +94,8 @@ def main() -> int:
     print(table(models, list(models[0])))
     for kind in KINDS:
         bad = [t for t in tables if t["process"] == kind and t["rows_differing"]]
-        print(f"{kind}: the first call differs from the second in {len(bad)} of {args.processes} processes"
-              + (f"; the exact pair's values off by up to {max(t['exact_pair_error'] for t in bad):.3g}" if bad else ""))
+        worst = f"; the exact pair's values off by up to {max(t['exact_pair_error'] for t in bad):.3g}" if bad else ""
+        print(f"{kind}: the first call differs from the second in {len(bad)} of {args.processes} processes{worst}")
     for dtype in args.dtypes.split(","):
         rows = [m for m in models if m["dtype"] == dtype]
         first, second = [m["first_forward"] for m in rows], [m["second_forward"] for m in rows]
@@ -102,7 +103,8 @@ def main() -> int:
         print(f"Falcon-RW demo, {dtype}, 8K: first forward {min(first):.3g} to {max(first):.3g} from exact, second "
               f"{min(second):.3g} to {max(second):.3g}; the first differs from the second in {len(moved)} of "
               f"{len(rows)} processes" + (f", by up to {max(moved):.3g}" if moved else ""))
-    print(f"wrote {save('first_call_sincos', {'command': ' '.join(['python', *sys.argv]), 'tables': tables, 'models': models})}")
+    payload = {"tables": tables, "rows": models}
+    print(f"wrote {save('first_call_sincos', payload)}")
     return 0
 
 

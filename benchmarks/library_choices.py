@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import payload
+
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK_BYTES = 64 << 20
 BLOOM_560M = {"model_type": "bloom", "n_layer": 24, "hidden_size": 1024, "n_head": 16, "vocab_size": 250880}
@@ -137,10 +139,11 @@ def main() -> int:
         other = {x: y for x, y in r.items() if x not in ("seconds", "rss_mb")}
         print(f"{k:24s} {r['seconds']:8.2f} {r['rss_mb']:12.0f}  {other}")
     if args.write:
-        (ROOT / "benchmarks" / "results" / "library_choices.json").write_text(json.dumps({
-            "command": "python benchmarks/library_choices.py --accelerate DIR --write", "rounds": args.rounds,
-            "shape": "BLOOM-560M, random bfloat16", "load_average_1min_at_start": load, "cores": os.cpu_count(),
-            "date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1) + "\n")
+        (ROOT / "benchmarks" / "results" / "library_choices.json").write_text(json.dumps(payload(
+            [{"case": k, **r} for k, r in rows.items()],
+            command="python benchmarks/library_choices.py --accelerate DIR --write", rounds=args.rounds,
+            shape="BLOOM-560M, random bfloat16", load_average_1min_at_start=load, cores=os.cpu_count(),
+            date=time.strftime("%Y-%m-%d")), indent=1) + "\n")
     return 0
 
 

@@ -18,8 +18,8 @@ calibrated), then, on W tokens of real text,
 
 Text: the demo models' held-out documents, rebuilt from the corpus they came from (Debian's python3.11-doc,
 every 25th ``.rst.txt`` source in sorted path order, as ``scripts/train_demo_model.py`` holds them out: 89,882
-tokens with this tokenizer, none trained on), joined as the training script joins them; for a window longer than that the same
-tokens follow again from the start. The repeat begins 89,882 tokens back, where the flattest head's bias
+tokens with this tokenizer, none trained on), joined as the training script joins them; for a window longer than that
+the same tokens follow again from the start. The repeat begins 89,882 tokens back, where the flattest head's bias
 (m = 2^-8 for 6 heads) is below -350: exact ALiBi gives it no weight, and a conversion that leaked weight there
 would show in the perplexity.
 

@@ -2,8 +2,8 @@
 
     python benchmarks/plot_results.py
 
-Reads benchmarks/results/speed_memory.json and fidelity.json (the full runs, or the quick ones when the
-full ones are missing) and writes speed_memory.png and fidelity.png beside them.
+Reads benchmarks/results/speed_memory.json and fidelity.json and writes speed_memory.png and fidelity.png beside
+them.
 """
 
 from __future__ import annotations
@@ -16,11 +16,8 @@ from matplotlib.figure import Figure
 
 
 def load(name: str) -> dict | None:
-    for candidate in (name, name + "_quick"):
-        path = RESULTS / f"{candidate}.json"
-        if path.exists():
-            return json.loads(path.read_text())
-    return None
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def speed_memory(data: dict) -> Figure:

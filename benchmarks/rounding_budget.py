@@ -85,7 +85,8 @@ def amplitudes_by_width(plan: dict, widths: list[int]) -> dict:
         p = make_plan(source, PlanRequest(window=plan["window"], dtype=plan["dtype"], strategy="ladder", rotary_dim=r,
                                           floor=floors))
         rss = [math.sqrt(sum((t.N**2 + t.M**2) * scale**2 for t in h.pairs)) for h in p.heads]
-        out[r] = {"rss_worst_head": max(rss), "approximation_error_worst_head": max(h.approximation_error for h in p.heads)}
+        out[r] = {"rss_worst_head": max(rss),
+                  "approximation_error_worst_head": max(h.approximation_error for h in p.heads)}
     ref = out.get(32, out[widths[0]])["rss_worst_head"]
     for r in widths:
         out[r]["rss_over_r32"] = out[r]["rss_worst_head"] / ref

@@ -10,8 +10,8 @@ Each (variant, length) runs in a child process (peak RSS is its own; an out-of-m
 recorded as such) on a BLOOM-560M-shaped random checkpoint (24 layers, hidden 1024, 16 heads), float32,
 one sequence, ``logits_to_keep=1`` (a prefill's logits for all positions would need 1 GB per 1K tokens).
 Also decode tokens/s after a 2K prompt, with transformers' default KV cache (grown by concatenation every
-step) and with a static one (allocated once, written in place, as serving engines keep theirs). Prints a table and writes
-benchmarks/results/speed_memory.json (or speed_memory_quick.json).
+step) and with a static one (allocated once, written in place, as serving engines keep theirs). Prints a table and
+writes benchmarks/results/speed_memory.json (or speed_memory_quick.json).
 """
 
 from __future__ import annotations
@@ -165,14 +165,15 @@ def main() -> int:
             "native_rss_mb", "converted_rss_mb", "ladder_rss_mb", "nemotron_rss_mb", "speedup_vs_native",
             "converted_over_limit_time", "ladder_over_converted_time", "nemotron_over_converted_time"]
     print(table(summary, cols))
-    print(f"decode after {decode_len} tokens, tokens/s: native {decode['native'].get('decode_tokens_per_s', decode['native']['status'])}, "
+    print(f"decode after {decode_len} tokens, tokens/s: native "
+          f"{decode['native'].get('decode_tokens_per_s', decode['native']['status'])}, "
           f"converted {decode['converted'].get('decode_tokens_per_s', decode['converted']['status'])}, "
           f"ladder {decode['ladder'].get('decode_tokens_per_s', decode['ladder']['status'])}, "
           f"nemotron {decode['nemotron'].get('decode_tokens_per_s', decode['nemotron']['status'])}")
     print("the same with a static KV cache: " + ", ".join(
         f"{v} {r.get('decode_tokens_per_s', r['status'])}" for v, r in decode_static.items()))
     path = save(name,
-                {"layers": layers, "vocab": vocab, "runs": rows, "summary": summary, "decode_context": decode_len,
+                {"layers": layers, "vocab": vocab, "runs": rows, "rows": summary, "decode_context": decode_len,
                  "decode": decode, "decode_static": decode_static, "decode_repeats": args.decode_repeats})
     print(f"wrote {path}")
     return 0

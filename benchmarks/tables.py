@@ -47,7 +47,8 @@ def window_guide() -> str:
 
 def verdicts() -> str:
     """Convert's verdict against verify's for the real-text models (``benchmarks/verdicts.py``)."""
-    out = ["| model | dtype | window | convert | predicted | tolerance | verify: converted | baseline | limit | source vs "
+    out = ["| model | dtype | window | convert | predicted | tolerance | verify: converted | baseline | limit | source "
+           "vs "
            "exact (reported) | verdict |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in _rows("verdicts"):
         if not r["accepted"]:
@@ -56,7 +57,8 @@ def verdicts() -> str:
         verdict = "PASSED" if r.get("passed") else f"FAILED: {r.get('failures') or r.get('verify_error')}"
         out.append(f"| {r['model']} | {r['dtype']} | {r['window']:,} | accepted (R = {r['rotary_dim']}) | "
                    f"{r['predicted']:.3g} | {r['tolerance']:.3g} | {r.get('measured', float('nan')):.3g} | "
-                   f"{_or_dash(r.get('baseline'))} | {r.get('limit', float('nan')):.3g} | {_or_dash(r.get('source'))} | "
+                   f"{_or_dash(r.get('baseline'))} | {r.get('limit', float('nan')):.3g} | {_or_dash(r.get('source'))} "
+                   f"| "
                    f"{verdict} |")
     return "\n".join(out) + "\n"
 
@@ -77,7 +79,8 @@ def float32_error() -> str:
     """``float32_error.py``: each float32 conversion of the verdict tables against the plan's prediction, the
     exact reference with the kernel's rounding injected, and that rounding against the kernel's own scores."""
     out = ["| model | window | tokens | predicted | measured | measured / predicted | limit | injected | measured / "
-           "injected | kernel's score error | noise model's |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "injected | kernel's score error | noise model's |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in _rows("float32_error"):
         out.append(f"| {r['model']} | {r['window']} | {r['context']} | {r['predicted']:.3g} | {r['measured']:.3g} | "
                    f"{r['measured_over_predicted']:.3g} | {r['limit']:.3g} | {r['injected']:.3g} | "
@@ -88,7 +91,8 @@ def float32_error() -> str:
 def verdicts_8k() -> str:
     """verify at the whole 8K window of the real-text models' held-out text (``verdicts.py --context 8192``, the
     rows of ``verdicts_8k``; in half precision the reading of the source is not judged), with verify's seconds."""
-    out = ["| model | dtype | predicted | verify: converted | baseline | limit | source vs exact (reported) | reading of SRC "
+    out = ["| model | dtype | predicted | verify: converted | baseline | limit | source vs exact (reported) | reading "
+           "of SRC "
            "(judged in float32) | verify | verdict |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     rows = _rows("verdicts_8k")
     order = {"demo": 0, "demo-mpt": 1, "demo-falcon": 2, "demo-baichuan": 3, "demo-jais": 4, "float32": 0,
@@ -155,9 +159,10 @@ def speed_memory() -> str:
     """``speed_memory.py``: prefill tokens/s and peak RSS of native, converted and the limit per prompt length."""
     out = ["| prompt | native tok/s | converted tok/s | limit tok/s | native peak RSS MB | converted peak RSS MB | "
            "speed-up | native / converted memory | converted / limit time |", "|---:|" + "---:|" * 8]
-    for r in _load("speed_memory")["summary"]:
+    for r in _rows("speed_memory"):
         out.append(f"| {r['length']:,} | {_g(r.get('native_tok_s'))} | {_g(r['converted_tok_s'])} | "
-                   f"{_g(r['limit_tok_s'])} | {_g(r.get('native_rss_mb'), '{:.0f}')} | {_g(r['converted_rss_mb'], '{:.0f}')} | "
+                   f"{_g(r['limit_tok_s'])} | {_g(r.get('native_rss_mb'), '{:.0f}')} | "
+                   f"{_g(r['converted_rss_mb'], '{:.0f}')} | "
                    f"{_g(r.get('speedup_vs_native'))} | {_g(r.get('memory_native_over_converted'))} | "
                    f"{_g(r['converted_over_limit_time'])} |")
     return "\n".join(out) + "\n"
@@ -167,15 +172,18 @@ def speed_ladder() -> str:
     """``speed_memory.py --lengths 2048,8192``: prefill of native, the r = 4 form, the gpt-neox ladder and the
     Nemotron ladder, their parameters, and decode after 2K."""
     data = _load("speed_memory_2048_8192")
-    variants = [v for v in ("native", "converted", "ladder", "nemotron") if f"{v}_tok_s" in data["summary"][0]]
-    names = {"native": "native", "converted": "gpt-neox r = 4", "ladder": "gpt-neox ladder", "nemotron": "nemotron ladder"}
+    variants = [v for v in ("native", "converted", "ladder", "nemotron") if f"{v}_tok_s" in data["rows"][0]]
+    names = {"native": "native", "converted": "gpt-neox r = 4", "ladder": "gpt-neox ladder",
+             "nemotron": "nemotron ladder"}
     out = ["| | " + " | ".join(names[v] for v in variants) + " |", "|---|" + "---:|" * len(variants)]
-    summary = data["summary"]
+    summary = data["rows"]
     if all(f"{v}_params" in summary[0] for v in variants):
         out.append("| parameters | " + " | ".join(f"{summary[0][v + '_params'] / 1e9:.3g} B" for v in variants) + " |")
     for r in summary:
-        out.append(f"| prefill {r['length']:,} tokens, tok/s | " + " | ".join(_g(r[f"{v}_tok_s"]) for v in variants) + " |")
-        out.append(f"| peak RSS at {r['length']:,}, MB | " + " | ".join(_g(r[f"{v}_rss_mb"], "{:.0f}") for v in variants) + " |")
+        speeds = " | ".join(_g(r[f"{v}_tok_s"]) for v in variants)
+        out.append(f"| prefill {r['length']:,} tokens, tok/s | {speeds} |")
+        out.append(f"| peak RSS at {r['length']:,}, MB | " + " | ".join(_g(r[f"{v}_rss_mb"],
+                                                                           "{:.0f}") for v in variants) + " |")
     decode = data["decode"]
     n = data.get("decode_repeats", 1)
     of = f" (median of {n})" if n > 1 else ""
@@ -227,7 +235,8 @@ def targets_compared() -> str:
     spread = _rows("target_spread")
     out = ["| model | dtype | architecture floor at 2K / 8K: gpt-neox, nemotron | converted max err, nemotron / "
            "gpt-neox, per 2K segment | KL, nemotron / gpt-neox, per segment |", "|---|---|---|---|---|"]
-    for r in (r for r in _rows("arch_floor_nemotron") if r["context"] == min(x["context"] for x in _rows("arch_floor_nemotron"))):
+    shortest = min(x["context"] for x in _rows("arch_floor_nemotron"))
+    for r in (r for r in _rows("arch_floor_nemotron") if r["context"] == shortest):
         key = (r["model"], r["dtype"])
         floors = [(neox[(*key, c)]["arch_max_abs_logit_err"], n["arch_max_abs_logit_err"])
                   for c in sorted({x["context"] for x in _rows("arch_floor_nemotron")})
@@ -318,13 +327,14 @@ def _crash(r: dict) -> str:
 
 
 def _engine_rows(ladder: bool) -> list[dict]:
-    rows = json.loads((RESULTS / "engines.json").read_text())
+    rows = _rows("engines")
     return [r for r in rows if r["label"].startswith("ladder") == ladder]
 
 
 def engines() -> str:
     """``engines/run.py``, the float32 conversions: every engine, model and setting against exact ALiBi."""
-    out = ["| engine | model | settings | vs exact: native / converted | ratio vs exact | argmax agree | greedy | passes |",
+    out = ["| engine | model | settings | vs exact: native / converted | ratio vs exact | argmax agree | greedy | "
+           "passes |",
            "|---|---|---|---|---:|---:|---|---|"]
     for r in _engine_rows(False):
         label = r["label"] + (" (the recipe as printed)" if r["settings"].get("recipe") else "")
@@ -332,7 +342,8 @@ def engines() -> str:
             out.append(f"| {r['engine']} | {r['model']} | {label} | {_crash(r)} | — | — | — | no |")
             continue
         out.append(f"| {r['engine']} | {r['model']} | {label} | {_g(r['native_max_abs_logit_diff_vs_exact'], '{:.2g}')}"
-                   f" / {_g(r['converted_max_abs_logit_diff_vs_exact'], '{:.2g}')} | {_g(r['ratio_vs_exact'], '{:.2g}')} | "
+                   f" / {_g(r['converted_max_abs_logit_diff_vs_exact'], '{:.2g}')} | "
+                   f"{_g(r['ratio_vs_exact'], '{:.2g}')} | "
                    f"{_g(r['argmax_agreement'], '{:.4f}')} | {_greedy(r)} | {'yes' if r['passes'] else 'no'} |")
     return "\n".join(out) + "\n"
 
@@ -346,13 +357,16 @@ def engines_ladder() -> str:
         settings = r["label"].split("), ", 1)[-1].replace("engine converter as is, ", "")
         made = " (the recipe as printed)" if r["settings"].get("recipe") else ""
         if "crashed" in r:
-            out.append(f"| {plan['dtype']} plan, R = {plan['rotary_dim']}{made}; {settings} | {_crash(r)} | — | — | — | — "
+            out.append(f"| {plan['dtype']} plan, R = {plan['rotary_dim']}{made}; {settings} | {_crash(r)} | — | — | — "
+                       f"| — "
                        "| no |")
             continue
         out.append(f"| {plan['dtype']} plan, R = {plan['rotary_dim']}{made}; {settings} | "
                    f"{_g(r['native_max_abs_logit_diff_vs_exact'], '{:.2g}')} / "
-                   f"{_g(r['converted_max_abs_logit_diff_vs_exact'], '{:.2g}')} | {_g(r['ratio_vs_exact'], '{:.2g}')} | "
-                   f"{r['native_mean_kl']:.2g} / {r['converted_mean_kl']:.2g} | {_g(r['argmax_agreement'], '{:.4f}')} | "
+                   f"{_g(r['converted_max_abs_logit_diff_vs_exact'], '{:.2g}')} | {_g(r['ratio_vs_exact'], '{:.2g}')} "
+                   f"| "
+                   f"{r['native_mean_kl']:.2g} / {r['converted_mean_kl']:.2g} | {_g(r['argmax_agreement'], '{:.4f}')} "
+                   f"| "
                    f"{_greedy(r)} | {'yes' if r['passes'] else 'no'} |")
     return "\n".join(out) + "\n"
 
@@ -505,7 +519,7 @@ def rotary_width() -> str:
 def library_choices() -> str:
     """``library_choices.py``: ropebridge's own code beside the library that does the same, BLOOM-560M shape."""
     data = json.loads((RESULTS / "library_choices.json").read_text())
-    rows = data["rows"]
+    rows = {r["case"]: r for r in data["rows"]}
     out = ["| what | ropebridge | the library | time (library / ropebridge) | peak RSS, ropebridge / library |",
            "|---|---|---|---:|---:|"]
     for what, ours, theirs, name in (("a model built without weights", "build:ropebridge", "build:accelerate",
@@ -513,13 +527,15 @@ def library_choices() -> str:
                                      ("every tensor read in 64 MiB blocks, as float64", "read:ropebridge",
                                       "read:safe_open", "safetensors `safe_open().get_slice()`")):
         a, b = rows[ours], rows[theirs]
-        out.append(f"| {what} | {a['seconds']:.2f} s | {name}: {b['seconds']:.2f} s | {b['seconds'] / a['seconds']:.2f}× | "
+        out.append(f"| {what} | {a['seconds']:.2f} s | {name}: {b['seconds']:.2f} s | "
+                   f"{b['seconds'] / a['seconds']:.2f}× | "
                    f"{a['rss_mb']:.0f} / {b['rss_mb']:.0f} MB |")
-    return "\n".join(out) + f"\n\n{data['rounds']} rounds interleaved, median time, largest peak; {data['cores']} cores, " \
-        f"load {data['load_average_1min_at_start']:.1f} at the start; `{data['command']}`.\n"
+    return "\n".join(out) + f"\n\n{data['rounds']} rounds interleaved, median time, largest peak; " \
+        f"{data['cores']} cores, load {data['load_average_1min_at_start']:.1f} at the start; `{data['command']}`.\n"
 
 
-TABLES = {"propagation": propagation, "float32-error": float32_error, "window-guide": window_guide, "library-choices": library_choices, "rotary-width": rotary_width, "engines-per-target": engines_per_target,
+TABLES = {"propagation": propagation, "float32-error": float32_error, "window-guide": window_guide,
+          "library-choices": library_choices, "rotary-width": rotary_width, "engines-per-target": engines_per_target,
           "engines-per-family": engines_per_family, "engine-choice": engine_choice, "kernels": kernels,
           "default-targets": default_targets, "targets": targets, "verdicts": verdicts, "verdicts-8k": verdicts_8k,
           "default-shapes": default_shapes, "verify-scale": verify_scale, "verify-time": verify_time,

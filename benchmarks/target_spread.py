@@ -84,7 +84,8 @@ def main() -> int:
                 print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
     print(table(rows, ["model", "dtype", "segment", "gpt-neox_max_abs_logit_err", "nemotron_max_abs_logit_err",
                        "ratio_max", "ratio_kl"]))
-    print(f"wrote {save('target_spread', {'command': ' '.join(['python', *sys.argv]), 'length': args.length, 'window': args.window, 'rows': rows})}")
+    payload = {"command": " ".join(["python", *sys.argv]), "length": args.length, "window": args.window, "rows": rows}
+    print(f"wrote {save('target_spread', payload)}")
     return 0
 
 

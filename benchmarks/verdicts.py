@@ -10,7 +10,8 @@ exact float64 ALiBi, the source's own (reported), in half precision the baseline
 attention and bias exact), verify's limit (``limit.limit``: the largest of the dtype's default tolerance, 4x the
 prediction and 3x the baseline), the source's error over its first 256 tokens (the reading of the source, judged
 in float32) and the verdict. The promise checked: what convert accepts, verify passes.
-Prints a table and writes benchmarks/results/verdicts.json; ``python benchmarks/tables.py`` puts the table into docs/verify.md.
+Prints a table and writes benchmarks/results/verdicts.json; ``python benchmarks/tables.py`` puts the table into
+docs/verify.md.
 """
 
 from __future__ import annotations

@@ -99,7 +99,8 @@ def child(cmd: list[str]) -> tuple[int, float, float, str, float]:
                "import threading;out=[];r=threading.Thread(target=lambda:out.append(p.stdout.read()));r.start()\n"
                "while p.poll() is None:\n"
                " try:\n"
-               "  anon=max(anon,next(int(l.split()[1]) for l in open(f'/proc/{p.pid}/status') if l.startswith('RssAnon')))\n"
+               "  anon=max(anon,next(int(l.split()[1]) for l in open(f'/proc/{p.pid}/status') if "
+               "l.startswith('RssAnon')))\n"
                " except (OSError,StopIteration): pass\n"
                " time.sleep(0.02)\n"
                "r.join();w=time.perf_counter()-t;m=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
@@ -167,8 +168,10 @@ def run_shape(shape: str, cache: Path, greedy: int) -> dict:
             "verify_peak_anon_mb": verify_anon,
             "verify_over_convert": verify_s / convert_s, "memory_need_mb": report["cost"]["memory_need"] / 2**20,
             "stage_seconds": report["cost"]["stage_seconds"], "byte_check_seconds": report["byte_check"].get("seconds"),
-            "converted_vs_exact": report["reference_converted_max_err"], "source_vs_exact": report["reference_source_max_err"],
-            "limit": report["thresholds"]["limit"], "baseline": report.get("baseline_max_err"), "greedy_tokens": len(report["greedy_source"]),
+            "converted_vs_exact": report["reference_converted_max_err"],
+            "source_vs_exact": report["reference_source_max_err"],
+            "limit": report["thresholds"]["limit"], "baseline": report.get("baseline_max_err"),
+            "greedy_tokens": len(report["greedy_source"]),
             "greedy_bound": report["greedy_bound"], "passed": report["passed"],
             "damaged": zeroed, "damaged_exit": d_code, "damaged_seconds": damaged_s, "damaged_peak_rss_mb": damaged_rss,
             "damaged_converted_vs_exact": json.loads(d_out)["reference_converted_max_err"] if d_out.strip() else None,

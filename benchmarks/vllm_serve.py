@@ -203,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
             for target in target_names(args.targets, src):
                 dst = Path(work) / f"{name}-{target}"
                 calibrate = ["--calibration-text", str(calib)] if calib is not None else []
-                subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--dtype", args.dtype,
+                subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--dtype",
+                                args.dtype,
                                 "--window", str(args.context), "--target", target, *calibrate], check=True)
                 models[target] = dst
             for form, path in models.items():
@@ -225,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows, ["model", "form", "max_abs_dlogp", "mean_abs_dlogp", "perplexity", "perplexity_exact",
                        "tokens_per_s", "refused"]))
     name = "vllm_serve" if args.engine == "vllm" else f"{args.engine}_serve"
-    print(f"wrote {save(name, {'command': ' '.join(['python', *sys.argv]), 'engine': args.engine, args.engine: version, 'gpu': torch.cuda.get_device_name(), 'rows': rows})}")
+    payload = {"command": " ".join(["python", *sys.argv]), "engine": args.engine, args.engine: version,
+               "gpu": torch.cuda.get_device_name(), "rows": rows}
+    print(f"wrote {save(name, payload)}")
     return 0
 
 

@@ -22,6 +22,8 @@ import contextlib
 import hashlib
 import io
 import json
+import os
+import platform
 import sys
 import tempfile
 from pathlib import Path
@@ -148,6 +150,12 @@ def run() -> dict[str, dict[str, str] | str]:
     return results
 
 
+def _payload(rows: list) -> dict:
+    """The results' one schema (``benchmarks/_common.payload``): the machine, the command, the rows."""
+    return {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+            "command": " ".join(["python", *sys.argv]), "rows": rows}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     group = parser.add_mutually_exclusive_group(required=True)
@@ -156,9 +164,10 @@ def main() -> int:
     args = parser.parse_args()
     results = run()
     if args.write:
-        Path(args.write).write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+        rows = [{"case": k, "digest": results[k]} for k in sorted(results)]
+        Path(args.write).write_text(json.dumps(_payload(rows), indent=1, sort_keys=True) + "\n")
         return 0
-    before = json.loads(Path(args.compare).read_text())
+    before = {r["case"]: r["digest"] for r in json.loads(Path(args.compare).read_text())["rows"]}
     new = sorted(results.keys() - before.keys())
     for k in new:
         print(f"NEW {k}: no recorded digest to compare with")

@@ -7,8 +7,8 @@ A sample is a fenced block whose first line is ``$ ropebridge …`` and that is 
 ``<!-- sample -->``. Each file's commands run in order in one temporary directory, as a reader would type
 them (``ropebridge demo --out demo-out`` leaves the models the next samples convert and verify; ``--plot``
 files land there too); long outputs keep their first ``HEAD`` and last ``TAIL`` lines around a `` ...`` line. Matching
-is line by line: the same words, and numbers within ``REL`` relative (times, which vary from run to run (`12ms`, `2.4s`),
-only in form). A sample that measures a model run in half precision (``verify``'s header names the dtype)
+is line by line: the same words, and numbers within ``REL`` relative (times, which vary from run to run (`12ms`,
+`2.4s`), only in form). A sample that measures a model run in half precision (``verify``'s header names the dtype)
 compares its numbers within ``HALF_REL[dtype]``, the square root of the dtype's unit roundoff: the CPU's
 kernels decide how a bfloat16 product rounds (oneDNN's ISA, PyTorch's attention kernel), and a statistic of
 such logits (a max over a million of them) reproduces from one machine to another to about half the dtype's

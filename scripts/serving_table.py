@@ -12,6 +12,8 @@ checkpoints, from shapes alone (no weights: a header-only checkpoint of each mod
 from __future__ import annotations
 
 import json
+import os
+import platform
 import sys
 import tempfile
 from pathlib import Path
@@ -33,7 +35,8 @@ MODELS = {
                       "model_max_length": 4096, "tie_word_embeddings": False},
     "Refact-1.6B": {"model_type": "gpt_refact", "n_layer": 32, "n_embd": 2048, "n_head": 32, "n_inner": None,
                     "multi_query": True, "vocab_size": 49216, "layer_norm_epsilon": 1e-5, "n_positions": 4096},
-    "Jais-30B": {"model_type": "jais", "n_layer": 48, "n_embd": 7168, "n_head": 56, "n_inner": 19114, "vocab_size": 84992,
+    "Jais-30B": {"model_type": "jais", "n_layer": 48, "n_embd": 7168, "n_head": 56, "n_inner": 19114,
+                 "vocab_size": 84992,
                  "position_embedding_type": "alibi", "activation_function": "swiglu", "mup_embeddings_scale": 14.6,
                  "mup_output_alpha": 2.22, "mup_width_scale": 0.03571428571428571, "mup_scale_qk_dot_by_d": True,
                  "n_positions": 8192},
@@ -117,7 +120,14 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "serv
 
 
 def stored() -> dict:
-    return json.loads(RESULTS.read_text())
+    """The stored numbers by model, as ``numbers`` gives them."""
+    return {r["model"]: r["forms"] for r in json.loads(RESULTS.read_text())["rows"]}
+
+
+def _payload(rows: list) -> dict:
+    """The results' one schema (``benchmarks/_common.payload``): the machine, the command, the rows."""
+    return {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+            "command": " ".join(["python", *sys.argv]), "rows": rows}
 
 
 if __name__ == "__main__":
@@ -126,5 +136,5 @@ if __name__ == "__main__":
         sys.exit(0)
     result = json.loads(json.dumps(numbers()))  # the JSON form (integer keys as strings), as stored
     if "--write" in sys.argv[1:]:
-        RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+        RESULTS.write_text(json.dumps(_payload([{"model": k, "forms": v} for k, v in result.items()]), indent=1) + "\n")
     print(tables(result))

@@ -2,10 +2,11 @@
 ropebridge's imports (importing ``ropebridge.cli`` runs ``ropebridge/__init__.py`` first).
 
 It imports only what the interpreter has already loaded (``os``, ``sys``, ``_signal``) and handles SIGINT, SIGTERM
-and SIGHUP as it is imported (not in a process multiprocessing spawns, which imports it again): a signal during ropebridge's own imports ends the process with 128 + the signal and one line, as every
-later one does; nothing has been written yet. ``ropebridge.cli.console_main`` then installs the full handlers
-(``ropebridge.cli.signals``) before anything heavy is imported. The interpreter's own start (``site``) and the
-console script's ``import re`` come before this and are not ropebridge's.
+and SIGHUP as it is imported (not in a process multiprocessing spawns, which imports it again): a signal during
+ropebridge's own imports ends the process with 128 + the signal and one line, as every later one does; nothing has been
+written yet. ``ropebridge.cli.console_main`` then installs the full handlers (``ropebridge.cli.signals``) before
+anything heavy is imported. The interpreter's own start (``site``) and the console script's ``import re`` come before
+this and are not ropebridge's.
 """
 
 import os

@@ -115,7 +115,8 @@ def _replit(shape: dict, normal, norm) -> tuple[dict, dict]:
     tensors = {"transformer.wte.weight": normal(v, d), "transformer.ln_f.weight": norm(d)}
     for i in range(shape["n_layers"]):
         p = f"transformer.blocks.{i}."
-        tensors.update({p + "ln_1.weight": norm(d), p + "ln_2.weight": norm(d), p + "attn.Wqkv.weight": normal(3 * d, d),
+        tensors.update({p + "ln_1.weight": norm(d), p + "ln_2.weight": norm(d),
+                        p + "attn.Wqkv.weight": normal(3 * d, d),
                         p + "attn.out_proj.weight": normal(d, d), p + "mlp.mlp_up.weight": normal(f, d),
                         p + "mlp.mlp_down.weight": normal(d, f)})
     return config, tensors
@@ -173,9 +174,10 @@ def build_remote(directory: Path, family: str, *, seed: int = 0, std: float = 0.
     """Save a random pico of a remote-code family (``REMOTE``): its config.json and model.safetensors with the
     tensor names and shapes of the published modeling code (Baichuan: ``model.layers.i.self_attn.W_pack`` as
     [Q | K | V], RMSNorm weights, gate/up/down, an untied ``lm_head``; Replit (``replit_lm``): MosaicGPT's
-    ``ln_1``, ``attn.Wqkv`` [Q | K | V], ``mlp.mlp_up``, LayerNorm weights without bias, the head tied; Refact: ``attn.q``, ``attn.kv`` (one k
-    head, then one v), ``mlp.gate_up_proj`` (gate first), LayerNorm weights without bias, ``lm_head`` unless
-    ``tie_word_embeddings``; Jais and BTLM: GPT-2's ``transformer.h.i`` with every block weight stored input x output
+    ``ln_1``, ``attn.Wqkv`` [Q | K | V], ``mlp.mlp_up``, LayerNorm weights without bias, the head tied; Refact:
+    ``attn.q``, ``attn.kv`` (one k head, then one v), ``mlp.gate_up_proj`` (gate first), LayerNorm weights without bias,
+    ``lm_head`` unless ``tie_word_embeddings``; Jais and BTLM: GPT-2's ``transformer.h.i`` with every block weight
+    stored input x output
 (``Conv1D``), ``attn.c_attn`` [Q | K | V], ``mlp.c_fc``, ``mlp.c_fc2``, ``mlp.c_proj``, biases everywhere,
 ``transformer.relative_pe.slopes``, ``lm_head`` unless tied). Norm weights are 1 + 0.1 N(0, 1), the rest N(0, std).
 Overrides change config keys (``tie_word_embeddings`` false adds an ``lm_head``)."""

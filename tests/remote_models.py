@@ -1,6 +1,6 @@
-"""Independent float64 readings of the remote-code families (Baichuan, Refact, Replit, Jais, BTLM), written from their published modelling code and
-nothing of ropebridge's: the cross-check of ``checkpoint.reference`` (and of what a conversion computes) for
-families transformers has no class for.
+"""Independent float64 readings of the remote-code families (Baichuan, Refact, Replit, Jais, BTLM), written from their
+published modelling code and nothing of ropebridge's: the cross-check of ``checkpoint.reference`` (and of what a
+conversion computes) for families transformers has no class for.
 
 Baichuan-13B / Baichuan2-13B (``modeling_baichuan.py`` of both): per layer, RMSNorm (variance over the last dim,
 times ``rsqrt(variance + eps)``, times the weight); ``W_pack`` output unflattened to (3, hidden): q, k, v; scores
@@ -155,7 +155,8 @@ def jais_logits(directory: Path, ids: torch.Tensor) -> torch.Tensor:
     hd, s = hidden // n, ids.shape[1]
     by_d = c["scale_qk_dot_by_d"] if "scale_qk_dot_by_d" in c else c.get("mup_scale_qk_dot_by_d", False)
     scale = (c.get("alibi_scaling") or {}).get("factor", 1.0)
-    out_scale = c["width_scale"] if "width_scale" in c else c.get("mup_output_alpha", 1.0) * c.get("mup_width_scale", 1.0)
+    out_scale = c["width_scale"] if "width_scale" in c else c.get("mup_output_alpha", 1.0) * c.get("mup_width_scale",
+                                                                                                   1.0)
 
     def ln(x: torch.Tensor, prefix: str) -> torch.Tensor:
         return torch.nn.functional.layer_norm(x, (hidden,), w[prefix + ".weight"], w[prefix + ".bias"], eps)
@@ -164,16 +165,19 @@ def jais_logits(directory: Path, ids: torch.Tensor) -> torch.Tensor:
         return x @ w[prefix + ".weight"] + w[prefix + ".bias"]
 
     pos = torch.arange(s, dtype=torch.float64)
-    alibi = (w["transformer.relative_pe.slopes"] / -scale)[:, :, None] * (pos[None, :] - pos[:, None]).abs()  # (n, s, s)
+    alibi = (w["transformer.relative_pe.slopes"] / -scale)[:, :,
+                                                           None] * (pos[None, :] - pos[:, None]).abs()  # (n, s, s)
     alibi = alibi + torch.full((s, s), float("-inf"), dtype=torch.float64).triu(1)
     x = w["transformer.wte.weight"][ids[0]] * c.get("embeddings_scale", c.get("mup_embeddings_scale", 1.0))  # (s, D)
     for i in range(c["n_layer"]):
         p = f"transformer.h.{i}."
-        q, k, v = (t.view(s, n, hd).transpose(0, 1) for t in conv1d(ln(x, p + "ln_1"), p + "attn.c_attn").split(hidden, -1))
+        q, k, v = (t.view(s, n, hd).transpose(0, 1) for t in conv1d(ln(x, p + "ln_1"), p + "attn.c_attn").split(hidden,
+                                                                                                                -1))
         scores = q @ k.transpose(1, 2) / hd ** (1.0 if by_d else 0.5) + alibi  # (n, s, s)
         x = x + conv1d((torch.softmax(scores, -1) @ v).transpose(0, 1).reshape(s, hidden), p + "attn.c_proj")
         h = ln(x, p + "ln_2")
-        x = x + conv1d(conv1d(h, p + "mlp.c_fc") * torch.nn.functional.silu(conv1d(h, p + "mlp.c_fc2")), p + "mlp.c_proj")
+        x = x + conv1d(conv1d(h, p + "mlp.c_fc") * torch.nn.functional.silu(conv1d(h, p + "mlp.c_fc2")),
+                       p + "mlp.c_proj")
     head = w.get("lm_head.weight", w["transformer.wte.weight"])
     return (ln(x, "transformer.ln_f") @ head.T * out_scale)[None]  # (1, s, V)
 

@@ -247,7 +247,8 @@ def test_negative_seq_len_refused():
 
 def test_a_rotary_block_s_float32_frequencies_are_transformers_own_and_a_subnormal_one_refused():
     cfg = T.GPTNeoXConfig(hidden_size=80, num_attention_heads=1, rotary_pct=0.2,
-                          rope_parameters={"rope_type": "default", "rope_theta": 29678.75, "partial_rotary_factor": 0.2})
+                          rope_parameters={"rope_type": "default", "rope_theta": 29678.75,
+                                           "partial_rotary_factor": 0.2})
     rope = T.models.gpt_neox.modeling_gpt_neox.GPTNeoXRotaryEmbedding(cfg)
     ours = engine_frequencies(29678.75, 16)
     assert torch.equal(rope.inv_freq.double(), torch.tensor(ours))  # bit for bit: the fit uses these values

@@ -82,7 +82,7 @@ def test_a_ladder_on_the_default_advantage_for_an_unscaled_source_says_it_may_no
     # on scaled models. Said once, by plan and convert alike; not said for the published scale, a given floor or
     # calibrated advantages, or the exact single pair
     from ropebridge.convert import convert
-    
+
     unscaled = _jais_config(tmp_path, scale_attn_weights=False)
     request = PlanRequest(window=512, dtype="float16")
     with caplog.at_level("WARNING"):

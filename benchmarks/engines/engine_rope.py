@@ -45,6 +45,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _common import payload  # noqa: E402  (the results' one schema)
 
 CASES = [  # (family, target, heads, head_dim, dtype, window), the default strategy of each dtype: the llama target
     # on Baichuan-13B's heads of 128 and Refact-1.6B's 64 (one kv head); nemotron on BLOOM heads of 128
@@ -81,7 +83,8 @@ def _source(family: str, heads: int, head_dim: int, work: Path) -> Path:
         from safetensors.torch import load_file, save_file
 
         tensors = load_file(src / "model.safetensors")
-        qkv = tensors["transformer.h.0.self_attention.query_key_value.bias"].view(heads, 3, head_dim)  # BLOOM's (h, 3, hd)
+        qkv = tensors["transformer.h.0.self_attention.query_key_value.bias"]
+        qkv = qkv.view(heads, 3, head_dim)  # BLOOM's (h, 3, hd)
         qkv[:, :2] = 0
         save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
         return src
@@ -149,7 +152,8 @@ def case(engine: str, python: str, engine_path: str | None, family: str, target:
     tq, tk = apply_rotary_pos_emb(q[..., :r], k[..., :r], cos, sin)  # (1, h, s, r), (1, kv, s, r)
     tq, tk = torch.cat([tq, q[..., r:]], -1), torch.cat([tk, k[..., r:]], -1)  # (1, h, s, hd), (1, kv, s, hd)
     vq, vk = got["q"].transpose(0, 1), got["k"].transpose(0, 1)  # (h, s, hd), (kv, s, hd)
-    rotation_diff = max(float((vq.double() - tq[0].double()).abs().max()), float((vk.double() - tk[0].double()).abs().max()))
+    rotation_diff = max(float((vq.double() - tq[0].double()).abs().max()),
+                        float((vk.double() - tk[0].double()).abs().max()))
     g = torch.Generator().manual_seed(0)
     queries = torch.unique(torch.cat([torch.arange(window - 32, window), torch.randint(0, window, (32,), generator=g)]))
     d = (queries[:, None] - torch.arange(window)[None, :]).double()  # (s, t)
@@ -182,14 +186,17 @@ def case(engine: str, python: str, engine_path: str | None, family: str, target:
             "tolerance": plan.tolerance, "per_head": heads_out}
 
 
-def table(rows: list[dict]) -> str:
+def table(content: dict) -> str:
+    """The stored rows (``content["rows"]``) as markdown."""
+    rows = content["rows"]
     engine = rows[0]["engine"] if rows else "engine"
     name = {"vllm": "vLLM", "sglang": "SGLang"}.get(engine, engine)
     out = [f"| source, target | heads (kv) x head dim | dtype | window | strategy | {name} rope, head size | "
            "inv_freq as planned | rotation vs transformers | worst bias error: measured / predicted | within |",
            "|---" * 10 + "|"]
     for r in rows:
-        out.append(f"| {r['family']}, {r['target']} | {r['heads']} ({r['kv_heads']}) x {r['head_dim']} | {r['dtype']} | "
+        out.append(f"| {r['family']}, {r['target']} | {r['heads']} ({r['kv_heads']}) x {r['head_dim']} | {r['dtype']} "
+                   f"| "
                    f"{r['window']} | {r['strategy']} | {r['engine_rope']}, {r['engine_head_size']} | "
                    f"{'identical' if r['inv_freq_equal'] else 'DIFFERS'} | "
                    f"{r['rotation_max_diff_vs_transformers']:.3g} | {r['worst_measured']:.3g} / "
@@ -202,7 +209,7 @@ def merged(engine: str, rows: list[dict], chosen: set[str] | None) -> list[dict]
     order of ``cases``."""
     if chosen is None or not results(engine).exists():
         return rows
-    keep = [r for r in json.loads(results(engine).read_text()) if r["target"] not in chosen]
+    keep = [r for r in json.loads(results(engine).read_text())["rows"] if r["target"] not in chosen]
     order = {c: k for k, c in enumerate(cases(engine))}
 
     def key(r: dict) -> int:
@@ -215,8 +222,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", choices=ENGINES, required=True)
     parser.add_argument("--python", required=True, help="the Python of an environment with the engine")
-    parser.add_argument("--engine-path", help="the worker's PYTHONPATH (SGLang's unpacked wheel, and transformers 5.19)")
-    parser.add_argument("--targets", help="comma-separated targets to run (default: every one the engine runs natively)")
+    parser.add_argument("--engine-path",
+                        help="the worker's PYTHONPATH (SGLang's unpacked wheel, and transformers 5.19)")
+    parser.add_argument("--targets",
+                        help="comma-separated targets to run (default: every one the engine runs natively)")
     parser.add_argument("--write", action="store_true", help="store the results in benchmarks/results/ENGINE_rope.json")
     args = parser.parse_args()
     rows = []
@@ -228,9 +237,9 @@ def main() -> int:
             rows.append(case(args.engine, args.python, args.engine_path, family, target, heads, head_dim, dtype,
                              window, Path(work)))
             print(f"{family} {target} {heads} x {head_dim} {dtype}: done", file=sys.stderr)
-    print(table(rows))
+    print(table({"rows": rows}))
     if args.write:
-        results(args.engine).write_text(json.dumps(merged(args.engine, rows, chosen), indent=1) + "\n")
+        results(args.engine).write_text(json.dumps(payload(merged(args.engine, rows, chosen)), indent=1) + "\n")
     return 0 if all(r["inv_freq_equal"] and r["within_prediction"] for r in rows) else 1
 
 

@@ -18,15 +18,20 @@ same server without it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from ropebridge.runners.jobs import end
 from ropebridge.targets.support import RUN  # the builds run, their versions written once
 
 log = logging.getLogger("engines")
@@ -71,19 +76,43 @@ class Env:
     def gguf_py(self) -> Path:
         return self.llama_src / "gguf-py"
 
-    def run(self, args: list[str], *, gguf: bool = False, log_file: Path | None = None) -> None:
-        """Run ``python ARGS`` in this environment; output goes to LOG_FILE, shown only on failure."""
-        env = dict(os.environ)
-        if gguf:
-            env["PYTHONPATH"] = str(self.gguf_py)
-        proc = subprocess.run([str(self.python), *map(str, args)], check=False, env=env, capture_output=True, text=True)
+    def run(self, args: list[str], *, gguf: bool = False, log_file: Path | None = None,
+            env: dict[str, str] | None = None) -> None:
+        """Run ``python ARGS`` in this environment, with ``env`` set beside the current variables; output goes to
+        LOG_FILE, shown only on failure. The process runs in a session of its own that ends with it: an interrupt,
+        a SIGTERM or an error here ends every process the engine started (``runners.jobs.end``)."""
+        variables = {**os.environ, **(env or {}), **({"PYTHONPATH": str(self.gguf_py)} if gguf else {})}
+        with tempfile.TemporaryFile("w+") as sink:
+            proc = subprocess.Popen([str(self.python), *map(str, args)], env=variables, stdout=sink,
+                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            with _terminated_as_exit():
+                try:
+                    code = proc.wait()
+                except BaseException:
+                    end(proc)
+                    raise
+            sink.seek(0)
+            output = sink.read()
         if log_file is not None:
-            log_file.write_text(proc.stdout + proc.stderr)
-        if proc.returncode < 0:  # killed by a signal: the engine itself crashed
-            raise EngineCrash(f"{self.name} crashed (signal {-proc.returncode}) in {' '.join(map(str, args[:2]))}")
-        if proc.returncode != 0:
-            tail = (proc.stdout + proc.stderr)[-3000:]
-            raise RuntimeError(f"{self.name}: {' '.join(map(str, args[:2]))} failed:\n{tail}")
+            log_file.write_text(output)
+        if code < 0:  # killed by a signal: the engine itself crashed
+            raise EngineCrash(f"{self.name} crashed (signal {-code}) in {' '.join(map(str, args[:2]))}")
+        if code != 0:
+            raise RuntimeError(f"{self.name}: {' '.join(map(str, args[:2]))} failed:\n{output[-3000:]}")
+
+
+@contextlib.contextmanager
+def _terminated_as_exit():
+    """SIGTERM raised as ``SystemExit(143)`` while an engine runs (in the main thread), so that the engine's
+    session is ended before this process goes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def default_root() -> Path:
@@ -95,7 +124,8 @@ def _constraints(name: str) -> Path:
 
 
 def _stamp(name: str) -> dict:
-    stamp = {"packages": PACKAGES[name], "constraints": _constraints(name).read_text(), "build": BUILD_ENV.get(name, {})}
+    stamp = {"packages": PACKAGES[name], "constraints": _constraints(name).read_text(),
+             "build": BUILD_ENV.get(name, {})}
     return {**stamp, "remove": REMOVE[name]} if name in REMOVE else stamp
 
 

@@ -34,6 +34,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _common import payload  # noqa: E402  (the results' one schema)
 RESULTS = ROOT / "benchmarks" / "results" / "hf4_llama.json"
 CASES = [(family, dtype) for family in ("baichuan", "baichuan2", "refact") for dtype in ("float32", "bfloat16")]
 TOKENS, PROMPTS, GREEDY = 512, 4, 16
@@ -79,7 +81,8 @@ def case(python: str, family: str, dtype: str, work: Path) -> list[dict]:
             config = json.loads((res.destination / "config.json").read_text())
             del config["rope_scaling"]
             (res.destination / "config.json").write_text(json.dumps(config, indent=1))
-        job = {"model": str(res.destination), "sequence": ids[0].tolist(), "references": {"oracle": str(work / "ref.npy"), "t5": str(work / "t5.npy")},
+        job = {"model": str(res.destination), "sequence": ids[0].tolist(),
+               "references": {"oracle": str(work / "ref.npy"), "t5": str(work / "t5.npy")},
                "prompts": [p[0].tolist() for p in prompts], "greedy_tokens": GREEDY, "settings": {"threads": 2},
                "out": str(work / "out.json")}
         (work / "job.json").write_text(json.dumps(job))
@@ -96,7 +99,9 @@ def case(python: str, family: str, dtype: str, work: Path) -> list[dict]:
     return rows
 
 
-def table(rows: list[dict]) -> str:
+def table(content: dict) -> str:
+    """The stored rows (``content["rows"]``) as markdown."""
+    rows = content["rows"]
     out = ["| source | dtype | strategy | config.json | transformers | max \\|Δlogit\\| vs its code | limit | "
            "vs transformers 5.x | greedy vs 5.x | passes |", "|---" * 10 + "|"]
     for r in rows:
@@ -116,9 +121,9 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as work:
             rows += case(args.python, family, dtype, Path(work))
         print(f"{family} {dtype}: done", file=sys.stderr)
-    print(table(rows))
+    print(table({"rows": rows}))
     if args.write:
-        RESULTS.write_text(json.dumps(rows, indent=1) + "\n")
+        RESULTS.write_text(json.dumps(payload(rows), indent=1) + "\n")
     return 0 if all(r["passes"] for r in rows if r["config"] == "as written") else 1
 
 

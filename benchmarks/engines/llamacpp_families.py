@@ -133,7 +133,8 @@ def summary(result: dict, ref: dict) -> dict:
         step = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), None)
         if step is not None:
             partings.append({"prompt": p, "step": step, "exact_margin": gaps[step]})
-    return {"max_abs_logit_diff": float(np.max(e["max_abs_by_position"])), "mean_kl": float(np.mean(e["kl_by_position"])),
+    return {"max_abs_logit_diff": float(np.max(e["max_abs_by_position"])),
+            "mean_kl": float(np.mean(e["kl_by_position"])),
             "argmax_agreement": float(np.mean(np.array(e["argmax"]) == np.array(
                 [int(np.argmax(r)) for r in np.load(ref["logits"], mmap_mode="r")]))),
             "greedy_partings": partings}

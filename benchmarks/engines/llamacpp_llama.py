@@ -7,10 +7,10 @@ The llama.cpp environment of ``envs.py`` (llama-cpp-python 0.3.36 compiled from 
 ``convert_hf_to_gguf.py`` of its llama.cpp; created on first use, about 8 minutes). For Baichuan-13B and Refact
 picos (``tests/pico.build_remote``) with GPT-2's tokenizer and vocabulary (llama.cpp's converter refuses a
 tokenizer it does not know: ``gpt2_vocab.py``) in float32, the exact single pair and the ladder (its pairs kept
-at the engine's own frequencies): ``ropebridge convert`` to the ``llama`` target; ``convert_hf_to_gguf.py DST --outtype f32``, nothing else (it reads the config's
-``rope_parameters`` and writes the llama3 rope as the ``rope_freqs`` tensor, the per-pair divisors);
-``worker_llamacpp.py`` runs the GGUF on 512 tokens (``-fa off``, f32 K/V cache) and continues 4 prompts
-greedily by 16 tokens, against the family's float64 reading (``tests/remote_models.py``) and its own greedy
+at the engine's own frequencies): ``ropebridge convert`` to the ``llama`` target; ``convert_hf_to_gguf.py DST --outtype
+f32``, nothing else (it reads the config's ``rope_parameters`` and writes the llama3 rope as the ``rope_freqs`` tensor,
+the per-pair divisors); ``worker_llamacpp.py`` runs the GGUF on 512 tokens (``-fa off``, f32 K/V cache) and continues 4
+prompts greedily by 16 tokens, against the family's float64 reading (``tests/remote_models.py``) and its own greedy
 continuation. A case passes when its error is within the plan's float32 tolerance (the single pair) or 3x its
 prediction (the ladder, ``verdict.LOGIT_FACTOR``) and its greedy tokens are the reading's. Beside them, the Refact
 source itself through llama.cpp's own converter and its native Refact (``native``), judged by float32's
@@ -37,6 +37,8 @@ import torch
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _common import payload  # noqa: E402  (the results' one schema)
 sys.path.insert(0, str(HERE))
 RESULTS = ROOT / "benchmarks" / "results" / "llamacpp_llama.json"
 CASES = (("baichuan", "single"), ("refact", "single"), ("baichuan", "ladder"), ("refact", "ladder"),
@@ -94,7 +96,9 @@ def case(env, family: str, strategy: str, tokenizer: Path, work: Path) -> dict:
             "greedy_identical": got["greedy"] == expected, "passes": bool(err <= limit) and got["greedy"] == expected}
 
 
-def table(rows: list[dict]) -> str:
+def table(content: dict) -> str:
+    """The stored rows (``content["rows"]``) as markdown."""
+    rows = content["rows"]
     out = ["| source | dtype | strategy | head dim (kv heads) | llama-cpp-python | max \\|Δlogit\\| vs its code | "
            "vs its code read with RMSNorms | limit | greedy | passes |", "|---" * 10 + "|"]
     for r in rows:
@@ -122,9 +126,9 @@ def main() -> int:
             (Path(work) / f"{family}-{strategy}").mkdir()
             rows.append(case(env, family, strategy, tokenizer, Path(work) / f"{family}-{strategy}"))
             print(f"{family} {strategy}: done", file=sys.stderr)
-    print(table(rows))
+    print(table({"rows": rows}))
     if args.write:
-        RESULTS.write_text(json.dumps(rows, indent=1) + "\n")
+        RESULTS.write_text(json.dumps(payload(rows), indent=1) + "\n")
     return 0 if all(r["passes"] for r in rows) else 1
 
 

@@ -3,11 +3,11 @@
     python benchmarks/engines/readme_serve.py [--work-dir DIR] [--keep]
 
 A clone of this checkout's HEAD (``git clone``), run with nothing of this session's environment (``clean_env``:
-``PATH`` the system's, a new ``HOME``, no pip cache; the machine's pip configuration kept). In the clone, the README's first set-up command (the
-install and the demo), then each line of its ``vllm-serve-cpu`` recipe with ``bash -e``; the recipe's last line
-(the server) runs until ``/health`` answers, then the demo's held-out text is scored over HTTP as a client would
-(``/v1/completions``: token ids in, ``prompt_logprobs`` and 4 greedy continuations out) and judged against exact
-float64 ALiBi on the same ids as ``serving_options.py`` judges every row. Writes
+``PATH`` the system's, a new ``HOME``, no pip cache; the machine's pip configuration kept). In the clone, the README's
+first set-up command (the install and the demo), then each line of its ``vllm-serve-cpu`` recipe with ``bash -e``; the
+recipe's last line (the server) runs until ``/health`` answers, then the demo's held-out text is scored over HTTP as a
+client would (``/v1/completions``: token ids in, ``prompt_logprobs`` and 4 greedy continuations out) and judged against
+exact float64 ALiBi on the same ids as ``serving_options.py`` judges every row. Writes
 benchmarks/results/readme_serve.json: each step's command, seconds and last line, the served numbers, the machine.
 """
 
@@ -67,7 +67,8 @@ def step(command: str, cwd: Path, env: dict[str, str]) -> dict:
 
 def post(path: str, body: dict | None = None) -> dict:
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{PORT}{path}", data=data, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(f"http://127.0.0.1:{PORT}{path}", data=data,
+                                 headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=900) as resp:
         return json.loads(resp.read())
 
@@ -117,7 +118,8 @@ def served(command: str, cwd: Path, env: dict[str, str], log: Path) -> dict:
     dst = cwd / "demo-vllm"
     limit = json.loads(subprocess.run([str(cwd / ".venv/bin/ropebridge"), "plan", "--model", "demo-out/native",
                                        "--engine", "vllm", "--dtype", "bfloat16", "--window", "2048", "--json"],
-                                      cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout)["verify_limit"]
+                                      cwd=cwd, env=env, capture_output=True, text=True,
+                                      check=True).stdout)["verify_limit"]
     judged = so.judged(result, SourceModel(src), source_fingerprint(src), [ids], prompts, limit, cwd / "work",
                        "bfloat16")
     return {"command": command, "start_seconds": start, "model": model, "limit": limit,
@@ -142,9 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{steps[-1]['seconds']:6.0f} s  {line}\n          {steps[-1]['last_line']}", flush=True)
     server = served(lines[-1], clone, env, work / "server.log")
     payload = {"machine": {**machine(), "load_before": load, "load_after": os.getloadavg()[0]},
-               "command": " ".join(["python", *sys.argv]), "commit": head.strip(), "steps": steps, "served": server}
+               "command": " ".join(["python", *sys.argv]), "commit": head.strip(), "rows": steps, "served": server}
     OUT.write_text(json.dumps(payload, indent=1))
-    print(f"served: perplexity {100 * server['ppl_rel']:+.2f}% of exact's, max |Δ log p| {server['max_abs_dlogp']:.3g}, "
+    print(f"served: perplexity {100 * server['ppl_rel']:+.2f}% of exact's, max |Δ log p| "
+          f"{server['max_abs_dlogp']:.3g}, "
           f"holds: {server['holds']}; wrote {OUT}")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)

@@ -2,9 +2,9 @@
 
 A recipe is a ``bash`` block after ``<!-- recipe: NAME -->``. The recipes run with ``bash -e``, in the README's
 order, in one directory under the work directory, as a user would run them from a checkout of ropebridge with
-llama.cpp cloned beside it: ``llama.cpp`` and ``benchmarks`` are links there (to the llama.cpp tree of the engine's source
-distribution and to this checkout's benchmarks), and ``python`` and ``ropebridge`` on ``PATH`` are the recipe's engine
-environment's Python (llama.cpp's requirements, or ``ctranslate2`` with transformers 4.x) and this checkout's
+llama.cpp cloned beside it: ``llama.cpp`` and ``benchmarks`` are links there (to the llama.cpp tree of the engine's
+source distribution and to this checkout's benchmarks), and ``python`` and ``ropebridge`` on ``PATH`` are the recipe's
+engine environment's Python (llama.cpp's requirements, or ``ctranslate2`` with transformers 4.x) and this checkout's
 ropebridge.
 """
 
@@ -44,7 +44,8 @@ def run(names: list[str], work: Path, env: dict[str, envs.Env]) -> Path:
         link = where / "llama.cpp"
         if not link.is_symlink():
             link.symlink_to(env[name].llama_src)
-        shims = {"python": f'exec "{env[name].python}" "$@"', "ropebridge": f'exec "{sys.executable}" -m ropebridge "$@"'}
+        shims = {"python": f'exec "{env[name].python}" "$@"',
+                 "ropebridge": f'exec "{sys.executable}" -m ropebridge "$@"'}
         for cmd, line in shims.items():  # scripts, not links: a venv's Python finds its venv through its own path
             (where / "bin" / cmd).write_text(f"#!/bin/sh\n{line}\n")
             (where / "bin" / cmd).chmod(0o755)

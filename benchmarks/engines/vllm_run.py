@@ -10,11 +10,11 @@ on this machine's CPU with ``VLLM_CPU_KVCACHE_SPACE=1`` (1 GiB of KV cache: with
 machine's memory), ``enforce_eager`` and prefix caching off (``worker_vllm.py``).
 
 Per model (``MODELS``: the embedded BLOOM, MPT, Falcon-RW, Baichuan and Jais, trained on real text): the first
-CONTEXT - 1 tokens of its held-out text (with the one token vLLM generates, the whole window) through its own tokenizer (the scored sequence) and 4 prompts of 32 tokens from
-the text after it, each continued greedily by 32 tokens. The reference is ropebridge's exact float64 ALiBi forward
-pass (``checkpoint.reference``): the log-probability of each next token and its greedy continuations, with the
-margin between its two best tokens at every step. Per dtype, ``ropebridge convert SRC DST --engine vllm --dtype D
---window CONTEXT`` (the defaults otherwise: no calibration text), then per API:
+CONTEXT - 1 tokens of its held-out text (with the one token vLLM generates, the whole window) through its own tokenizer
+(the scored sequence) and 4 prompts of 32 tokens from the text after it, each continued greedily by 32 tokens. The
+reference is ropebridge's exact float64 ALiBi forward pass (``checkpoint.reference``): the log-probability of each next
+token and its greedy continuations, with the margin between its two best tokens at every step. Per dtype, ``ropebridge
+convert SRC DST --engine vllm --dtype D --window CONTEXT`` (the defaults otherwise: no calibration text), then per API:
 
 - ``offline``: ``vllm.LLM(DST, dtype=D, enforce_eager=True, enable_prefix_caching=False)``, token ids in,
   ``prompt_logprobs=0`` and greedy ``generate``;
@@ -144,16 +144,11 @@ def worker(env: envs.Env, api: str, job: dict, work: Path) -> dict:
     stem = f"{Path(job['model']).name}-{job.get('dtype') or 'config'}-{api}"
     path, out = logs / f"{stem}.job.json", logs / f"{stem}.result.json"
     path.write_text(json.dumps({**job, "out": str(out)}))
-    saved = {k: os.environ.get(k) for k in ENV}
-    os.environ.update(ENV)
     t0 = time.perf_counter()
     try:
-        env.run([HERE / "worker_vllm.py", api, path], log_file=logs / f"{stem}.log")
+        env.run([HERE / "worker_vllm.py", api, path], log_file=logs / f"{stem}.log", env=ENV)
     except RuntimeError as exc:  # the engine process died (a crash is a result, not a bug here)
         return {"refused": str(exc).splitlines()[0][:400], "seconds": time.perf_counter() - t0}
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     return {**json.loads(out.read_text()), "seconds": time.perf_counter() - t0}
 
 
@@ -238,7 +233,8 @@ def table(payload: dict) -> str:
     out = ["| model | run in vLLM | dtype | API | head size | perplexity: exact → vLLM | max \\|Δ log p\\| | "
            "greedy, 4 × 32 tokens, vs exact | passes |", "|---|---|---|---|---:|---|---:|---|---|"]
     for r in payload["rows"]:
-        what = ("native" if r["kind"] == "native" else f"{r.get('target')}, {r.get('strategy')} R = {r.get('rotary_dim')}")
+        what = ("native" if r["kind"] == "native" else f"{r.get('target')}, {r.get('strategy')} R = "
+                                                       f"{r.get('rotary_dim')}")
         label = LABELS.get(r["model"], r["model"])
         if r.get("refused"):
             out.append(f"| {label} | native | {r['dtype']} | {r['api']} | | refused: {r['refused'][:160]} | | | |")

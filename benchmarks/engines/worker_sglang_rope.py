@@ -5,8 +5,8 @@ rope_theta, rope_scaling)``), or its ``persimmon.py`` from the transformers conf
 rotary_dim=head_dim, max_position_embeddings, rope_parameters["rope_theta"],
 partial_rotary_factor=config.partial_rotary_factor)``, head dim hidden / heads: with transformers 5.19, as SGLang
 0.5.23 pins it, on ``PYTHONPATH`` too), or its ``stablelm.py`` likewise (``get_rope(head_dim, rotary_dim=int(head_dim *
-rope_pct))``, ``rope_pct`` read before ``partial_rotary_factor``), rotated by its PyTorch-native path ``forward_native`` on the CPU, applied
-to the checkpoint's own q and k emulation constants (``_rope_job``).
+rope_pct))``, ``rope_pct`` read before ``partial_rotary_factor``), rotated by its PyTorch-native path ``forward_native``
+on the CPU, applied to the checkpoint's own q and k emulation constants (``_rope_job``).
 
     PYTHONPATH=SGLANG_WHEEL_DIR[:TRANSFORMERS_5_19_DIR] python worker_sglang_rope.py run JOB.json
 """

@@ -1,7 +1,7 @@
 """Runs inside a vLLM environment (never ropebridge's): a converted checkpoint's rope as vLLM builds it from the
 config as its ``llama.py``, ``nemotron.py`` and ``stablelm.py`` do (``get_rope`` of the head size, hidden / heads
-where the config states none, and ``rope_parameters``, which carries ``partial_rotary_factor``; the PyTorch-native path ``forward_native``, on the CPU), applied to the checkpoint's own q
-and k emulation constants (``_rope_job``).
+where the config states none, and ``rope_parameters``, which carries ``partial_rotary_factor``; the PyTorch-native path
+``forward_native``, on the CPU), applied to the checkpoint's own q and k emulation constants (``_rope_job``).
 
     python worker_vllm_rope.py run JOB.json
 """
@@ -17,7 +17,8 @@ from vllm.model_executor.layers.rotary_embedding import get_rope
 def run(job_path: str) -> int:
     job = _rope_job.load(job_path)
     config = job["config"]
-    current = VllmConfig(compilation_config=CompilationConfig(custom_ops=["none"]), device_config=DeviceConfig(device="cpu"))
+    current = VllmConfig(compilation_config=CompilationConfig(custom_ops=["none"]),
+                         device_config=DeviceConfig(device="cpu"))
     with set_current_vllm_config(current):
         # llama.py, nemotron.py and stablelm.py: get_rope(head size, max position, rope_parameters)
         rope = get_rope(_rope_job.head_dim(config), int(job["positions"].max()) + 1, is_neox_style=True,

@@ -96,7 +96,8 @@ def _baseline(rope_parameters: Mapping[str, Any]) -> dict[str, Any]:
     return {"rope_type": "default", **{k: rope_parameters[k] for k in keep if k in rope_parameters}}
 
 
-def analyse(head_dim: int, rope_parameters: Mapping[str, Any], context: int, *, seq_len: int | None = None) -> RopeAnalysis:
+def analyse(head_dim: int, rope_parameters: Mapping[str, Any], context: int, *,
+            seq_len: int | None = None) -> RopeAnalysis:
     """Per-pair frequencies, wavelengths and turns within ``context``, default against the chosen scaling.
 
     ``seq_len`` is passed to ``inv_freq`` (dynamic NTK, LongRoPE); it defaults to ``context``.

@@ -33,8 +33,9 @@ EVAL_TOKENS = 16384  # held-out tokens scored at every context
 
 
 def data_dir(name: str = "demo") -> Path:
-    """An embedded model's directory (package data): ``demo`` (BLOOM), ``demo-mpt``, ``demo-falcon`` or
-    ``demo-baichuan`` (Baichuan-13B's architecture) or ``demo-jais`` (the Jais family's), all trained on the same text with the same tokenizer
+    """An embedded model's directory: ``demo`` (BLOOM, package data, in the wheel), and in a source checkout only
+    (the tests' and benchmarks') ``demo-mpt``, ``demo-falcon``, ``demo-baichuan`` (Baichuan-13B's architecture) and
+    ``demo-jais`` (the Jais family's), all trained on the same text with the same tokenizer
     (``scripts/train_demo_model.py``)."""
     return Path(str(resources.files("ropebridge") / "data" / name))
 
@@ -201,7 +202,8 @@ def _run(model_dir, out, record, train_context, eval_context, greedy_tokens, ste
     shape = (f"{info.family_row.label}, {info.n_layers} layers, hidden {info.hidden_size}, "
              f"{info.n_heads} heads")
     report = DemoReport(
-        source_model=shape, train_context=train_context, eval_context=eval_context, vocab_size=len(tokenizer), heldout_tokens=len(ids),
+        source_model=shape, train_context=train_context, eval_context=eval_context, vocab_size=len(tokenizer),
+                        heldout_tokens=len(ids),
         ppl_native=ppl_n, ppl_converted=ppl_c, ppl_native_extrapolated=ppl_n4, ppl_converted_extrapolated=ppl_c4,
         ppl_random_model=ppl_random, ppl_relative_diff=max(abs(ppl_c / ppl_n - 1), abs(ppl_c4 / ppl_n4 - 1)),
         max_abs_logit_diff=max_diff, greedy_identical=bool(torch.equal(g_n, g_c)), prompt=PROMPT,

@@ -83,7 +83,8 @@ def _dim(head_dim: int, params: Params) -> int:
     return rotary_dim(head_dim, params.get("partial_rotary_factor", 1.0))
 
 
-def geometric(base: float, dim: int, exponent_dim: int | None = None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def geometric(base: float, dim: int, exponent_dim: int | None = None,
+              dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """``theta_i = 1 / base^(2i/exponent_dim)`` for ``i = 0 .. dim/2 - 1``, shape ``(dim/2,)``, computed in ``dtype``:
     float64 for exact references, float32 as transformers computes them (``inv_freq``; Su et al. 2021, eq. 15).
     The one source of RoPE's frequency set in ropebridge."""

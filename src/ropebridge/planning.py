@@ -113,7 +113,8 @@ def _ladder_that_fits(plan: EmulationPlan, resolved: Resolved) -> str:
     from .emulation.ladder import free_base
     from .targets.kernels import rotary_dims
 
-    source = AlibiSource(plan.family or "bloom", len(plan.heads), plan.head_dim, 8.0, tuple(h.slope for h in plan.heads))
+    source = AlibiSource(plan.family or "bloom", len(plan.heads), plan.head_dim, 8.0,
+                         tuple(h.slope for h in plan.heads))
     fixed = None if math.isclose(plan.base, free_base(plan.window, plan.rotary_dim)) else plan.base
     for r in rotary_dims(resolved.kernel, plan.head_dim, plan.rotary_dim + 2, limit=64):
         request = PlanRequest(window=plan.window, dtype=plan.dtype, target=resolved.target, strategy="ladder",

@@ -1,6 +1,6 @@
 """Reports and figures: the figures of ``plan``, ``rope`` and the demo, the demo's report, and the plotting
-helpers ``verify --report`` draws with (``verify.report``). Every figure function returns a ``matplotlib.figure.Figure`` (no pyplot state, no display needed);
-matplotlib is imported when a figure is made."""
+helpers ``verify --report`` draws with (``verify.report``). Every figure function returns a ``matplotlib.figure.Figure``
+(no pyplot state, no display needed); matplotlib is imported when a figure is made."""
 
 from __future__ import annotations
 
@@ -71,7 +71,8 @@ def emulation_figure(plan, heads: list[int] | None = None) -> Figure:
                   label=f"head {h} emulated")
         dm = distance_grid(matter_distance(hp.slope, plan.window, plan.cutoff), 513)
         sine = approximation_error(hp.slope, hp.specs(), plan.scale, dm)
-        rnd = rounding_bound(hp.specs(), plan.scale, np.full_like(dm, plan.window), plan.window - dm, plan.dtype, hp.split)
+        rnd = rounding_bound(hp.specs(), plan.scale, np.full_like(dm, plan.window), plan.window - dm, plan.dtype,
+                             hp.split)
         right.semilogy(dm[1:], sine[1:] + rnd[1:], color=line.get_color(), label=f"head {h} total")
         right.semilogy(dm[1:], np.maximum(sine[1:], 1e-300), ":", color=line.get_color(), label=f"head {h} sine")
     left.set_ylim(-3 * plan.cutoff, 1)
@@ -113,7 +114,8 @@ def ladder_figure(plan, heads: list[int] | None = None) -> Figure:
         left.semilogx(d, f, "--", color=line.get_color(), lw=1.5, label=f"head {h} ladder")
         left.axvline(hp.ladder.exact_distance, color=line.get_color(), ls=":", lw=1)
         near = d[d <= hp.ladder.exact_distance]
-        right.loglog(near, np.maximum(np.abs(ladder_bias(a, b, thetas, near) - hp.ladder.shift + hp.slope * near), 1e-12),
+        right.loglog(near,
+                     np.maximum(np.abs(ladder_bias(a, b, thetas, near) - hp.ladder.shift + hp.slope * near), 1e-12),
                      color=line.get_color(), label=f"head {h} fit error")
         right.axhline(hp.rounding_error, color=line.get_color(), ls="--", lw=1, label=f"head {h} rounding")
     floor = max(hp.ladder.floor for hp in plan.heads)
@@ -174,6 +176,11 @@ def write_demo_report(report, plan: EmulationPlan, out: Path) -> None:
     r = report
     by = r.ppl_by_context
     rows = "\n".join(f"| {c} | {a:.4f} | {b:.4f} |" for c, a, b in zip(by["context"], by["native"], by["converted"]))
+    extrapolated = (f"| perplexity at {r.eval_context} tokens ({r.eval_context // r.train_context}x, extrapolation) | "
+                    f"{r.ppl_native_extrapolated:.6f} | {r.ppl_converted_extrapolated:.6f} |")
+    timed = (f"| forward time, {r.eval_context} tokens | {r.forward_seconds_native * 1e3:.1f} ms | "
+             f"{r.forward_seconds_converted * 1e3:.1f} ms |")
+    one_line = lambda s: s.replace(chr(10), " ").replace("|", "/")  # noqa: E731  (a markdown cell)
     text = f"""# ropebridge demo
 
 An ALiBi language model ({r.source_model}, vocabulary {r.vocab_size}, trained at
@@ -183,8 +190,8 @@ into a stock RoPE model (GPT-NeoX, float32) and evaluated on {r.heldout_tokens} 
 | | native ALiBi | converted RoPE |
 |---|---|---|
 | perplexity at the training context ({r.train_context}) | {r.ppl_native:.6f} | {r.ppl_converted:.6f} |
-| perplexity at {r.eval_context} tokens ({r.eval_context // r.train_context}x, extrapolation) | {r.ppl_native_extrapolated:.6f} | {r.ppl_converted_extrapolated:.6f} |
-| forward time, {r.eval_context} tokens | {r.forward_seconds_native * 1e3:.1f} ms | {r.forward_seconds_converted * 1e3:.1f} ms |
+{extrapolated}
+{timed}
 
 - largest relative perplexity difference: {r.ppl_relative_diff:.2e}; max |Δlogit| over every evaluated
   token: {r.max_abs_logit_diff:.2e}
@@ -195,7 +202,7 @@ into a stock RoPE model (GPT-NeoX, float32) and evaluated on {r.heldout_tokens} 
 
 | native | converted |
 |---|---|
-| {r.continuation_native.replace(chr(10), ' ').replace('|', '/')} | {r.continuation_converted.replace(chr(10), ' ').replace('|', '/')} |
+| {one_line(r.continuation_native)} | {one_line(r.continuation_converted)} |
 
 ## Perplexity against context
 

@@ -32,7 +32,8 @@ LAYOUTS = ("half", "interleaved")
 _ANGLE_DTYPES = (torch.float32, torch.float64)
 
 
-def rope_angles(freqs: torch.Tensor, positions: torch.Tensor, *, angle_dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def rope_angles(freqs: torch.Tensor, positions: torch.Tensor, *,
+                angle_dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """Angles ``m * theta_i`` for integer positions.
 
     Args:

@@ -30,8 +30,8 @@ from .targets import of_model_type
 @dataclass(frozen=True)
 class Geometry:
     """Shapes that decide the KV cache and the splits. ``architecture``: what the config describes, an ALiBi
-    source's family ('bloom', 'mpt', 'falcon', …) or a target (a name of ``targets.TARGETS``); ``hidden`` is the residual width (D' = h hd' for
-    GPT-NeoX's padded stream); ``kv_heads`` the key/value heads the cache holds."""
+    source's family ('bloom', 'mpt', 'falcon', …) or a target (a name of ``targets.TARGETS``); ``hidden`` is the
+    residual width (D' = h hd' for GPT-NeoX's padded stream); ``kv_heads`` the key/value heads the cache holds."""
 
     architecture: str
     layers: int
@@ -90,9 +90,9 @@ def shape_only_checkpoint(config: Mapping[str, Any], directory: str | Path) -> i
     """Write ``config`` and a bfloat16 ``model.safetensors`` holding only a header into DIRECTORY: every
     parameter of transformers' model for ``config`` (built on the meta device; a tied head once), or, for a family
     transformers has no class for (Baichuan, Refact, Jais), every tensor its published code holds as it stores them
-    (``checkpoint.model.stored_shapes``: the required ones, the biases it declares, and the head unless tied; not Jais' slopes, which a
-    hole would give as zeros), with the file extended to its full size as a hole (sparse: no data is written or
-    read). Returns the parameter count."""
+    (``checkpoint.model.stored_shapes``: the required ones, the biases it declares, and the head unless tied; not Jais'
+    slopes, which a hole would give as zeros), with the file extended to its full size as a hole (sparse: no data is
+    written or read). Returns the parameter count."""
     import torch
     import transformers as T
 
@@ -142,27 +142,3 @@ def converted_checkpoint(src_dir: str | Path, request) -> tuple[int, dict]:
     shards = ShardWriter(torch.bfloat16, 2**62)  # never written: only its descriptions count
     _, config = describe_checkpoint(model, plan, resolved.target_row, shards)
     return sum(torch.Size(p.shape).numel() for p in shards.pending), config
-
-
-def checkpoint_tp_problems(directory: str | Path, tp: int) -> list[str]:
-    """``Geometry.tp_problems`` checked on a converted GPT-NeoX checkpoint's stored shapes: every fused QKV has
-    3 h hd' rows laid out per head (so ``tp`` contiguous row blocks hold whole heads), every attention output
-    h hd' columns, every MLP matrix the intermediate width on the split side."""
-    from .checkpoint.tensor_io import CheckpointReader
-
-    directory = Path(directory)
-    geo = Geometry.from_config(json.loads((directory / "config.json").read_text()))
-    reader = CheckpointReader(directory)
-    problems = geo.tp_problems(tp)
-    q = geo.heads * geo.head_dim
-    want = {"attention.query_key_value.weight": (0, 3 * q), "attention.dense.weight": (1, q),
-            "mlp.dense_h_to_4h.weight": (0, geo.intermediate), "mlp.dense_4h_to_h.weight": (1, geo.intermediate)}
-    for name in reader.names():
-        shape = reader.shape(name)
-        for suffix, (dim, size) in want.items():
-            if name.endswith(suffix):
-                if shape[dim] != size:
-                    problems.append(f"{name} has {shape[dim]} on dim {dim}, the config says {size}")
-                elif shape[dim] % tp:
-                    problems.append(f"{name} dim {dim} ({shape[dim]}) does not split {tp} ways")
-    return problems

@@ -62,7 +62,7 @@ def test_merge_replaces_what_ran_and_judges_the_rest_again(tmp_path):
     stored = [_row("llama.cpp", "demo", 0.99, passes=False),  # judged under an older criterion
               _row("ctranslate2", "demo", 1.59, passes=False),
               _row("ctranslate2", "bloom560m", 1.2, [{"prompt": 1, "step": 0, "reference_margin": 5.0}], True)]
-    out.write_text(json.dumps(stored))
+    out.write_text(json.dumps({"machine": {}, "command": "python benchmarks/engines/run.py", "rows": stored}))
     fresh = [_row("ctranslate2", "demo", 0.06, passes=True)]
     merged = merge(fresh, out)
     by_key = {(r["engine"], r["model"]): r for r in merged}

@@ -31,7 +31,7 @@ def test_every_named_recipe_is_run_by_the_engine_benchmark():
 
 
 def test_every_recipe_has_stored_runs_that_name_it():
-    stored = json.loads((ROOT / "benchmarks" / "results" / "engines.json").read_text())
+    stored = json.loads((ROOT / "benchmarks" / "results" / "engines.json").read_text())["rows"]
     for name, rec in settings.RECIPES.items():
         runs = [r for r in stored if r["settings"].get("recipe") == name]
         assert runs and all((r["engine"], r["model"], r["context"]) == (rec.engine, *rec.model) for r in runs), name

@@ -1,7 +1,7 @@
 """benchmarks/engines/hf4_llama.py: the stored transformers 4.x runs of the llama target are what the README of
 benchmarks/engines shows, every case passes with the config as written (within the plan against the source's
-code; in float32 also transformers 5.x's logits and greedy tokens exactly), and the rope_scaling key is what makes it pass (without it
-transformers 4.x runs the default rope)."""
+code; in float32 also transformers 5.x's logits and greedy tokens exactly), and the rope_scaling key is what makes it
+pass (without it transformers 4.x runs the default rope)."""
 
 import json
 import sys
@@ -14,8 +14,9 @@ import hf4_llama  # noqa: E402
 
 
 def test_the_stored_runs_are_documented_and_the_written_config_passes():
-    rows = json.loads(hf4_llama.RESULTS.read_text())
-    assert hf4_llama.table(rows) in (ROOT / "benchmarks" / "engines" / "README.md").read_text()
+    stored = json.loads(hf4_llama.RESULTS.read_text())
+    rows = stored["rows"]
+    assert hf4_llama.table(stored) in (ROOT / "benchmarks" / "engines" / "README.md").read_text()
     written = [r for r in rows if r["config"] == "as written"]
     assert {(r["family"], r["dtype"]) for r in written} == set(hf4_llama.CASES)
     assert all(r["passes"] and r["transformers"].startswith("4.") and r["max_abs_vs_oracle"] <= r["limit"]
@@ -29,4 +30,4 @@ def test_a_failing_case_reads_as_one():
            "transformers": "4.57.6", "max_abs_vs_oracle": 13.1, "limit": 1e-3, "max_abs_vs_transformers5": 13.1,
            "greedy_identical": False,
            "passes": False}
-    assert hf4_llama.table([row]).splitlines()[-1].endswith("| differs | no |")
+    assert hf4_llama.table({"rows": [row]}).splitlines()[-1].endswith("| differs | no |")

@@ -13,8 +13,9 @@ import llamacpp_llama  # noqa: E402
 
 
 def test_the_stored_runs_are_documented_and_pass():
-    rows = json.loads(llamacpp_llama.RESULTS.read_text())
-    assert llamacpp_llama.table(rows) in (ROOT / "benchmarks" / "engines" / "README.md").read_text()
+    stored = json.loads(llamacpp_llama.RESULTS.read_text())
+    rows = stored["rows"]
+    assert llamacpp_llama.table(stored) in (ROOT / "benchmarks" / "engines" / "README.md").read_text()
     assert {(r["family"], r["strategy"]) for r in rows} == set(llamacpp_llama.CASES)
     converted = [r for r in rows if r["strategy"] != "native"]
     assert all(r["passes"] == (r["max_abs_vs_oracle"] <= r["limit"] and r["greedy_identical"]) is True
@@ -30,4 +31,4 @@ def test_a_failing_case_reads_as_one():
            "llama_cpp_python": "0.3.36", "max_abs_vs_oracle": 2.0, "max_abs_vs_rmsnorm_reading": None,
            "limit": 1e-3, "greedy_identical": False,
            "passes": False}
-    assert llamacpp_llama.table([row]).splitlines()[-1].endswith("| differs | no |")
+    assert llamacpp_llama.table({"rows": [row]}).splitlines()[-1].endswith("| differs | no |")

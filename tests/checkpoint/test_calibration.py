@@ -41,7 +41,8 @@ def test_calibrated_floors_are_the_cutoff_plus_the_measured_advantage():
     ids = torch.tensor(T.AutoTokenizer.from_pretrained(src)(text)["input_ids"])
     adv = content_advantage(SourceModel(src), ids)
     for cutoff in (10.0, None):
-        plan, _, _ = plan_checkpoint(src, PlanRequest(dtype="bfloat16", window=512, calibration_text=text, cutoff=cutoff,
+        plan, _, _ = plan_checkpoint(src,
+                                     PlanRequest(dtype="bfloat16", window=512, calibration_text=text, cutoff=cutoff,
                                                    tolerance=2.0))
         expected_cutoff = ladder.default_cutoff(512, "bfloat16") if cutoff is None else cutoff
         assert plan.strategy == "ladder" and plan.cutoff == expected_cutoff

@@ -45,7 +45,8 @@ def test_a_family_is_one_row(monkeypatch):
 
 
     twice = dataclasses.replace(FAMILIES["bloom"], name="twice", model_types=("twice",),
-                                per_logit=lambda m, hd: 2 * m, biases=lambda c: ("use_bias", bool(c["use_bias"]), False),
+                                per_logit=lambda m, hd: 2 * m,
+                                biases=lambda c: ("use_bias", bool(c["use_bias"]), False),
                                 max_positions_key="n_positions")
     monkeypatch.setitem(FAMILIES, "twice", twice)
     assert family_slopes("twice", 8, 64) == tuple(2 * m for m in family_slopes("bloom", 8, 64))

@@ -51,7 +51,8 @@ def test_what_names_nothing_is_refused_before_any_download(tmp_path):
     assert hub.resolve_source(tmp_path) == tmp_path
 
 
-@pytest.mark.parametrize("argv", [["convert", "bigscience/bloom-560m", "DST"], ["plan", "--model", "bigscience/bloom-560m"],
+@pytest.mark.parametrize("argv",
+                         [["convert", "bigscience/bloom-560m", "DST"], ["plan", "--model", "bigscience/bloom-560m"],
                                   ["convert", "a b/c!d", "DST"]])
 def test_the_command_says_it_offline_in_one_line(tmp_path, argv):
     # the hub unreachable (offline, as here): convert and plan take hub ids and say what to do, exit 2

@@ -61,7 +61,8 @@ def test_a_baichuan_checkpoint_is_checked_against_its_layout(tmp_path):
     assert model.linears() == ("qkv", "o", "up", "down", "gate") and model.info.block == "rmsnorm-gated"
     tensors = load_file(src / "model.safetensors")
     cases = [("bias", {**tensors, "model.layers.0.mlp.up_proj.bias": torch.zeros(160)}, "the baichuan family has none"),
-             ("gate", {k: v for k, v in tensors.items() if "layers.1.mlp.gate_proj" not in k}, "gate_proj.weight' is missing"),
+             ("gate", {k: v for k, v in tensors.items() if "layers.1.mlp.gate_proj" not in k},
+              "gate_proj.weight' is missing"),
              ("qkv", {**tensors, "model.layers.0.self_attn.W_pack.weight": torch.zeros(2 * 96, 96)}, "shape [192, 96]")]
     _each_refused_in_one_line(src, cases, tmp_path)
 
@@ -83,8 +84,10 @@ def test_a_refact_checkpoint_is_read_through_its_fused_tensors_and_checked_by_th
     assert torch.equal(model.qkv_part(1, 2, (2, 4)), kv[16:].expand(2, 16, 96))
     assert torch.equal(model.weight(1, "gate"), gate_up[:256]) and torch.equal(model.weight(1, "up"), gate_up[256:])
     assert torch.equal(model.weight(1, "up", rows=(10, 20)), gate_up[266:276])
-    assert sum(math.prod(model.reader.shape(n)) for n in model.reader.names()) == sum(t.numel() for t in tensors.values())
-    cases = [("kv", {**tensors, p + "attn.kv.weight": torch.zeros(48, 96)}, "'transformer.h.1.attn.kv.weight' has shape [48, 96]"),
+    read = sum(math.prod(model.reader.shape(n)) for n in model.reader.names())
+    assert read == sum(t.numel() for t in tensors.values())
+    cases = [("kv", {**tensors, p + "attn.kv.weight": torch.zeros(48, 96)},
+              "'transformer.h.1.attn.kv.weight' has shape [48, 96]"),
              ("gate_up", {k: v for k, v in tensors.items() if "gate_up" not in k}, "gate_up_proj.weight' is missing"),
              ("bias", {**tensors, p + "attn.q.bias": torch.zeros(96)}, "attn.q.bias' is a bias")]
     _each_refused_in_one_line(src, cases, tmp_path)
@@ -140,7 +143,8 @@ def test_a_jais_checkpoint_is_read_through_its_conv1d_tensors_and_stored_slopes(
     assert torch.equal(model.head_rows(3, 5), tensors["transformer.wte.weight"][3:5] * 0.111)  # tied, times width_scale
     cases = [("slope", {**tensors, "transformer.relative_pe.slopes": tensors["transformer.relative_pe.slopes"] * 1.01},
               "holds slope .* for head 0, where ALiBi's formula gives"),
-             ("c_fc", {**tensors, p + "mlp.c_fc.weight": torch.zeros(160, 96)}, "shape [96, 160] .read transposed, as GPT-2.s Conv1D")]
+             ("c_fc", {**tensors, p + "mlp.c_fc.weight": torch.zeros(160, 96)},
+              "shape [96, 160] .read transposed, as GPT-2.s Conv1D")]
     _each_refused_in_one_line(src, cases, tmp_path)
 
 

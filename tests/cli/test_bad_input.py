@@ -111,11 +111,13 @@ CASES = [
     ("convert {root}/bloom {out}/x --dtype float64", "invalid choice"),
     ("convert {root}/nan {out}/x", "'transformer.h.1.mlp.dense_h_to_4h.weight' holds 1 non-finite"),
     ("convert {root}/nan {out}/x --dtype bfloat16 --window 256", "non-finite"),
-    ("convert {root}/vocab322 {out}/x", "'transformer.word_embeddings.weight' has shape [320, 128], the bloom config implies [322, 128]"),
+    ("convert {root}/vocab322 {out}/x",
+     "'transformer.word_embeddings.weight' has shape [320, 128], the bloom config implies [322, 128]"),
     ("convert {root}/vocab300 {out}/x", "implies [300, 128]"),
     ("convert {root}/hidden {out}/x", "has shape [320, 128]"),
     ("convert {root}/qkv3d {out}/x", "'transformer.h.0.self_attention.query_key_value.weight' has shape [12, 32, 128]"),
-    ("convert {root}/ln2d {out}/x", "'transformer.h.1.input_layernorm.weight' has shape [1, 128], the bloom config implies [128]"),
+    ("convert {root}/ln2d {out}/x",
+     "'transformer.h.1.input_layernorm.weight' has shape [1, 128], the bloom config implies [128]"),
     ("convert {root}/offsets {out}/x", "overlap"),
     ("convert {root}/int {out}/x", "'transformer.h.0.mlp.dense_h_to_4h.bias' has dtype int32"),
     ("plan --model {root}/vocab322 --window 64", "implies [322, 128]"),
@@ -141,7 +143,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("template, needle", CASES, ids=[c[0].split(" --")[0][:40] + f"#{i}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize("template, needle", CASES,
+                         ids=[c[0].split(" --")[0][:40] + f"#{i}" for i, c in enumerate(CASES)])
 def test_bad_input(models, tmp_path, capsys, template, needle):
     sources = {name: tree_hash(models / name) for name in ("bloom", "mpt")}
     out = tmp_path / "out"
@@ -344,7 +347,8 @@ def test_destination_has_the_permissions_of_a_plain_mkdir(models, tmp_path):
 
 
 def test_verbose_anywhere(capsys):
-    for argv in (["-v", "rope", "--head-dim", "8", "--context", "8"], ["rope", "--head-dim", "8", "--context", "8", "-v"]):
+    for argv in (["-v", "rope", "--head-dim", "8", "--context", "8"],
+                 ["rope", "--head-dim", "8", "--context", "8", "-v"]):
         assert main(argv) == 0
 
 

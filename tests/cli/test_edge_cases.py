@@ -37,7 +37,8 @@ def test_a_pickle_that_is_not_plain_weights_is_one_line(tmp_path, zip_format):
     proc = subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(tmp_path / "rope"),
                            "--window", "256"], capture_output=True, text=True)
     lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and "a pickle that asks for" in lines[0] and "print" in lines[0], proc.stderr
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "a pickle that asks for" in lines[0] and "print" in lines[0], proc.stderr
     assert "weights_only=True" in lines[0] and not (tmp_path / "rope").exists()
 
 
@@ -47,7 +48,8 @@ def test_a_hub_id_without_a_network_is_one_line(tmp_path):
                           capture_output=True, text=True, env=env)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
-    assert lines[0].endswith("cannot reach the Hugging Face hub to download bigscience/bloom-560m, and it is not in the "
+    assert lines[0].endswith("cannot reach the Hugging Face hub to download bigscience/bloom-560m, and it is not in "
+                             "the "
                              "local cache: connect to the network (and unset HF_HUB_OFFLINE), or download it where the "
                              "hub is reachable (hf download bigscience/bloom-560m --local-dir DIR) and pass DIR"), lines
 

@@ -1,7 +1,7 @@
 """Every numeric option of every subcommand against numbers that parse but mean nothing (nan, infinities, 1e400,
-negatives, zero where it is no value, integers past any limit, beyond float's range and beyond int64): exit 2, one line on stderr naming the option, no
-traceback, nothing written. Generated from the options as the parser declares them, so a numeric option added
-without the shared validator (``cli._options.numeric``) fails here."""
+negatives, zero where it is no value, integers past any limit, beyond float's range and beyond int64): exit 2, one line
+on stderr naming the option, no traceback, nothing written. Generated from the options as the parser declares them, so a
+numeric option added without the shared validator (``cli._options.numeric``) fails here."""
 
 import argparse
 

@@ -193,7 +193,8 @@ def test_fixed_base_multi_pair_conversion(tmp_path):
     with pytest.raises(ValueError, match="--window 452 fits"):
         convert(src, tmp_path / "dst", PlanRequest(window=512, rope_base=10000.0, rotary_dim=16, pairs=2))
     assert not (tmp_path / "dst").exists()
-    res = convert(src, tmp_path / "dst", PlanRequest(window=512, rope_base=10000.0, rotary_dim=16, pairs=2), accept_error=True)
+    res = convert(src, tmp_path / "dst", PlanRequest(window=512, rope_base=10000.0, rotary_dim=16, pairs=2),
+                  accept_error=True)
     assert json.loads((res.destination / "ropebridge.json").read_text())["accepted_error"] is True
     cfg = T.AutoConfig.from_pretrained(res.destination)
     assert cfg.rope_parameters["rope_theta"] == 10000.0
@@ -208,7 +209,8 @@ def test_112_heads_end_to_end_in_float32_and_the_half_precision_default(tmp_path
     src = build(tmp_path / "src", "bloom-4heads", n_head=112, hidden_size=112 * 8, n_layer=1)
     for dtype, window in (("float32", 256), ("bfloat16", 256)):
         res = convert(src, tmp_path / dtype, PlanRequest(window=window, dtype=dtype))
-        assert len(res.plan.heads) == 112 and res.plan.strategy_label == ("single (exact-rotation)" if dtype == "float32" else "ladder")
+        assert len(res.plan.heads) == 112
+        assert res.plan.strategy_label == ("single (exact-rotation)" if dtype == "float32" else "ladder")
         report = verify(src, res.destination, context=256, greedy_tokens=8)
         assert report.passed, (dtype, report.failures)  # bfloat16: within 1.0 of exact ALiBi (or of native's error)
 

@@ -88,7 +88,8 @@ def test_bfloat16_weighs_rounding_by_its_standard_deviation(monkeypatch):
     std = ladder_fit.fit_head(slope, thetas, window, floor, dtype, stored_scale=1 / 8)
     monkeypatch.setattr(ladder_fit, "rounding_weight", lambda n, dt: ladder_fit.extreme_factor(n))
     extreme = ladder_fit.fit_head(slope, thetas, window, floor, dtype, stored_scale=1 / 8)
-    assert std.approximation_error < 0.8 * extreme.approximation_error, (std.approximation_error, extreme.approximation_error)
+    assert std.approximation_error < 0.8 * extreme.approximation_error, (std.approximation_error,
+                                                                         extreme.approximation_error)
     assert std.rounding_error > extreme.rounding_error
 
 
@@ -124,7 +125,8 @@ def test_the_fit_succeeds_everywhere_with_a_small_residual(window, rotary_dim):
         for slope in (0.7071, 0.125, 2**-8):
             for advantage in (5.0, 45.0):
                 floor = ladder.default_cutoff(window, dtype) + advantage
-                fit = ladder_fit.fit_head(slope, thetas, window, floor, dtype, stored_scale=1 / math.sqrt(64 + rotary_dim))
+                fit = ladder_fit.fit_head(slope, thetas, window, floor, dtype,
+                                          stored_scale=1 / math.sqrt(64 + rotary_dim))
                 f = ladder_fit.ladder_bias(fit.a, fit.b, thetas, d) - fit.shift
                 w = fit.exact_distance
                 residual = max(np.abs(f[: w + 1] + slope * d[: w + 1]).max(), (f[w + 1:] + floor).max(initial=0), 0)
@@ -172,7 +174,8 @@ def test_directed_rounding_stores_neighbours_and_cancels_their_errors(dtype):
         assert abs(value - exact) <= (up - down) * (1 + 1e-9)  # within one spacing: one of the two neighbours
     nearest = (torch.tensor(x / scale).to(DTYPES[dtype]).double() * scale).numpy()
     half = len(thetas)
-    errors = [ladder_fit.approximation_error(slope, v[:half], v[half:], thetas, window, floor, shift) for v in (got, nearest)]
+    errors = [ladder_fit.approximation_error(slope, v[:half], v[half:], thetas, window, floor, shift) for v in (got,
+                                                                                                                nearest)]
     assert errors[0] <= errors[1], errors
 
 

@@ -29,7 +29,8 @@ BAD = [
     ({"pairs": 2, "rope_base": None}, "--pairs > 1 needs a fixed base"),
     ({"strategy": "single", "rope_base": 1e4, "theta": 1e-6}, "not both"),
     ({"strategy": "fixed-base", "dtype": "float32"}, "needs --rope-base"),
-    ({"dtype": "bfloat16", "strategy": "ladder", "rotary_dim": 4096}, "--rotary-dim 4096: the ladder is fitted on at most 128"),
+    ({"dtype": "bfloat16", "strategy": "ladder", "rotary_dim": 4096},
+     "--rotary-dim 4096: the ladder is fitted on at most 128"),
     ({"engine": "trtllm", "target": "gpt-neox"}, "does not run --target gpt-neox"),
 ]
 

@@ -42,7 +42,8 @@ TOY = Family(name="toy", model_types=("toy_alibi",), heads=("n_head",), hidden=(
              details=lambda c, d, hd: FamilyDetails(max_bias=8.0, eps=c.get("layer_norm_epsilon", 1e-5),
                                                     activation="gelu_pytorch_tanh", intermediate_size=4 * d,
                                                     qk_scale=1 / math.sqrt(hd)),
-             tensor_names=_toy_block, globals={"emb": "toy.embed.weight", "ln_f": "toy.norm_f", "head": "toy.head.weight"},
+             tensor_names=_toy_block,
+             globals={"emb": "toy.embed.weight", "ln_f": "toy.norm_f", "head": "toy.head.weight"},
              qkv_layout="per-head", attention=None, embedding_norm="toy.embed_norm", label="Toy")
 
 
@@ -105,7 +106,8 @@ def _phi_tensors(src, lay, shards) -> None:
     d, dp, v, h, f, hd = (info.hidden_size, lay.hidden_size, info.vocab_size, info.n_heads, info.intermediate_size,
                           lay.head_dim)
     pads = dp - d
-    shards.add("model.embed_tokens.weight", (v, dp), row_blocks(lambda a, b: embedding_rows(src, a, b, pads), v, 8 * dp))
+    shards.add("model.embed_tokens.weight", (v, dp),
+               row_blocks(lambda a, b: embedding_rows(src, a, b, pads), v, 8 * dp))
     for i in range(info.n_layers):
         p = f"model.layers.{i}."
         for k, part in enumerate(("weight", "bias")):
@@ -119,7 +121,8 @@ def _phi_tensors(src, lay, shards) -> None:
                        single(lambda i=i, part=part: proj_bias(src, i, lay, part).reshape(-1)))
         shards.add(p + "self_attn.dense.weight", (dp, h * hd),
                    mean_padded_rows(lambda a, b, i=i: attention_out_rows(src, i, lay, a, b), d, pads, h * hd))
-        shards.add(p + "self_attn.dense.bias", (dp,), single(lambda i=i: pad_rows_with_mean(src.bias(i, "o", WORK), pads)))
+        shards.add(p + "self_attn.dense.bias", (dp,),
+                   single(lambda i=i: pad_rows_with_mean(src.bias(i, "o", WORK), pads)))
         shards.add(p + "mlp.fc1.weight", (f, dp),
                    row_blocks(lambda a, b, i=i: reader_rows(src, i, "up", lay, a, b, shards.dtype), f, 8 * dp))
         shards.add(p + "mlp.fc1.bias", (f,), single(lambda i=i: src.bias(i, "up", WORK)))
@@ -127,7 +130,8 @@ def _phi_tensors(src, lay, shards) -> None:
                    mean_padded_rows(lambda a, b, i=i: src.weight(i, "down", WORK, (a, b)), d, pads, f))
         shards.add(p + "mlp.fc2.bias", (dp,), single(lambda i=i: pad_rows_with_mean(src.bias(i, "down", WORK), pads)))
     for k, part in enumerate(("weight", "bias")):
-        shards.add(f"model.final_layernorm.{part}", (dp,), single(lambda k=k: padded_norm(*src.final_norm(), d, pads)[k]))
+        shards.add(f"model.final_layernorm.{part}", (dp,),
+                   single(lambda k=k: padded_norm(*src.final_norm(), d, pads)[k]))
     shards.add("lm_head.weight", (v, dp), row_blocks(lambda a, b: head_rows(src, a, b, pads, shards.dtype), v, 8 * dp))
     shards.add("lm_head.bias", (v,), single(lambda: torch.zeros(v)))
 
@@ -146,7 +150,7 @@ def _phi_config(src, lay, plan) -> dict:
 
 
 PHI = Target(name="phi", architecture="PhiForCausalLM", model_type="phi", strategies=("ladder", "single", "fixed-base"),
-             rotary_block=True, pair_dims="block", layer_norm="layernorm", mlp=("fc1", "fc2"),
+             rotary_block=True, pair_dims="block",
              serving=("transformers: `AutoModelForCausalLM.from_pretrained(\"{dst}\")`",), parallel_residual=True,
              support={**{c: Support("none", "not read") for c in COLUMNS}, "transformers": Support("native", "tested")})
 PHI_WRITER = Writer("phi", _phi_layout, _phi_tensors, _phi_config, padded_geometry, padded_shapes)

@@ -85,8 +85,10 @@ def test_the_files_and_modules_the_docs_name_exist():
                for path in re.findall(r"`((?:tests|benchmarks|src|scripts|docs)/[\w/.-]+\.(?:py|md|json))`",
                                       doc.read_text()) if not (ROOT / path).exists()]
     # a result not yet produced, named as what its script writes (the GPU runs)
-    missing = [(doc, path) for doc, path in missing
-               if not (path.startswith("benchmarks/results/") and list(ROOT.glob(f"benchmarks/**/{Path(path).stem}.py")))]
+    def written(path: str) -> bool:
+        return path.startswith("benchmarks/results/") and bool(list(ROOT.glob(f"benchmarks/**/{Path(path).stem}.py")))
+
+    missing = [(doc, path) for doc, path in missing if not written(path)]
     assert not missing, missing
     from test_levels import LEVELS
 
@@ -142,3 +144,14 @@ def test_only_the_targets_and_writers_read_how_a_target_s_rope_turns():
              and target_fact_tests(p.read_text())]
     assert found == []
     assert target_fact_tests("if request.target_row.rope_form == 'llama3': pass") == ["rope_form"]  # it can fail
+
+
+def test_the_wheel_ships_the_demo_model_only():
+    # the demo's BLOOM is the one embedded model a user runs (``ropebridge demo``); the others are the tests'
+    import tomllib
+
+    from ropebridge.demo import DATA_FILES
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["ropebridge"]
+    assert data == ["data/demo/*"]
+    assert all((PACKAGE / "data" / "demo" / f).is_file() for f in DATA_FILES)

@@ -23,7 +23,8 @@ def test_rotary_dims_are_the_kernels_sizes_smallest_first():
 
 def test_a_head_dim_the_kernel_does_not_run_is_refused_naming_it():
     check_head_dim("fa3", 160, "x")  # runs, padded
-    with pytest.raises(ValueError, match="head dim 160, which --kernel flashinfer does not run \\(64, 128, 256, 512\\)"):
+    with pytest.raises(ValueError,
+                       match="head dim 160, which --kernel flashinfer does not run \\(64, 128, 256, 512\\)"):
         check_head_dim("flashinfer", 160, "--rotary-dim 32")
 
 
@@ -54,7 +55,8 @@ def test_each_engine_names_the_kernel_that_runs_a_head_dim():
 
     k = engine_kernels(160)
     assert k[TITLES["vllm"]] == "FLASH_ATTN (FA3 on Hopper: the 192 kernel, padded)" and k["TensorRT-LLM"] == "MMHA"
-    assert engine_kernels(132)[TITLES["vllm"]].startswith("TRITON_ATTN") and "aborts" in engine_kernels(132)["TensorRT-LLM"]
-    assert engine_kernels(36)[TITLES["vllm"]].startswith("TRITON_ATTN") and engine_kernels(512)[TITLES["vllm"]] == "FLASHINFER"
+    vllm = TITLES["vllm"]
+    assert engine_kernels(132)[vllm].startswith("TRITON_ATTN") and "aborts" in engine_kernels(132)["TensorRT-LLM"]
+    assert engine_kernels(36)[vllm].startswith("TRITON_ATTN") and engine_kernels(512)[vllm] == "FLASHINFER"
     assert engine_kernels(96, "float32")[TITLES["vllm"]].startswith("TRITON_ATTN")
     assert engine_kernels(96)["llama.cpp"] == "CUDA flash attention"

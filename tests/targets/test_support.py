@@ -11,6 +11,8 @@ def test_a_cell_refuses_an_unknown_kind_and_says_how_it_was_established():
         Support("maybe", "read")
     with pytest.raises(ValueError, match="support evidence must be one of"):
         Support("native", "heard")
+    with pytest.raises(ValueError, match="support evidence must be one of"):
+        Support("native", "run")  # what ran is the stored results' to say (benchmarks/known.py)
     assert Support("backend", "read").cell() == "Transformers backend (read)" and Support("none", "").cell() == "no"
     cell = Support("native", "read", "`llama.py`", "reads `head_dim`").cell()
     assert cell == "native (read: `llama.py`; reads `head_dim`)"
@@ -20,7 +22,7 @@ def test_a_cell_refuses_an_unknown_kind_and_says_how_it_was_established():
 def test_a_row_in_one_line_names_natives_then_backends():
     row = {c: Support("none", "") for c in COLUMNS}
     assert runs_in(row) == "no engine natively"
-    row |= {"llama.cpp": Support("native", "run"), "vllm": Support("backend", "read")}
+    row |= {"llama.cpp": Support("native", "measured"), "vllm": Support("backend", "read")}
     assert runs_in(row) == "llama.cpp; through its Transformers backend: vLLM 0.34.0"
     row |= {"sglang": Support("backend", "read")}
     assert runs_in(row).endswith("through their Transformers backends: vLLM 0.34.0, SGLang 0.5.23")

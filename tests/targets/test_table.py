@@ -25,8 +25,8 @@ def test_every_target_has_one_writer_and_every_writer_a_target():
 def test_a_row_with_an_unknown_convention_is_refused():
     with pytest.raises(ValueError, match="pair_dims"):
         dataclasses.replace(TARGETS["nemotron"], pair_dims="last-two")
-    with pytest.raises(ValueError, match="layer_norm"):
-        dataclasses.replace(TARGETS["nemotron"], layer_norm="rmsnorm-1p")
+    with pytest.raises(ValueError, match="rope_form"):
+        dataclasses.replace(TARGETS["nemotron"], rope_form="yarn")
 
 
 def test_the_targets_carrying_a_strategy_come_from_the_rows():

@@ -56,7 +56,8 @@ def test_an_untouched_conversion_is_identical_byte_for_byte(pair):
     for dst in (f32, bf16):
         report = verify(src, dst, context=64, greedy_tokens=4)
         assert report.passed, report.failures
-        assert report.byte_check["mode"] == "exact" and report.byte_check["tensors"] == 28  # 2 layers x 12, embed, head, final norm
+        # 2 layers x 12, the embedding, the head, the final norm
+        assert report.byte_check["mode"] == "exact" and report.byte_check["tensors"] == 28
 
 
 def test_one_embedding_row_no_sampled_token_reaches_fails(pair, tmp_path):
@@ -76,7 +77,8 @@ def test_one_embedding_row_no_sampled_token_reaches_fails(pair, tmp_path):
 
 
 @pytest.mark.parametrize("which", ["f32", "bf16"])
-@pytest.mark.parametrize("name", ["gpt_neox.layers.1.mlp.dense_4h_to_h.weight", "gpt_neox.layers.0.attention.dense.weight",
+@pytest.mark.parametrize("name",
+                         ["gpt_neox.layers.1.mlp.dense_4h_to_h.weight", "gpt_neox.layers.0.attention.dense.weight",
                                   "gpt_neox.embed_in.weight"])
 def test_a_damaged_mlp_attention_or_embedding_fails_by_bytes(pair, tmp_path, which, name):
     src, dst = tampered(pair, tmp_path, which)

@@ -91,7 +91,8 @@ def test_an_engine_whose_log_p_is_wrong_fails_and_one_within_the_limit_passes(pa
     src, dst = pair
     report = verify(src, dst, context=64, greedy_tokens=4, engine=EngineRun("perturbed", {"shift": "0", "at": 10}))
     base = report.engine.max_err
-    report = verify(src, dst, context=64, greedy_tokens=4, engine=EngineRun("perturbed", {"shift": str(shift), "at": 10}))
+    report = verify(src, dst, context=64, greedy_tokens=4,
+                    engine=EngineRun("perturbed", {"shift": str(shift), "at": 10}))
     assert report.passed is passes, report.failures
     if not passes:
         assert any("in perturbed transformers --at 10 --shift" in f for f in report.failures), report.failures

@@ -227,7 +227,8 @@ def test_a_dst_run_in_a_dtype_it_overflows_fails_naming_the_tensor_and_the_cure(
     src = build(tmp_path / "src", "bloom-4heads")
     dst = convert(src, tmp_path / "dst", PlanRequest(window=256, dtype="float32")).destination
     report = verify(src, dst, context=64, greedy_tokens=0, dtype="float16")
-    assert not report.passed and report.failures[0].startswith("DST was converted for float32: tensor "), report.failures
+    assert not report.passed, report.failures
+    assert report.failures[0].startswith("DST was converted for float32: tensor "), report.failures
     assert "beyond float16's largest 65504" in report.failures[0] and "--dtype float16" in report.failures[0]
     assert beyond_range(dst, "bfloat16") is None and beyond_range(dst, "float32") is None
     assert verify(src, dst, context=64, greedy_tokens=0, dtype="bfloat16").passed
@@ -277,3 +278,17 @@ def test_a_float32_dst_unfit_for_bfloat16_fails_naming_its_prediction_there(tmp_
     assert not report.passed and report.failures[0].startswith("DST was converted for float32: its emulation in "
                                                                "bfloat16 is predicted to err by "), report.failures
     assert "--dtype bfloat16" in report.failures[0]
+
+
+def test_a_tensor_parallel_size_that_cannot_split_dst_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    # 12 heads split 1, 2, 3, 4, 6 and 12 ways, not 8: refused from the config derived from SRC, no engine started
+    from ropebridge.runners import EngineRun
+    from ropebridge.verify import run as verify_run
+
+    src = build(tmp_path / "src", "bloom-12heads", n_layer=1)
+    dst = convert(src, tmp_path / "dst", PlanRequest(window=128, dtype="float32")).destination
+    monkeypatch.setattr(verify_run.byte_check, "compare", lambda *a, **k: pytest.fail("bytes read before refusing"))
+    with pytest.raises(ValueError, match="--tensor-parallel-size 8 cannot split .*12 heads do not split 8 ways"):
+        verify(src, dst, context=64, engine=EngineRun("vllm", {"tensor_parallel_size": 8}))
+    code = main(["verify", str(src), str(dst), "--engine", "vllm", "--tensor-parallel-size", "8", "--context", "64"])
+    assert code == 2

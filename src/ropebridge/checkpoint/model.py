@@ -62,7 +62,8 @@ def expected_shapes(info: SourceInfo) -> dict[str, tuple[tuple[int, ...], bool]]
     d, f, v, hd_all = info.hidden_size, info.intermediate_size, info.vocab_size, info.n_heads * info.head_dim
     g = info.family_row.globals
     out: dict[str, tuple[tuple[int, ...], bool]] = {g["emb"]: ((v, d), True), g["head"]: ((v, d), False),
-                                                     g["ln_f"] + ".weight": ((d,), True), g["ln_f"] + ".bias": ((d,), False)}
+                                                     g["ln_f"] + ".weight": ((d,), True),
+                                                    g["ln_f"] + ".bias": ((d,), False)}
     if info.family_row.slopes_tensor:
         out[info.family_row.slopes_tensor] = ((info.n_heads, 1), False)
     if info.family_row.embedding_norm:
@@ -216,8 +217,9 @@ class SourceModel:
                              "ropebridge would read it; fix the config or the checkpoint")
         missing = [n for n in names if n not in self.reader]
         if declared and key and missing:
-            raise ValueError(f"config {key} = {self.config.get(key)!r} declares linear biases, but tensor {missing[0]!r} "
-                             "is missing: transformers would initialise it and ropebridge would read zeros")
+            raise ValueError(f"config {key} = {self.config.get(key)!r} declares linear biases, but tensor "
+                             f"{missing[0]!r} is missing: transformers would initialise it and ropebridge would read "
+                             "zeros")
 
     # -- canonical access ---------------------------------------------------------------------------------------
     def _ln(self, prefix: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -281,7 +283,8 @@ class SourceModel:
             return rows((part * h + a) * hd, (part * h + b) * hd).view(b - a, hd, *rest)
         if total == 3 * h * hd:  # per head (h, 3, hd): one read per head
             return torch.stack([rows((3 * j + part) * hd, (3 * j + part + 1) * hd) for j in range(a, b)])
-        if total == (h + 2) * hd and info.family_row.qkv_layout in ("per-head-or-multi-query", "multi-query"):  # h q, 1 k, 1 v
+        if total == (h + 2) * hd and info.family_row.qkv_layout in ("per-head-or-multi-query",
+                                                                    "multi-query"):  # h q, 1 k, 1 v
             if part == 0:
                 return rows(a * hd, b * hd).view(b - a, hd, *rest)
             one = h + part - 1
@@ -295,8 +298,8 @@ class SourceModel:
 
     def weight(self, i: int, which: str, dtype: torch.dtype = torch.float64,
                rows: tuple[int, int] | None = None) -> torch.Tensor:
-        """Block i's linear ``which`` ('o', 'up', 'down' or 'gate'): weight ``(out, in)``, or its rows ``[a, b)``, in ``dtype``
-        (float64 by default; float32 holds any float32/bf16/fp16 source exactly)."""
+        """Block i's linear ``which`` ('o', 'up', 'down' or 'gate'): weight ``(out, in)``, or its rows ``[a, b)``, in
+        ``dtype`` (float64 by default; float32 holds any float32/bf16/fp16 source exactly)."""
         return self.reader.read(self._names(i)[which] + ".weight", rows, dtype)
 
     def weight_shape(self, i: int, which: str) -> tuple[int, int]:

@@ -127,10 +127,10 @@ def reference_hidden(
     ``observe(layer, content, dist)``, if given, sees each block's content logits ``qk_scale q.k`` ``(h, block, t)``
     (before the bias and the causal mask) and distances ``(block, t)``.
 
-    ``round_to`` (bfloat16 or float16) gives the **floor** of that dtype instead: weights and the result of every
-    op (projections, LayerNorms, GELU, residual sums; each accumulated exactly, rounded once, as kernels with
+    ``round_to`` (bfloat16 or float16) gives the **baseline** of that dtype instead: weights and the result of
+    every op (projections, LayerNorms, GELU, residual sums; each accumulated exactly, rounded once, as kernels with
     float32 accumulation do) rounded to the dtype, while attention, its softmax and the ALiBi bias stay exact.
-    A positional encoding in that dtype owes its error to itself only above this floor."""
+    A positional encoding in that dtype owes its error to itself only above this baseline."""
     seen = None if observe is None else (lambda i, start, content, dist, weights: observe(i, content[0], dist[0]))
     return reference_states(src, input_ids[None], blocks=blocks, observe=seen, round_to=round_to)[0]
 
@@ -216,7 +216,8 @@ def _map(r, value):
 
 @torch.no_grad()
 def reference_logits(
-    src: SourceModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *, probs_out: list | None = None
+    src: SourceModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
+                     probs_out: list | None = None
 ) -> torch.Tensor:
     """Exact ALiBi logits, float64: ``reference_states`` times every row of the head at once (small models, the
     tests' whole-model forward); with ``probs_out`` (a list), each layer's attention probabilities

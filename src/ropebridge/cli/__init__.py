@@ -93,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version (0) or a usage error (2, argparse's one line): a status, not an exit
         return int(exc.code or 0)
     signals.name_command(args.command)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if args.command in ("verify", "demo") and not args.verbose:  # (convert never imports transformers: it starts faster)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    # convert never imports transformers: it starts faster
+    if args.command in ("verify", "demo") and not args.verbose:
         import transformers
 
         transformers.utils.logging.disable_progress_bar()  # ours is enough

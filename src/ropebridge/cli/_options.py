@@ -94,7 +94,8 @@ def add_planning_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rotary-dim", "--rope-dim", dest="rotary_dim", type=numeric(int),
                    help=f"rotary dims per head: single with --rope-base (default {FIXED_BASE_ROTARY_DIM}); ladder "
                         "(default: the smallest >= 32 that --kernel runs)")
-    p.add_argument("--pairs", type=numeric(int), default=1, help="single with --rope-base: pairs per head (multi-pair fit)")
+    p.add_argument("--pairs", type=numeric(int), default=1,
+                   help="single with --rope-base: pairs per head (multi-pair fit)")
     p.add_argument("--split", help="single, float16: k value s with q = (-N/s, 0), k = (0, s); 'sqrt' for s = sqrt(N)")
     p.add_argument("--kernel", default="any", choices=tuple(KERNELS),
                    help="the attention kernel you serve on: the ladder's head dim hd + R is a size it runs natively, "

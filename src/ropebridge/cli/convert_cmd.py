@@ -23,7 +23,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_planning_options(p)
     p.add_argument("--accept-error", action="store_true",
                    help="write the checkpoint even when the plan's prediction exceeds --tolerance (warns, records it)")
-    p.add_argument("--max-shard-mb", type=numeric(float, 1e-3, 2.0**40), default=2000.0, help="output shard size in MB (default 2000)")
+    p.add_argument("--max-shard-mb", type=numeric(float, 1e-3, 2.0**40), default=2000.0,
+                   help="output shard size in MB (default 2000)")
     p.add_argument("--force", action="store_true", help="replace an existing DST")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     add_verbose(p)

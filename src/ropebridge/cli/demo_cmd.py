@@ -12,7 +12,8 @@ from ._options import add_verbose, numeric
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="convert the embedded ALiBi model into RoPE and compare both on held-out text")
     p.add_argument("--out", metavar="DIR", help="write the converted model, report.md and plots into DIR")
-    p.add_argument("--context", type=numeric(int, 1, MAX_WINDOW), help="evaluation context beyond training (default 4x the training context)")
+    p.add_argument("--context", type=numeric(int, 1, MAX_WINDOW),
+                   help="evaluation context beyond training (default 4x the training context)")
     p.add_argument("--model", metavar="DIR", help=argparse.SUPPRESS)  # another demo-shaped model directory (tests)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     add_verbose(p)
@@ -46,7 +47,8 @@ def format_report(r) -> list[str]:
     lines.append(f"{f'forward time @ {r.eval_context}':32} {r.forward_seconds_native * 1e3:>12.1f}ms "
                  f"{r.forward_seconds_converted * 1e3:>13.1f}ms")
     lines.append(f"untrained model of the same shape: perplexity {r.ppl_random_model:.0f}")
-    lines.append(f"max |logit diff| {r.max_abs_logit_diff:.2e}; perplexities agree to {r.ppl_relative_diff:.1e} relative")
+    lines.append(f"max |logit diff| {r.max_abs_logit_diff:.2e}; "
+                 f"perplexities agree to {r.ppl_relative_diff:.1e} relative")
     lines.append("")
     lines.append(f"prompt: {r.prompt!r}")
     lines.append(f"  native:    {r.continuation_native!r}")

@@ -27,7 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="preview the RoPE emulation convert would write (theta, N or the ladder per head), "
                                     "with predicted errors")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", metavar="PATH", help=f"an ALiBi checkpoint directory, its config.json or a hub id ({families()})")
+    src.add_argument("--model", metavar="PATH",
+                     help=f"an ALiBi checkpoint directory, its config.json or a hub id ({families()})")
     src.add_argument("--heads", type=numeric(int, 1, MAX_HEADS), help="number of heads (with --head-dim)")
     p.add_argument("--head-dim", type=numeric(int, 1, MAX_HEAD_DIM), help="head dim (with --heads)")
     p.add_argument("--family", default="bloom", choices=tuple(FAMILIES), help="with --heads (default bloom)")
@@ -73,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'head':>4} {'slope':>10} {'theta':>11} {'N':>11} {'phase':>8} {'approx_err':>10} {'round_err':>10} "
           f"{'predicted':>10}")
     for h in plan.heads:
-        print(f"{h.head:>4} {h.slope:>10.4g} {h.theta:>11.4e} {h.N:>11.4e} {h.phase(plan.window):>8.4g} {h.approximation_error:>10.3e} "
-              f"{h.rounding_error:>10.3e} {h.predicted_error:>10.3e}")
+        print(f"{h.head:>4} {h.slope:>10.4g} {h.theta:>11.4e} {h.N:>11.4e} {h.phase(plan.window):>8.4g} "
+              f"{h.approximation_error:>10.3e} {h.rounding_error:>10.3e} {h.predicted_error:>10.3e}")
         if len(h.pairs) > 1:
             print("     pairs: " + ", ".join(f"r={p.index} theta={p.theta:.4e} N={p.N:.4e}" for p in h.pairs))
         if h.split != 1.0:
@@ -97,11 +98,12 @@ def _show_ladder(plan, args: argparse.Namespace, resolved) -> int:
         return 0
     print(f"{plan.family}: {len(plan.heads)} heads, head_dim {plan.head_dim} -> {plan.head_dim + plan.rotary_dim}, "
           f"window {plan.window}, {plan.dtype}, ladder of {plan.pairs_per_head} pairs, base {plan.base:.6g}")
-    print(f"{'head':>4} {'slope':>10} {'floor C':>8} {'W':>7} {'shift':>8} {'sum|amp|':>9} {'approx_err':>10} {'round_err':>10} "
-          f"{'predicted':>10}")
+    print(f"{'head':>4} {'slope':>10} {'floor C':>8} {'W':>7} {'shift':>8} {'sum|amp|':>9} {'approx_err':>10} "
+          f"{'round_err':>10} {'predicted':>10}")
     for h in plan.heads:
         amp = sum(abs(p.N) + abs(p.M) for p in h.pairs) * plan.scale  # logits
-        print(f"{h.head:>4} {h.slope:>10.4g} {h.ladder.floor:>8.4g} {h.ladder.exact_distance:>7} {h.ladder.shift:>8.4g} {amp:>9.4g} {h.approximation_error:>10.3e} "
+        print(f"{h.head:>4} {h.slope:>10.4g} {h.ladder.floor:>8.4g} {h.ladder.exact_distance:>7} "
+              f"{h.ladder.shift:>8.4g} {amp:>9.4g} {h.approximation_error:>10.3e} "
               f"{h.rounding_error:>10.3e} {h.predicted_error:>10.3e}")
     _verdict(plan, args, resolved)
     return 0

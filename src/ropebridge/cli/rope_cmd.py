@@ -62,7 +62,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--short-factor", type=_floats, help="longrope: comma-separated per-pair factors")
     p.add_argument("--long-factor", type=_floats, help="longrope: comma-separated per-pair factors")
     p.add_argument("--no-truncate", action="store_true", help="yarn: do not floor/ceil the correction range")
-    p.add_argument("--seq-len", type=numeric(int), help="current sequence length for dynamic/longrope (default: --context)")
+    p.add_argument("--seq-len", type=numeric(int),
+                   help="current sequence length for dynamic/longrope (default: --context)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--plot", metavar="FILE.png", help="write a figure of wavelength per pair")
     add_verbose(p)

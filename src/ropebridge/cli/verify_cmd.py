@@ -112,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # the reader stopped reading (`| head`): the verdict is still the exit status
         silence_stdout()
     if r.report_error is not None:  # the result above stands; the report could not be written
-        print(f"ropebridge verify: error: cannot write the report into {args.report}: {r.report_error}", file=sys.stderr)
+        print(f"ropebridge verify: error: cannot write the report into {args.report}: {r.report_error}",
+              file=sys.stderr)
         return 2
     return status
 

@@ -59,6 +59,8 @@ def model_card(src: str, dst_name: str, plan: EmulationPlan, target: Target, req
     served = target.served_head_dim(plan.head_dim, plan.rotary_dim, plan.strategy)
     base = "free theta" if plan.base is None else f"{plan.base:.6g}"
     w = plan.worst_head
+    how = (plan.strategy_label, plan.dtype, plan.window, plan.rotary_dim or 2, served, base,
+           f"{w.predicted_error:.3g} (head {w.head})", f"{plan.tolerance:.3g}")
     header = ["---", "library_name: transformers", "pipeline_tag: text-generation",
               "tags:", "- ropebridge", "- rope", f"- {target.name}"]
     if hub_id:
@@ -83,7 +85,7 @@ def model_card(src: str, dst_name: str, plan: EmulationPlan, target: Target, req
 
 | strategy | dtype | window | rotary dims | served head dim | RoPE base | worst predicted error (logits) | tolerance |
 |---|---|---:|---:|---:|---|---:|---:|
-| {plan.strategy_label} | {plan.dtype} | {plan.window} | {plan.rotary_dim or 2} | {served} | {base} | {w.predicted_error:.3g} (head {w.head}) | {plan.tolerance:.3g} |
+| {" | ".join(map(str, how))} |
 
 The window is a hard limit: beyond {plan.window} tokens the emulated bias is not planned
 (`max_position_embeddings` says so). The whole plan is in `ropebridge.json`.

@@ -1,9 +1,9 @@
 """``ropebridge.json``, the conversion record: the one module that writes, reads, shape-checks and migrates it.
 
 ``convert`` writes one beside every checkpoint (``ConversionRecord.of`` then ``to_json``): the request as asked
-(``asked``) and as resolved for the source (``resolved``, ``emulation.Resolved.to_dict``), the plan, the target's geometry.
-``verify`` reads it back (``ConversionRecord.read``) and takes from it only the options to derive the checkpoint
-again (``plan_request``: the asked request, resolved again from SRC). Everything else a record says (its
+(``asked``) and as resolved for the source (``resolved``, ``emulation.Resolved.to_dict``), the plan, the target's
+geometry. ``verify`` reads it back (``ConversionRecord.read``) and takes from it only the options to derive the
+checkpoint again (``plan_request``: the asked request, resolved again from SRC). Everything else a record says (its
 version, target, dtype, resolved request, geometry, plan) is DST's claim about itself: ``read`` checks its shape
 and keeps the values as DST holds them, and the byte check compares each with what SRC gives.
 The ``geometry`` is the target's numbers (``writers.Writer.geometry``).

@@ -8,9 +8,9 @@ those stored in P; the arithmetic is D's. So, per head, the error model's terms 
   ``ladder_fit.predicted_rounding`` and ``cast_rounding`` at D).
 
 The ladder's approximation error is recomputed on its stored amplitudes (``ladder_fit.approximation_error``),
-re-stored in D where D is coarser (nearest, as a cast does). A single pair or a fixed base takes ``error_model.predict`` at D, plus the
-relative rounding of P's stored amplitudes where P is the coarser (``storage_rounding``). In P itself every head's
-prediction is the plan's own (the tests hold them equal); a value stored beyond D's range makes it inf.
+re-stored in D where D is coarser (nearest, as a cast does). A single pair or a fixed base takes ``error_model.predict``
+at D, plus the relative rounding of P's stored amplitudes where P is the coarser (``storage_rounding``). In P itself
+every head's prediction is the plan's own (the tests hold them equal); a value stored beyond D's range makes it inf.
 
 Over fewer positions than the window (``positions`` n <= L: what ``verify`` measures on n tokens), every term is
 taken over positions 0..n instead of 0..L: the distances d <= n, the float32 angles up to n theta and the

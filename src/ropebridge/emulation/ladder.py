@@ -243,7 +243,8 @@ def ladder_on(source, request, rotary_dim: int, floors: Sequence[float], cutoff:
     heads = []
     for h, (m, c) in enumerate(zip(source.slopes, floors)):
         f = fits[m, c]
-        pairs = tuple(PairTerm(float(t), -a / scale, i, bb / scale) for i, (t, a, bb) in enumerate(zip(thetas, f.a, f.b)))
+        pairs = tuple(PairTerm(float(t), -a / scale, i, bb / scale)
+                      for i, (t, a, bb) in enumerate(zip(thetas, f.a, f.b)))
         heads.append(HeadPlan(h, m, pairs, 1.0, f.approximation_error, f.rounding_error, f.predicted_error,
                               LadderHead(f.floor, f.exact_distance, f.shift)))
     return EmulationPlan(source.head_dim, window, dtype, "ladder", tuple(heads), cutoff, request.tolerance,
@@ -273,7 +274,8 @@ def plan_ladder(source, request) -> EmulationPlan:
         plans.append(ladder_on(source, request, r, floors, cutoff))
         if plans[-1].meets_tolerance:
             break
-    return min(plans, key=lambda p: (not p.meets_tolerance, p.worst_head.predicted_error if not p.meets_tolerance else 0))
+    return min(plans,
+               key=lambda p: (not p.meets_tolerance, p.worst_head.predicted_error if not p.meets_tolerance else 0))
 
 
 def check_ladder(request) -> None:

@@ -21,7 +21,8 @@ dtype, the rotation's products and sums, float32 angles): standard deviation ``A
 A_r = sqrt(a_r^2 + b_r^2), u = 2^-p, ``K_DTYPE`` measured once with the real rotation. The predicted worst rounding
 over the n (query, key) pairs of the window is ``sqrt(2 ln n) sqrt(sum_r sigma_r^2 A_r^2)`` (the Gaussian extreme
 of n draws), plus the scores' own rounding where attention keeps them in the dtype (``cast_rounding``). A
-statistical prediction, not a bound; the tests check it against the rotation computed in the dtype (``tests/oracles.py``).
+statistical prediction, not a bound; the tests check it against the rotation computed in the dtype
+(``tests/oracles.py``).
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ def _grid(lo: int, hi: int, points: int) -> np.ndarray:
         return np.zeros(0)
     if hi - lo + 1 <= points:
         return np.arange(lo, hi + 1, dtype=np.float64)
-    return np.unique(np.concatenate([np.arange(lo, min(hi, lo + points // 4) + 1), np.linspace(lo, hi, points).round()]))
+    return np.unique(np.concatenate([np.arange(lo, min(hi, lo + points // 4) + 1),
+                                     np.linspace(lo, hi, points).round()]))
 
 
 @functools.lru_cache(maxsize=1)
@@ -216,7 +218,8 @@ class HeadFit:
         return self.approximation_error + self.rounding_error
 
 
-def _violations(f: np.ndarray, slope: float, floor: float, w: int, t: float, slack: float) -> tuple[np.ndarray, np.ndarray]:
+def _violations(f: np.ndarray, slope: float, floor: float, w: int, t: float,
+                slack: float) -> tuple[np.ndarray, np.ndarray]:
     """The integer distances where the shifted bias ``f`` ``(L + 1,)`` breaks the program beyond ``slack``: near
     (|f + m d| > t on d <= W) and far (f > -C beyond W), the 256 worst of each, float64."""
     err_near = np.abs(f[: w + 1] + slope * np.arange(w + 1))

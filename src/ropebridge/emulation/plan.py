@@ -95,8 +95,8 @@ class HeadPlan:
 @dataclass(frozen=True)
 class EmulationPlan:
     """Per-head emulation of an ALiBi model, frozen and JSON-serialisable (``to_dict`` / ``from_dict``).
-    ``strategy``: the strategy that made it (``strategy.STRATEGY_NAMES``); ``theta_rule``: how the single pair's theta was
-    chosen (``THETA_RULES``; None for the other strategies); ``base`` and ``rotary_dim``: the target's rotary block,
+    ``strategy``: the strategy that made it (``strategy.STRATEGY_NAMES``); ``theta_rule``: how the single pair's theta
+    was chosen (``THETA_RULES``; None for the other strategies); ``base`` and ``rotary_dim``: the target's rotary block,
     None for a free theta; ``max_window``: with a fixed base, the longest window within ``tolerance``;
     ``rope_parameters``: the rope the target's config states where the plan chose it (the ``llama`` target's
     llama3 bands, ``targets.llama_rope``), its pairs planned at the frequencies it gives; None elsewhere."""
@@ -139,8 +139,8 @@ class EmulationPlan:
             q = max(max(abs(p.N), abs(p.M)) for p in h.pairs) / h.split
             if q > limit or h.split > limit:
                 raise ValueError(
-                    f"head {h.head}: q = N/s = {q:.4g} and k = s = {h.split:.4g} must fit {self.dtype} (max {limit:.6g}); "
-                    "choose another split, a larger theta or a wider dtype"
+                    f"head {h.head}: q = N/s = {q:.4g} and k = s = {h.split:.4g} must fit {self.dtype} "
+                    f"(max {limit:.6g}); choose another split, a larger theta or a wider dtype"
                 )
 
     @property

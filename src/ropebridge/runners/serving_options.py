@@ -20,8 +20,8 @@ LLAMA_CPP_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl",
 @dataclass(frozen=True)
 class Option:
     """One serving option: ``key``, the engine's API keyword and the job's key; ``flag``, how the engine's command
-    line names it; ``kind`` (``str``, ``int``, ``float``, ``bool``), its ``choices`` where it has a fixed set, and a ``low``
-    bound for integers."""
+    line names it; ``kind`` (``str``, ``int``, ``float``, ``bool``), its ``choices`` where it has a fixed set, and a
+    ``low`` bound for integers."""
 
     key: str
     flag: str

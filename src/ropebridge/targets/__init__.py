@@ -19,9 +19,8 @@ import numpy as np
 
 from ..frequencies import engine_frequencies
 from . import llama_rope
-from .support import COLUMNS, Support, runs_in
+from .support import COLUMNS, TITLES, Support, runs_in
 
-LAYER_NORMS = ("layernorm", "layernorm1p", "rmsnorm")  # weight as is; weight - 1 stored (LayerNorm1P); RMSNorm
 PAIR_DIMS = ("block", "first-and-middle", "first-two", "whole-head")  # rotary block; (0, hd'/2); (0, 1); (k, k + hd'/2)
 ROPE_FORMS = ("block", "llama3")  # base^(-2r/R) on a block or a free theta on one pair; llama3 bands (llama_rope)
 SINGLE_BLOCK_DIMS = 4  # a rotary block's single pair: pair 0 turns at 1 rad/token, pair 1 at base^(-1/2) = theta
@@ -36,12 +35,12 @@ BLOCKS = {  # the source blocks a target carries exactly (``SourceInfo.block``),
 class Target:
     """One stock architecture, a row of keywords. ``strategies``: those of ``emulation.STRATEGIES`` it can carry;
     ``rotary_block``: it rotates a block of ``base^(-2r/R)`` pairs (else its single pair turns at a free theta);
-    ``pair_dims``: where a head's single pair sits (``PAIR_DIMS``); ``layer_norm`` (``LAYER_NORMS``) and ``mlp``
-    (the up and down projections' names) for its tensors; ``support``: how each engine runs it (one
+    ``pair_dims``: where a head's single pair sits (``PAIR_DIMS``); ``support``: how each engine runs it (one
     ``support.Support`` per column of ``support.COLUMNS``; its row of the facts table ``engine_facts.SUPPORT``
-    unless given; ``engines`` says it in one line); ``serving``: how each engine serves it, with ``{dst}``, ``{dtype}``, ``{window}`` and ``{base}``
-    filled in by the model card; ``blocks``: the source blocks (``BLOCKS``) it carries exactly; ``rope_form`` (``ROPE_FORMS``): how its
-    engines compute the pairs' frequencies, which the plan follows."""
+    unless given; ``engines`` says it in one line); ``serving``: how each engine serves it, with ``{dst}``,
+    ``{dtype}``, ``{window}`` and ``{base}`` filled in by the model card; ``blocks``: the source blocks (``BLOCKS``)
+    it carries exactly; ``rope_form`` (``ROPE_FORMS``): how its engines compute the pairs' frequencies, which the
+    plan follows. Its tensors' names and norms are its writer's (``writers``)."""
 
     name: str
     architecture: str  # the transformers class a converted checkpoint names
@@ -49,8 +48,6 @@ class Target:
     strategies: tuple[str, ...]
     rotary_block: bool
     pair_dims: str
-    layer_norm: str
-    mlp: tuple[str, str]
     serving: tuple[str, ...]
     support: Mapping[str, Support] | None = None  # None: its row of ``engine_facts.SUPPORT``
     blocks: tuple[str, ...] = ("layernorm",)
@@ -58,11 +55,9 @@ class Target:
     parallel_residual: bool = False  # it carries a source whose attention and MLP run in parallel
 
     def __post_init__(self) -> None:
-        if (self.pair_dims not in PAIR_DIMS or self.layer_norm not in LAYER_NORMS or self.rope_form not in ROPE_FORMS
-                or not set(self.blocks) <= set(BLOCKS)):
-            raise ValueError(f"target {self.name}: pair_dims {self.pair_dims!r}, layer_norm {self.layer_norm!r}, "
-                             f"rope_form {self.rope_form!r} and blocks {self.blocks!r} must be of {PAIR_DIMS}, "
-                             f"{LAYER_NORMS}, {ROPE_FORMS} and {tuple(BLOCKS)}")
+        if self.pair_dims not in PAIR_DIMS or self.rope_form not in ROPE_FORMS or not set(self.blocks) <= set(BLOCKS):
+            raise ValueError(f"target {self.name}: pair_dims {self.pair_dims!r}, rope_form {self.rope_form!r} and "
+                             f"blocks {self.blocks!r} must be of {PAIR_DIMS}, {ROPE_FORMS} and {tuple(BLOCKS)}")
         if self.support is None:
             from .engine_facts import SUPPORT
 
@@ -171,32 +166,28 @@ _VLLM = "vLLM: `vllm serve {dst} --dtype {dtype} --max-model-len {window}`"
 TARGETS = {t.name: t for t in (
     Target(name="gpt-neox", architecture="GPTNeoXForCausalLM", model_type="gpt_neox",
            strategies=("ladder", "single", "fixed-base"), rotary_block=True, pair_dims="block",
-           layer_norm="layernorm", mlp=("dense_h_to_4h", "dense_4h_to_h"),
            serving=(_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
             "llama.cpp: `convert_hf_to_gguf.py {dst}` drops the RoPE base; set `gptneox.rope.freq_base` to {base} "
             "in the GGUF, or convert with `--rope-base 10000` (docs/targets.md in ropebridge)"),
            parallel_residual=True),
     Target(name="starcoder2", architecture="Starcoder2ForCausalLM", model_type="starcoder2", strategies=("single",),
-           rotary_block=False, pair_dims="first-and-middle", layer_norm="layernorm", mlp=("c_fc", "c_proj"),
+           rotary_block=False, pair_dims="first-and-middle",
            serving=(_HF.format(versions=" 5.x", note=""),)),
     Target(name="nemotron", architecture="NemotronForCausalLM", model_type="nemotron",
-           strategies=("ladder", "single"), rotary_block=False, pair_dims="first-two", layer_norm="layernorm1p",
-           mlp=("up_proj", "down_proj"),
+           strategies=("ladder", "single"), rotary_block=False, pair_dims="first-two",
            serving=(_HF.format(versions="", note=" (5.x; 4.x with the ladder)"), _VLLM)),
     Target(name="llama", architecture="LlamaForCausalLM", model_type="llama", strategies=("ladder", "single"),
-           rotary_block=False, pair_dims="whole-head", layer_norm="rmsnorm", mlp=("up_proj", "down_proj"),
+           rotary_block=False, pair_dims="whole-head",
            serving=(_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
             "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}`"),
            blocks=("rmsnorm-gated", "unbiased-layernorm-gated"), rope_form="llama3"),
     Target(name="persimmon", architecture="PersimmonForCausalLM", model_type="persimmon",
            strategies=("ladder", "single", "fixed-base"), rotary_block=True, pair_dims="block",
-           layer_norm="layernorm", mlp=("dense_h_to_4h", "dense_4h_to_h"),
            serving=(_HF.format(versions="", note=" (4.x and 5.x)"),
-            "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}` (transformers 5.19, as SGLang "
-            "0.5.23 pins it)")),
+            "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}` (transformers 5.19, as "
+            f"{TITLES['sglang']} pins it)")),
     Target(name="stablelm", architecture="StableLmForCausalLM", model_type="stablelm",
            strategies=("ladder", "single", "fixed-base"), rotary_block=True, pair_dims="block",
-           layer_norm="layernorm", mlp=("up_proj", "down_proj"),
            serving=(_HF.format(versions="", note=" (4.x and 5.x)"), _VLLM,
             "SGLang: `python -m sglang.launch_server --model-path {dst} --dtype {dtype}`",
             "llama.cpp: `convert_hf_to_gguf.py {dst}` drops the RoPE base; set `stablelm.rope.freq_base` to {base} "

@@ -91,7 +91,7 @@ SUPPORT = {
                           "with transformers 5.19 and 5.20.2: the plan's frequencies and transformers' rotation bit "
                           "for bit"),
         "trtllm": Support(X, "read", note="no StableLM model"),
-        "llama.cpp": Support(N, "read", note=f"not run: its converter's StableLM writes no RoPE base, so the GGUF needs "
+        "llama.cpp": Support(N, "read", note=f"its converter's StableLM writes no RoPE base, so the GGUF needs "
                                              f"`stablelm.rope.freq_base` set, or a conversion with {_SMALL_BASE}"),
         "ctranslate2": _NO_CONVERTER,
     },

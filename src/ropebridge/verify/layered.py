@@ -116,7 +116,8 @@ class _GatherEmbedding(torch.nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:  # (b, s) -> (b, s, D)
         unique, inverse = torch.unique(ids.cpu(), return_inverse=True)
-        rows = torch.stack([self.reader.read(self.key, (int(r), int(r) + 1), self.dtype, finite=False)[0] for r in unique])
+        rows = torch.stack([self.reader.read(self.key, (int(r), int(r) + 1), self.dtype,
+                                             finite=False)[0] for r in unique])
         return rows[inverse].to(self.device)
 
 

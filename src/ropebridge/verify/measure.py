@@ -80,11 +80,11 @@ def memory_need(info, positions: int, model_weight: int) -> MemoryNeed:
     the padded check), where the largest weight either model reads whole is ``model_weight`` bytes in the check's
     dtype (``layered.largest_weight_bytes``): the overhead; the weights held at once, the larger of the reference's
     block (``reference.BLOCK_BYTES`` of float64, less where the largest matrix is smaller, more where one head's q
-    rows are, three times: the block, its rounded copy for the baseline, and the read's transient) and the model's matrix twice (the matrix and the
-    read's transient: the stored bytes where they are cast); eager attention's float32 scores and probabilities
-    ``(2, h, s, s)`` (the reference's are a block of queries, smaller); the activations of a layer and the hidden
-    states; the logit blocks (``LOGIT_BYTES``). The stages run one after another, so no weight of one is held
-    beside another's."""
+    rows are, three times: the block, its rounded copy for the baseline, and the read's transient) and the model's
+    matrix twice (the matrix and the read's transient: the stored bytes where they are cast); eager attention's float32
+    scores and probabilities ``(2, h, s, s)`` (the reference's are a block of queries, smaller); the activations of a
+    layer and the hidden states; the logit blocks (``LOGIT_BYTES``). The stages run one after another, so no weight of
+    one is held beside another's."""
     d, hd = info.hidden_size, info.head_dim
     block = max(8 * hd * d, min(BLOCK_BYTES, 8 * d * max(info.n_heads * hd, info.intermediate_size)))
     weights = max(3 * block, 2 * model_weight)
@@ -244,7 +244,8 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
             hf = (source_model.hidden(ids), source_model.hidden(head)) if deviations else None
             ran = Source(*own, hf)
             stage("source")
-    models = {Side.CONVERTED: conv, Side.CONVERTED_BATCH: conv, Side.SOURCE: source_model, Side.SOURCE_HEAD: source_model,
+    models = {Side.CONVERTED: conv, Side.CONVERTED_BATCH: conv, Side.SOURCE: source_model,
+              Side.SOURCE_HEAD: source_model,
               Side.TRANSFORMERS: source_model, Side.TRANSFORMERS_HEAD: source_model}
     made, pairs = sides(source, reference, converted, ran, models, dtype, device)
     rows = [h.shape[:-1].numel() for h in held(reference, converted, ran)]  # each side's positions, b * s
@@ -268,7 +269,8 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
     stage("greedy")
     report.cost = {"seconds": time.perf_counter() - started, "stage_seconds": seconds, "max_memory": max_memory,
                    "memory_need": need.total + kept, "weights_held_bytes": need.weights, "greedy_kept_bytes": kept,
-                   "model_tensor_bytes": max(conv.largest_read_bytes, source_model.largest_read_bytes if source_model else 0),
+                   "model_tensor_bytes": max(conv.largest_read_bytes,
+                                             source_model.largest_read_bytes if source_model else 0),
                    "vocab_block": block}
     return report, ids.cpu()
 

@@ -27,7 +27,8 @@ def _attention_figure(source_probs, converted_probs, reference_probs):
             ax.semilogy(layers, [float((n.double() - r).abs().max()) for n, r in zip(source_probs, reference_probs)],
                         "s-", label="source vs exact float64 ALiBi")
     if source_probs:
-        ax.semilogy(layers, [float((c.double() - n.double()).abs().max()) for c, n in zip(converted_probs, source_probs)],
+        ax.semilogy(layers,
+                    [float((c.double() - n.double()).abs().max()) for c, n in zip(converted_probs, source_probs)],
                     "^-", label="converted vs source")
     from matplotlib.ticker import MaxNLocator
 
@@ -52,7 +53,8 @@ ATTENTION_TOKENS = 256  # the tokens whose attention maps the report compares (t
 def write_report(report, out: Path, ids: torch.Tensor) -> None:
     """Write ``report.md``, ``report.json``, ``error_by_position.png`` and ``attention_by_layer.png`` into ``out``:
     the rows of ``verdict.rows`` as a table, and the attention probabilities of the first ``ATTENTION_TOKENS`` of
-    ``ids`` ``(1, s)``, every model's weights read as they are used (transformers' eager attention, the exact reference)."""
+    ``ids`` ``(1, s)``, every model's weights read as they are used (transformers' eager attention, the exact
+    reference)."""
     from ..checkpoint.model import SourceModel
     from ..checkpoint.reference import attention_probs
     from ..numerics import DTYPES
@@ -79,7 +81,8 @@ def write_report(report, out: Path, ids: torch.Tensor) -> None:
                 source_probs = list(source_model.model.get_decoder()(input_ids=head, output_attentions=True).attentions)
             ref_probs = attention_probs(SourceModel(r.source), head)
         _attention_figure(source_probs, conv_probs, ref_probs).savefig(out / "attention_by_layer.png", dpi=110)
-        lines += ["", "![error by position](error_by_position.png)", "", "![attention by layer](attention_by_layer.png)",
+        lines += ["", "![error by position](error_by_position.png)", "",
+                  "![attention by layer](attention_by_layer.png)",
                   ""]
         if r.transformers_deviation is not None:
             lines.append(f"Native {r.family} runs as the family defines it (transformers' own: "

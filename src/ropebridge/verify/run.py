@@ -51,6 +51,7 @@ from ..checkpoint.model import SourceModel
 from ..checkpoint.tensor_io import CheckpointReader, rows_per_block
 from ..emulation.cross_dtype import predicted_in
 from ..runners import EngineRun
+from ..serving import Geometry
 from ..numerics import DTYPES, largest, plan_tolerance
 from . import byte_check
 from .layered import largest_weight_bytes
@@ -114,11 +115,11 @@ class VerifyRequest:
     (random ids, or ``text`` through SRC's tokenizer), the ``dtype`` to run in (None: the one DST was converted
     for), ``greedy_tokens`` generated with the KV cache (0: none), ``max_logit_diff`` (None: the dtype's default
     tolerance at DST's window, ``numerics.plan_tolerance``), ``max_memory`` bytes the check may hold (refused in one
-    line where the check needs more: ``measure.memory_need``), the ``seed`` of the ids, ``report_dir`` for report.md/json,
-    ``card``: record the result in DST's model card, ``quick``: skip reading the tensors' bytes (everything else
-    is still compared), and ``accept_older``: report the tensors whose bytes differ instead of failing on them, for
-    a conversion by an older ropebridge (the report says the bytes are not proven; the functional check decides);
-    ``engine``: the functional check runs DST in that engine with its serving options (``in_engine``)."""
+    line where the check needs more: ``measure.memory_need``), the ``seed`` of the ids, ``report_dir`` for
+    report.md/json, ``card``: record the result in DST's model card, ``quick``: skip reading the tensors' bytes
+    (everything else is still compared), and ``accept_older``: report the tensors whose bytes differ instead of failing
+    on them, for a conversion by an older ropebridge (the report says the bytes are not proven; the functional check
+    decides); ``engine``: the functional check runs DST in that engine with its serving options (``in_engine``)."""
 
     context: int = 256
     dtype: str | None = None
@@ -161,6 +162,7 @@ def verify(src: str | Path, dst: str | Path, request: VerifyRequest | None = Non
     derived = derive(src, record.plan_request(), str(src if record.source is None else record.source),
                      model=source)
     limits = _limits(source.info, derived.plan, request, dst)
+    _check_parallel(request.engine, derived.config, dst)
     check_memory(source.info, request.context, request.max_memory,  # before any weight is read
                  _largest_weight(src, source.info, derived.config, limits.dtype))
     request = dataclasses.replace(request, dtype=limits.dtype, max_logit_diff=limits.threshold)
@@ -223,13 +225,23 @@ class Limits:
         return self.predicted if self.fit else None
 
 
+def _check_parallel(engine: EngineRun | None, config: dict, dst: Path) -> None:
+    """Refuse an engine's ``--tensor-parallel-size`` that cannot split DST's heads or MLP evenly (read from the
+    config derived again from SRC, ``serving.Geometry.tp_problems``), before anything is read or run."""
+    ranks = (engine.options.get("tensor_parallel_size") if engine is not None else None) or 1
+    problems = Geometry.from_config(config).tp_problems(ranks)
+    if problems:
+        raise ValueError(f"--tensor-parallel-size {ranks} cannot split {dst}: " + "; ".join(problems))
+
+
 def _limits(info: SourceInfo, plan, request: VerifyRequest, dst: Path) -> Limits:
     """The ``Limits`` of a verify of ``plan`` (derived again from SRC, never DST's claim), after refusing a context
     or greedy tokens beyond the plan's window or the source's own limit."""
     dtype = plan.dtype if request.dtype is None else request.dtype
     if request.context > plan.window:
-        raise ValueError(f"--context {_checks.shown(request.context)} is beyond the window {plan.window} that {dst} was "
-                         "converted for (its bias is planned up to there only); convert again with a larger --window")
+        raise ValueError(f"--context {_checks.shown(request.context)} is beyond the window {plan.window} that {dst} "
+                         "was converted for (its bias is planned up to there only); convert again with a larger "
+                         "--window")
     reach = min(GREEDY_PROMPT, request.context) + request.greedy_tokens
     if reach > plan.window:  # its cost grows with the square of the tokens, and past the window nothing is planned
         raise ValueError(f"--greedy-tokens {request.greedy_tokens} would generate up to position {reach}, beyond the "

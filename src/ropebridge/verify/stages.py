@@ -1,5 +1,5 @@
-"""verify's functional check as typed stages: each run of a model (its weights read as used) gives its final hidden states,
-and ``Side`` names the logits they give, so the comparisons are written between names, not strings.
+"""verify's functional check as typed stages: each run of a model (its weights read as used) gives its final hidden
+states, and ``Side`` names the logits they give, so the comparisons are written between names, not strings.
 
 - ``Converted``: DST as transformers runs it, on the ids ``(1, s, D)`` and on the left-padded batch ``(2, s, D)``;
 - ``Reference``: the exact float64 reference on the ids ``(1, s, D)`` (its logits on the padded batch are those,

@@ -27,7 +27,8 @@ class VerifyReport:
     ``failures``). The measured numbers are None when the functional check did not run (``functional_skipped``
     says why: a byte difference). Judged: the converted model against the exact float64 reference (``reference_*``,
     ``padded_*``, ``mean_kl``, ``top1_agreement``, ``error_by_position``); reported beside: the source as transformers
-    runs it (``reference_source_max_err``, ``greedy_source``, ``max_abs_logit_diff``), None where transformers has no class for it (``source_ran``)."""
+    runs it (``reference_source_max_err``, ``greedy_source``, ``max_abs_logit_diff``), None where transformers has no
+    class for it (``source_ran``)."""
 
     source: str
     converted: str

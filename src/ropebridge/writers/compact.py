@@ -20,8 +20,8 @@ base, half layout within them (pair k is dims (k, k + R/2), theta_k = base^(-2k/
 carrying q = (-N'/s, M'/s), k = (0, s) (``blocks`` module doc); content dims R .. hd' - 1. The base is also
 written as the top-level ``rope_theta`` that transformers 4.x's Nemotron reads (with ``partial_rotary_factor``).
 
-Starcoder2 and Nemotron reach neither llama.cpp nor CTranslate2 (docs/targets.md). transformers 4.x ignores ``rope_parameters``, so it
-loads the single-pair forms silently wrong (its linear or proportional scaling is lost).
+Starcoder2 and Nemotron reach neither llama.cpp nor CTranslate2 (docs/targets.md). transformers 4.x ignores
+``rope_parameters``, so it loads the single-pair forms silently wrong (its linear or proportional scaling is lost).
 """
 
 from __future__ import annotations
@@ -154,13 +154,15 @@ def o_rows(src: SourceModel, i: int, lay: CompactLayout, a: int, b: int, dtype: 
     return per_head.view(b - a, -1)  # (rows, h hd')
 
 
-def add_tensors(src: SourceModel, lay: CompactLayout, shards: ShardWriter) -> None:
+def add_tensors(src: SourceModel, lay: CompactLayout, shards: ShardWriter, *, mlp: tuple[str, str],
+                one_p: bool) -> None:
     """Describe every target tensor to ``shards``, large ones in row (or head) blocks (at most
-    ``checkpoint.tensor_io.BLOCK_BYTES`` of float64 each)."""
+    ``checkpoint.tensor_io.BLOCK_BYTES`` of float64 each): the MLP's up and down projections under the target's
+    names ``mlp`` (``model.layers.{i}.mlp.{up}``), its LayerNorms storing weight - 1 where ``one_p``
+    (LayerNorm1P)."""
     info = src.info
     d, v, f, h = info.hidden_size, info.vocab_size, info.intermediate_size, info.n_heads
-    one_p = lay.target.layer_norm == "layernorm1p"  # LayerNorm1P stores weight - 1
-    up, down = lay.target.mlp
+    up, down = mlp
 
     ones = torch.ones(d, dtype=torch.float64)
 
@@ -181,7 +183,8 @@ def add_tensors(src: SourceModel, lay: CompactLayout, shards: ShardWriter) -> No
         c = scales(i, which)
         return wb[0].to(shards.dtype).double() / c - 1, wb[1].to(shards.dtype).double() / c
 
-    def rows_of(i: int, which: str, columns: Callable[[], torch.Tensor] | None = None) -> Callable[[int, int], torch.Tensor]:
+    def rows_of(i: int, which: str,
+                columns: Callable[[], torch.Tensor] | None = None) -> Callable[[int, int], torch.Tensor]:
         if columns is None:  # moved: one cast from the source
             return lambda a, b: src.weight(i, which, shards.dtype, (a, b))
         return lambda a, b: (src.weight(i, which, WORK, (a, b)) * columns()).to(shards.dtype)  # exact rescale
@@ -197,7 +200,8 @@ def add_tensors(src: SourceModel, lay: CompactLayout, shards: ShardWriter) -> No
                        row_blocks(lambda a, b, i=i, part=part: proj_heads(src, i, lay, part, a, b, shards.dtype,
                                                                            scales(i, "ln1")),
                                   h, 8 * lay.head_dim * d))
-            shards.add(p + f"self_attn.{x}_proj.bias", (h * lay.head_dim,), single(lambda i=i, part=part: proj_bias(src, i, lay, part)))
+            shards.add(p + f"self_attn.{x}_proj.bias", (h * lay.head_dim,),
+                       single(lambda i=i, part=part: proj_bias(src, i, lay, part)))
         shards.add(p + "self_attn.o_proj.weight", (d, h * lay.head_dim),
                    row_blocks(lambda a, b, i=i: o_rows(src, i, lay, a, b, shards.dtype), d, 8 * h * lay.head_dim))
         shards.add(p + "self_attn.o_proj.bias", (d,), single(lambda i=i: src.bias(i, "o", WORK)))

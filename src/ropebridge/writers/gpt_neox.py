@@ -46,11 +46,13 @@ def add_tensors(src: SourceModel, lay: PaddedLayout, shards: ShardWriter, names:
     written, in row (or head) blocks of at most ``checkpoint.tensor_io.BLOCK_BYTES`` of float64, so memory is
     bounded by a block, not a tensor."""
     info = src.info
-    d, pads, dp, v, h = info.hidden_size, lay.hidden_size - info.hidden_size, lay.hidden_size, info.vocab_size, info.n_heads
+    d, dp, v, h = info.hidden_size, lay.hidden_size, info.vocab_size, info.n_heads
+    pads = dp - d
     f = info.intermediate_size
 
     def bias(i: int, which: str, padded: bool) -> Producer:
-        return single(lambda: pad_rows_with_mean(src.bias(i, which, WORK), pads) if padded else src.bias(i, which, WORK))
+        return single(lambda: pad_rows_with_mean(src.bias(i, which, WORK), pads) if padded else src.bias(i, which,
+                                                                                                         WORK))
 
     n = names
     shards.add(n["embed"], (v, dp), row_blocks(lambda a, b: embedding_rows(src, a, b, pads), v, 8 * dp))
@@ -58,17 +60,20 @@ def add_tensors(src: SourceModel, lay: PaddedLayout, shards: ShardWriter, names:
         p = n["block"].format(i=i)
         ln2 = "ln1" if info.parallel else "ln2"  # parallel: both read the same LayerNorm
         for name, which in ((n["ln1"], "ln1"), (n["ln2"], ln2)):
-            shards.add(p + name + ".weight", (dp,), single(lambda i=i, w=which: padded_norm(*src.norm(i, w), d, pads)[0]))
+            shards.add(p + name + ".weight", (dp,),
+                       single(lambda i=i, w=which: padded_norm(*src.norm(i, w), d, pads)[0]))
             shards.add(p + name + ".bias", (dp,), single(lambda i=i, w=which: padded_norm(*src.norm(i, w), d, pads)[1]))
         n_qkv = 3 * h * lay.head_dim
         # a block of whole heads: each head's q, k and v rows are contiguous in the target
         shards.add(p + n["qkv"] + ".weight", (n_qkv, dp),
-                   row_blocks(lambda a, b, i=i: _qkv_heads(src, i, lay, a, b, shards.dtype), h, 8 * 3 * lay.head_dim * dp))
+                   row_blocks(lambda a, b, i=i: _qkv_heads(src, i, lay, a, b, shards.dtype), h,
+                              8 * 3 * lay.head_dim * dp))
         shards.add(p + n["qkv"] + ".bias", (n_qkv,), single(lambda i=i: _qkv_bias(src, i, lay)))
         shards.add(p + n["o"] + ".weight", (dp, h * lay.head_dim),
                    mean_padded_rows(lambda a, b, i=i: attention_out_rows(src, i, lay, a, b), d, pads, h * lay.head_dim))
         shards.add(p + n["o"] + ".bias", (dp,), bias(i, "o", True))
-        shards.add(p + n["up"] + ".weight", (f, dp), row_blocks(lambda a, b, i=i: reader_rows(src, i, "up", lay, a, b, shards.dtype), f, 8 * dp))
+        shards.add(p + n["up"] + ".weight", (f, dp),
+                   row_blocks(lambda a, b, i=i: reader_rows(src, i, "up", lay, a, b, shards.dtype), f, 8 * dp))
         shards.add(p + n["up"] + ".bias", (f,), bias(i, "up", False))
         shards.add(p + n["down"] + ".weight", (dp, f),
                    mean_padded_rows(lambda a, b, i=i: src.weight(i, "down", WORK, (a, b)), d, pads, f))

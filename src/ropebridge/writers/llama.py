@@ -4,11 +4,11 @@ Each head grows by its emulation dims (hd' = hd + R for the ladder, hd + 4 for t
 pairs; ``head_dim`` is free of ``hidden_size / heads``), the residual keeps its width: only q, k, v and the output
 projection widen (``compact``). Llama rotates the whole head, pair k on dims (k, k + hd'/2): the ladder's pairs
 are pairs 0 .. R/2 - 1, the opposed pairs are pairs 0 and 1 (``emulation.single``), and the rope the plan chose
-(``EmulationPlan.rope_parameters``, ``targets.llama_rope``) silences every other pair. ``attention_bias`` carries q's and k's constants; v's and the
-output's biases are zero. A multi-query source keeps its one kv head (``num_key_value_heads``): its k constants
-are the heads' (with one split s they are the same on every dim a head uses; a head without a pair has q = 0
-there). RMSNorm weights, the gated MLP (gate, up, down) and the embedding move over with one cast each; the
-output head is the source's (Baichuan2's NormHead rows normalised in float64, cast once).
+(``EmulationPlan.rope_parameters``, ``targets.llama_rope``) silences every other pair. ``attention_bias`` carries q's
+and k's constants; v's and the output's biases are zero. A multi-query source keeps its one kv head
+(``num_key_value_heads``): its k constants are the heads' (with one split s they are the same on every dim a head uses;
+a head without a pair has q = 0 there). RMSNorm weights, the gated MLP (gate, up, down) and the embedding move over with
+one cast each; the output head is the source's (Baichuan2's NormHead rows normalised in float64, cast once).
 
 A LayerNorm without bias (Refact) becomes an RMSNorm exactly by keeping the residual stream centred: LN(x) =
 (x - mean x) / sqrt(var x + eps) w equals RMSNorm(x) w = x / sqrt(mean x^2 + eps) w when mean x = 0, and every

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from ..checkpoint.model import SourceModel
 from ..emulation import EmulationPlan
 from . import compact
@@ -23,5 +25,7 @@ def config(src: SourceModel, lay: compact.CompactLayout, plan: EmulationPlan) ->
                                             "partial_rotary_factor": prf}}
 
 
-WRITER = Writer("nemotron", compact.layout, compact.add_tensors, config, compact.geometry,
+# NemotronMLP's up_proj and down_proj; LayerNorm1P stores weight - 1
+TENSORS = functools.partial(compact.add_tensors, mlp=("up_proj", "down_proj"), one_p=True)
+WRITER = Writer("nemotron", compact.layout, TENSORS, config, compact.geometry,
                 compact.shapes)

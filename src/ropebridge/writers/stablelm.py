@@ -136,7 +136,8 @@ def add_tensors(src: SourceModel, lay: StableLmLayout, shards: ShardWriter) -> N
             shards.add(p + f"self_attn.{x}_proj.weight", (h * hd, dp),
                        row_blocks(lambda a, b, i=i, part=part: proj_rows(src, i, n, part, a, b, shards.dtype), h,
                                   8 * hd * dp))
-            shards.add(p + f"self_attn.{x}_proj.bias", (h * hd,), single(lambda i=i, part=part: _proj_bias(src, i, lay, part)))
+            shards.add(p + f"self_attn.{x}_proj.bias", (h * hd,),
+                       single(lambda i=i, part=part: _proj_bias(src, i, lay, part)))
         shards.add(p + "self_attn.o_proj.weight", (dp, h * hd),
                    mean_padded_rows(lambda a, b, i=i: o_rows(i, a, b), d, pads, h * hd))
         for which, unit in (("gate", UNIT_GATE), ("up", 1 / UNIT_GATE)):

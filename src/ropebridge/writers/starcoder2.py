@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from ..checkpoint.model import SourceModel
 from ..emulation import EmulationPlan
 from . import compact
@@ -19,5 +21,7 @@ def config(src: SourceModel, lay: compact.CompactLayout, plan: EmulationPlan) ->
                                 "partial_rotary_factor": compact.partial_rotary_factor(lay)}}
 
 
-WRITER = Writer("starcoder2", compact.layout, compact.add_tensors, config, compact.geometry,
+# Starcoder2MLP's c_fc and c_proj; plain LayerNorms
+TENSORS = functools.partial(compact.add_tensors, mlp=("c_fc", "c_proj"), one_p=False)
+WRITER = Writer("starcoder2", compact.layout, TENSORS, config, compact.geometry,
                 compact.shapes)

@@ -15,7 +15,8 @@ def test_replit_code_v1_3b_is_read_from_its_first_config():
                                                                                    1 / math.sqrt(80))
     assert info.slopes == tuple(press_slopes(32).tolist()) and info.max_positions == 2048
     assert declared_biases("replit", REPLIT_CODE_V1_3B) == ("no_bias", False, True)
-    assert declared_biases("replit", {k: v for k, v in REPLIT_CODE_V1_3B.items() if k != "no_bias"})[1]  # MosaicGPT's default
+    assert declared_biases("replit",
+                           {k: v for k, v in REPLIT_CODE_V1_3B.items() if k != "no_bias"})[1]  # MosaicGPT's default
     assert from_config({**REPLIT_CODE_V1_3B, "alibi_bias_max": 16}).slopes == tuple(press_slopes(32, 16).tolist())
 
 

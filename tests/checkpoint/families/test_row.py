@@ -31,3 +31,33 @@ def test_the_first_key_present_and_two_that_disagree_refused():
     assert first({"a": 1, "b": 1}, ("a", "b")) == 1
     with pytest.raises(ValueError, match="a = 1 and b = 2 disagree"):
         first({"a": 1, "b": 2}, ("a", "b"))
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("qkv_layout", "per_head", "qkv_layout 'per_head' must be one of"),
+    ("attention", "flash", "attention 'flash' must be one of"),
+    ("block", "rmsnorm", "block 'rmsnorm' must be one of"),
+    ("heads", (), "heads () must be a non-empty tuple"),
+    ("model_types", "bloom", "model_types 'bloom' must be a non-empty tuple"),
+    ("details", None, "details None must be callable"),
+    ("transposed", 1, "transposed 1 must be True or False"),
+    ("forms", (("BLOOM", "no"),), "must be (label, parallel residual) pairs"),
+    ("default_target", "", "default_target '' must be a non-empty string"),
+])
+def test_a_family_row_is_checked_on_construction(field, value, words):
+    import dataclasses
+
+    from ropebridge.checkpoint.families import FAMILIES
+
+    for row in FAMILIES.values():  # every row as shipped passes
+        dataclasses.replace(row)
+    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")) as err:
+        dataclasses.replace(FAMILIES["bloom"], **{field: value})
+    assert "family 'bloom'" in str(err.value)
+
+
+def test_the_block_kinds_are_the_ones_the_targets_carry():
+    from ropebridge.checkpoint.families.row import BLOCK_KINDS
+    from ropebridge.targets import BLOCKS
+
+    assert set(BLOCKS) == set(BLOCK_KINDS)

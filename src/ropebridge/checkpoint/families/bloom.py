@@ -22,6 +22,7 @@ def _bloom(c, d, hd) -> FamilyDetails:
 
 
 ROWS = (Family(name="bloom", model_types=("bloom",), heads=("n_head", "num_attention_heads"),
-               hidden=("hidden_size", "n_embed"), layers=("n_layer",), details=_bloom, tensor_names=h_names, globals=H_GLOBALS,
+               hidden=("hidden_size", "n_embed"), layers=("n_layer",), details=_bloom, tensor_names=h_names,
+               globals=H_GLOBALS,
                qkv_layout="per-head", attention="eager", embedding_norm="transformer.word_embeddings_layernorm",
                label="BLOOM", forms=(("BLOOM, BLOOMZ, Poro", False),)),)

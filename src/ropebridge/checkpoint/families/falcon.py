@@ -39,7 +39,8 @@ def _falcon_per_logit(m: torch.Tensor, head_dim: int) -> torch.Tensor:
 
 
 ROWS = (Family(name="falcon", model_types=("falcon", "RefinedWeb", "RefinedWebModel"),
-               heads=("num_attention_heads", "n_head"), hidden=("hidden_size",), layers=("num_hidden_layers", "n_layer"),
+               heads=("num_attention_heads", "n_head"), hidden=("hidden_size",),
+               layers=("num_hidden_layers", "n_layer"),
                details=_falcon, tensor_names=h_names, globals=H_GLOBALS, qkv_layout="per-head-or-multi-query",
                attention="sdpa", biases=lambda c: ("bias", bool(c.get("bias", False)), False),
                per_logit=_falcon_per_logit, eager_attention_maps=False,  # transformers' eager Falcon adds ALiBi twice

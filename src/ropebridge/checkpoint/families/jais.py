@@ -58,7 +58,8 @@ def _jais(c, d, hd) -> FamilyDetails:
         raise ValueError(f"config keys width_scale = {width!r} and mup_output_alpha * mup_width_scale = {mup!r} "
                          "disagree: the source can be read two ways")
     embed = first(c, ("embeddings_scale", "mup_embeddings_scale"))
-    return FamilyDetails(max_bias=8.0, eps=positive_key(c, "layer_norm_epsilon", 1e-5), activation="silu", parallel=False,
+    return FamilyDetails(max_bias=8.0, eps=positive_key(c, "layer_norm_epsilon", 1e-5), activation="silu",
+                         parallel=False,
                          intermediate_size=int(positive_key(c, "n_inner", 4 * d, null_is_default=True)),
                          qk_scale=hd ** -power if c.get("scale_attn_weights", True) else 1.0, gated=True,
                          alibi_factor=factor,
@@ -78,7 +79,8 @@ ROWS = tuple(
            tensor_names=_gpt2_names,
            globals={"emb": "transformer.wte.weight", "ln_f": "transformer.ln_f", "head": "lm_head.weight"},
            qkv_layout="blocks", attention=None, biases=lambda c: ("", True, True), per_logit=float32_per_logit,
-           default_target="stablelm", block="layernorm-gated", transposed=True, slopes_tensor="transformer.relative_pe.slopes",
+           default_target="stablelm", block="layernorm-gated", transposed=True,
+           slopes_tensor="transformer.relative_pe.slopes",
            tied_by_default=True, alibi_key="position_embedding_type", label=label, forms=forms)
     for name, label, forms in (("jais", "Jais", (("Jais, BTLM", False),)), ("btlm", "BTLM", ()))
 )

@@ -40,6 +40,7 @@ ROWS = (Family(name="mpt", model_types=("mpt",), heads=("n_heads",), hidden=("d_
                details=_mpt, tensor_names=_mpt_names,
                globals={"emb": "transformer.wte.weight", "ln_f": "transformer.norm_f", "head": "lm_head.weight"},
                qkv_layout="blocks", attention="eager", biases=lambda c: ("no_bias", not c.get("no_bias", True), True),
-               max_positions_key="max_seq_len", alibi_key="attn_config.alibi", label="MPT", forms=(("MPT, Replit", False),),
+               max_positions_key="max_seq_len", alibi_key="attn_config.alibi", label="MPT",
+               forms=(("MPT, Replit", False),),
                refused_tensors={"transformer.wpe.weight": "a learned position embedding beside ALiBi (its "
                                 "learned_pos_emb), which transformers' MPT never adds and no RoPE target carries"}),)

@@ -25,9 +25,11 @@ from .row import Family, FamilyDetails, positive_key
 def _refact(c, d, hd) -> FamilyDetails:
     inner = int(positive_key(c, "n_inner", 4 * d, null_is_default=True))
     width = int(2 * inner / 3)  # its MLP: 2/3 of n_inner (default 4D), rounded up to a multiple of 256
-    return FamilyDetails(max_bias=8.0, eps=positive_key(c, "layer_norm_epsilon", 1e-5), activation="silu", parallel=False,
+    return FamilyDetails(max_bias=8.0, eps=positive_key(c, "layer_norm_epsilon", 1e-5), activation="silu",
+                         parallel=False,
                          intermediate_size=256 * ((width + 255) // 256), qk_scale=1 / math.sqrt(hd), gated=True,
-                         norm_bias=False, kv_heads=1)  # multi-query whatever ``multi_query`` says: one kv head in its code
+                         norm_bias=False,
+                         kv_heads=1)  # multi-query whatever ``multi_query`` says: one kv head in its code
 
 
 def _refact_names(i: int) -> dict[str, str]:
@@ -59,6 +61,9 @@ def _refact_per_logit(m: torch.Tensor, head_dim: int) -> torch.Tensor:
 
 ROWS = (Family(name="refact", model_types=("gpt_refact",), heads=("n_head", "num_attention_heads"),
                hidden=("n_embd", "hidden_size"), layers=("n_layer", "num_hidden_layers"), details=_refact,
-               tensor_names=_refact_names, globals={"emb": "transformer.wte.weight", "ln_f": "ln_f", "head": "lm_head.weight"},
-               qkv_layout="multi-query", attention=None, biases=lambda c: ("", False, True), per_logit=_refact_per_logit,
-               default_target="llama", block="unbiased-layernorm-gated", views=_refact_views, label="Refact", forms=(("Refact-1.6B", False),)),)
+               tensor_names=_refact_names,
+               globals={"emb": "transformer.wte.weight", "ln_f": "ln_f", "head": "lm_head.weight"},
+               qkv_layout="multi-query", attention=None, biases=lambda c: ("", False, True),
+               per_logit=_refact_per_logit,
+               default_target="llama", block="unbiased-layernorm-gated", views=_refact_views, label="Refact",
+               forms=(("Refact-1.6B", False),)),)

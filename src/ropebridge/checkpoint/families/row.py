@@ -18,6 +18,11 @@ import torch
 from ... import _checks
 from ..views import Segment
 
+QKV_LAYOUTS = ("per-head", "blocks", "per-head-or-multi-query", "multi-query")  # ``Family.qkv_layout``
+ATTENTIONS = ("eager", "sdpa", None)  # transformers' implementation verify runs the source with; None: no class
+# the kinds of block a source has (``SourceInfo.block``), which ``targets.BLOCKS`` names
+BLOCK_KINDS = ("layernorm", "rmsnorm-gated", "unbiased-layernorm-gated", "layernorm-gated")
+
 
 @dataclass(frozen=True, kw_only=True)
 class FamilyDetails:
@@ -55,21 +60,21 @@ class Family:
     """One ALiBi family, a row of keywords: its model types, the config keys of its sizes (first present wins),
     ``details`` ((config, hidden, head_dim) -> ``FamilyDetails``: the family's own keys read, its variants without a
     stock RoPE form refused), its tensor names
-    (``tensor_names``: block i's, ``globals``), its fused-QKV row layout (``per-head`` (h, 3, hd), ``blocks`` [Q | K | V],
-    ``per-head-or-multi-query``: also h query heads then one k and one v, or ``multi-query``: only that), the attention verify runs it with,
-    ``biases`` (config -> the key that declares the biases, whether it does, whether it covers the LayerNorms:
-    ``declared_biases``), ``per_logit`` (Press et al.'s slopes m ``(h,)`` and hd -> the slope each logit gets),
-    the config key of its longest input (None: no limit), whether transformers' eager path (the one that
-    returns attention maps) computes its attention, the target a conversion takes by default, and ``views``
+    (``tensor_names``: block i's, ``globals``), its fused-QKV row layout (``per-head`` (h, 3, hd), ``blocks`` [Q | K |
+    V], ``per-head-or-multi-query``: also h query heads then one k and one v, or ``multi-query``: only that), the
+    attention verify runs it with, ``biases`` (config -> the key that declares the biases, whether it does, whether it
+    covers the LayerNorms: ``declared_biases``), ``per_logit`` (Press et al.'s slopes m ``(h,)`` and hd -> the slope
+    each logit gets), the config key of its longest input (None: no limit), whether transformers' eager path (the one
+    that returns attention maps) computes its attention, the target a conversion takes by default, and ``views``
     ((info, block i) -> the canonical tensors it stores fused, ``checkpoint.views``; None: it stores them as
     they are read) and ``refused_tensors`` (a tensor whose presence means a variant without a stock RoPE form,
     with why), ``transposed`` (block weights stored input x output, GPT-2's Conv1D) and ``slopes_tensor`` (the
     tensor holding the slopes the family's code applies, checked against the formula and taken as stored) and
     ``tied_by_default`` (GPT-2's configs tie the head unless ``tie_word_embeddings`` says otherwise); ``label``:
     its name in the generated lists of the docs; ``block``: the kind of block its checkpoints as published have
-    (``SourceInfo.block`` reads it from a config; ``targets.Target.blocks`` carry it); ``forms``: its checkpoints as published, the rows of the docs'
-    per-family engines table it heads, (label, parallel residual); empty: it is shown in another family's row
-    (Replit in MPT's, BTLM in Jais').
+    (``SourceInfo.block`` reads it from a config; ``targets.Target.blocks`` carry it); ``forms``: its checkpoints as
+    published, the rows of the docs' per-family engines table it heads, (label, parallel residual); empty: it is shown
+    in another family's row (Replit in MPT's, BTLM in Jais').
     ``attention`` None: transformers has no class for the family (remote code)."""
 
     name: str
@@ -97,6 +102,40 @@ class Family:
     label: str = ""  # the family as the docs and the README name it (the generated lists)
     block: str = "layernorm"  # the kind of block its checkpoints as published have (``SourceInfo.block``)
     forms: tuple[tuple[str, bool], ...] = ()  # the rows of the docs' per-family engines table it heads
+
+    def __post_init__(self) -> None:
+        """Every field checked once, a ``ValueError`` naming the family and the field."""
+        def wrong(field_name: str, why: str) -> ValueError:
+            return ValueError(f"family {self.name!r}: {field_name} {getattr(self, field_name)!r} {why}")
+
+        if not isinstance(self.name, str) or not self.name:
+            raise wrong("name", "must be a non-empty string")
+        for key in ("model_types", "heads", "hidden", "layers"):
+            value = getattr(self, key)
+            if not isinstance(value, tuple) or not value or not all(isinstance(x, str) and x for x in value):
+                raise wrong(key, "must be a non-empty tuple of config keys")
+        for key, allowed in (("qkv_layout", QKV_LAYOUTS), ("attention", ATTENTIONS), ("block", BLOCK_KINDS)):
+            if getattr(self, key) not in allowed:
+                raise wrong(key, f"must be one of {allowed}")
+        for key in ("details", "tensor_names", "biases", "per_logit"):
+            if not callable(getattr(self, key)):
+                raise wrong(key, "must be callable")
+        if self.views is not None and not callable(self.views):
+            raise wrong("views", "must be callable or None")
+        if not isinstance(self.globals, Mapping) or not all(isinstance(v, str) for v in self.globals.values()):
+            raise wrong("globals", "must map names to tensor names")
+        for key in ("embedding_norm", "max_positions_key", "slopes_tensor"):
+            if getattr(self, key) is not None and not isinstance(getattr(self, key), str):
+                raise wrong(key, "must be a string or None")
+        for key in ("default_target", "alibi_key"):
+            if not isinstance(getattr(self, key), str) or not getattr(self, key):
+                raise wrong(key, "must be a non-empty string")
+        for key in ("eager_attention_maps", "transposed", "tied_by_default"):
+            if not isinstance(getattr(self, key), bool):
+                raise wrong(key, "must be True or False")
+        if not all(isinstance(f, tuple) and len(f) == 2 and isinstance(f[0], str) and isinstance(f[1], bool)
+                   for f in self.forms):
+            raise wrong("forms", "must be (label, parallel residual) pairs")
 
 
 # The tensors of a family's other variants, by the end of their names: a source that stores one beside a config

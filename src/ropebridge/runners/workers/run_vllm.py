@@ -4,9 +4,9 @@ the job protocol's worker (``_job``), run in vLLM's interpreter (standard librar
 ``job["options"]`` are ``vllm.LLM``'s keywords, which are ``vllm serve``'s flags (``kv_cache_dtype`` is
 ``--kv-cache-dtype``); everything else is vLLM's default (prefix caching on, chunked prefill, compiled graphs),
 as ``vllm serve`` runs. A job one token longer than the model's ``max_position_embeddings`` (the token vLLM must
-generate after a sequence scored to the model's length) sets ``VLLM_ALLOW_LONG_MAX_MODEL_LEN``. On a CPU, where vLLM otherwise reserves most of the machine's memory for its KV cache,
-``VLLM_CPU_KVCACHE_SPACE`` is 1 (GiB) and, with tensor parallelism, ``VLLM_CPU_OMP_THREADS_BIND`` splits the cores
-between the ranks, unless the environment sets them.
+generate after a sequence scored to the model's length) sets ``VLLM_ALLOW_LONG_MAX_MODEL_LEN``. On a CPU, where vLLM
+otherwise reserves most of the machine's memory for its KV cache, ``VLLM_CPU_KVCACHE_SPACE`` is 1 (GiB) and, with tensor
+parallelism, ``VLLM_CPU_OMP_THREADS_BIND`` splits the cores between the ranks, unless the environment sets them.
 
 Scored: every sequence of ``job["sequences"]`` in one batch, ``prompt_logprobs=0`` (log p of each next token, as
 vLLM computes it: position 0 has none); then every prompt of ``job["prompts"]`` continued greedily by

@@ -1,0 +1,35 @@
+"""Every committed result has the one schema (``benchmarks/_common.SCHEMA``): the machine it ran on (or that it
+was not recorded), the command that made it, and its rows as a list; ``save`` writes no other shape."""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import _common  # noqa: E402
+
+FILES = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_a_committed_result_has_the_schema(path):
+    data = json.loads(path.read_text())
+    assert isinstance(data, dict) and set(_common.SCHEMA) <= set(data), path.name
+    assert isinstance(data["rows"], list) and data["rows"], path.name
+    assert isinstance(data["machine"], dict) or data["machine"].startswith("not recorded"), path.name
+    assert re.match(r"(python )?\S+\.py\b|not recorded", data["command"]), path.name  # a script, as it was run
+
+
+def test_save_writes_the_schema_and_refuses_rows_that_are_not_a_list(tmp_path, monkeypatch):
+    monkeypatch.setattr(_common, "RESULTS", tmp_path)
+    path = _common.save("study", {"rows": [{"a": 1}], "window": 8})
+    data = json.loads(path.read_text())
+    assert list(data)[:3] == list(_common.SCHEMA) and data["rows"] == [{"a": 1}] and data["window"] == 8
+    assert data["command"].startswith("python ")
+    with pytest.raises(TypeError, match="rows are a list"):
+        _common.save("study", {"rows": {"a": 1}})
