@@ -28,7 +28,7 @@ where the greedy output first parts from exact's argmax with exact's margin ther
 setting that changes the weights (``WEIGHTS_CHANGED``), beside the native model under it. Shapes:
 ``plain``; ``shared``: the prompts are prefixes of the scored sequence (vLLM serves them from its prefix cache: the
 row records how many of their tokens it took from there); ``batch8``: 8 sequences of mixed lengths scored in one
-batch.
+batch. vLLM's pre-quantized settings (``REWRITTEN``) serve a 4-bit copy of the model made by ``four_bit.py``.
 
 Writes benchmarks/results/serving_options.json (the rows not run this time are kept), prints the table.
 """
@@ -380,8 +380,9 @@ def table(payload: dict) -> str:
     def cell(r: dict | None, decode: bool = False) -> str:
         if r is None:
             return "— (no native model)"
-        if r.get("refused"):
-            return f"not run: {r['refused'][:200]}"
+        if r.get("refused"):  # what the engine said, without the path of the interpreter that said it
+            said = re.sub(r"^the \S+ worker in \S+ (.+?) before answering: ", "", r["refused"])
+            return f"not run: {said[:200]}"
         words = f"{100 * r['ppl_rel']:+.2f}%, {r['max_abs_dlogp']:.3g}"
         if decode:
             words += f", decode {r['decode_max_abs_dlogp']:.3g}"

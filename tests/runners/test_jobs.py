@@ -118,3 +118,20 @@ def test_a_refusal_whose_reason_is_in_the_engines_log_says_that_reason(tmp_path)
     """)
     assert launch(sys.executable, path, JOB).refused == ("NotImplementedError: FP8 KV cache on CPU requires x86 with "
                                                          "AVX-512 or AMX.")
+
+
+def test_a_dead_worker_whose_last_words_point_up_its_log_is_named_by_the_first_exception_there(tmp_path):
+    # vLLM's worker fails, its engine core says "please check the stack trace above for the root cause" and the
+    # process ends in EngineDeadError "See stack trace (above) for the root cause"
+    path = worker(tmp_path, """
+    def run(job):
+        print("(Worker pid=1) ERROR [multiproc_executor.py:1063] AttributeError: '_OpNamespace' '_C' object has no "
+              "attribute 'cpu_gemm_wna16'")
+        print("(EngineCore pid=2) ERROR [core.py:1512] RuntimeError: Worker failed with error '...', please check "
+              "the stack trace above for the root cause", flush=True)
+        raise SystemExit("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
+                         "trace (above) for the root cause.")
+    """)
+    with pytest.raises(ValueError, match="before answering: AttributeError: '_OpNamespace' '_C' object has no "
+                                         "attribute 'cpu_gemm_wna16'$"):
+        launch(sys.executable, path, JOB)

@@ -116,7 +116,7 @@ def launch(python: str | Path, worker: str, job: Job, *, env: dict[str, str] | N
         if not out.is_file():
             how = f"died by signal {-code}" if code < 0 else f"exited with status {code}"
             raise ValueError(f"the {worker} worker in {python} {how} before answering: "
-                             f"{last_error(output.read_text(errors='replace'))}")
+                             f"{reason(output.read_text(errors='replace'))}")
         answer, log_text = json.loads(out.read_text()), output.read_text(errors="replace")
     if answer.get("missing") is not None:
         raise ValueError(f"{python} cannot import what the {worker} worker needs ({answer['missing']}); give "
@@ -128,6 +128,14 @@ def launch(python: str | Path, worker: str, job: Job, *, env: dict[str, str] | N
 
 
 ROOT_CAUSE_ABOVE = "root cause above"  # vLLM's words where its engine process failed and said why in its log
+POINTS_ABOVE = re.compile(r"root cause above|stack trace \(above\)|check the stack trace above", re.IGNORECASE)
+
+
+def reason(text: str) -> str:
+    """Why a worker died, in one line: its last error, or where that only points up the log ("See stack trace
+    (above) for the root cause", vLLM's ``EngineDeadError``), the first exception the log names."""
+    last = last_error(text)
+    return (root_cause(text) or last) if POINTS_ABOVE.search(last) else last
 
 
 def root_cause(text: str) -> str | None:
@@ -135,7 +143,7 @@ def root_cause(text: str) -> str | None:
     log prefix dropped: where an engine's own process failed, the reason it gave."""
     for line in text.splitlines():
         found = re.search(r"\b([A-Z]\w*(?:Error|Exception)): (.+)$", line)
-        if found and ROOT_CAUSE_ABOVE not in line and "Traceback" not in line:
+        if found and not POINTS_ABOVE.search(line) and "Traceback" not in line:
             return f"{found.group(1)}: {found.group(2).strip()}"[:LOG_TAIL]
     return None
 
