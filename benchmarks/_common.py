@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 # torch 2.13's first sin/cos in a process may compute a worker thread's part less accurately (docs/decisions.md,
-# "torch's first sine or cosine"); one cosine first, as verify's models run after (layered.warm_threads).
+# "torch's first sine or cosine"); one cosine first, as verify's models run after (read_on_use.warm_threads).
 torch.cos(torch.ones(1))
 
 RESULTS = Path(__file__).resolve().parent / "results"

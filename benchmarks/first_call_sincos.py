@@ -7,7 +7,7 @@
    2^50: the dummy pair and the exact pair), is computed twice. Reported: how often the first call differs from
    the second, on how many rows, and the largest error of the first call's cosines of the exact pair's angles
    (p 2^-25 <= 2^-12, whose float32 cosine is 1) and of the dummy pair's (p radians), against float64; the same
-   with sin as the first call; then both in as many processes that first compute ``layered.warm_threads``'s
+   with sin as the first call; then both in as many processes that first compute ``read_on_use.warm_threads``'s
    cosine of one element (``warmed``).
 2. In ``--model-processes`` fresh processes per dtype (``--dtypes``), each of which first computes the exact
    float64 reference on 8192 tokens of the Falcon-RW demo's held-out text (other torch work, as in an evaluation),
@@ -38,7 +38,7 @@ TABLE_CHECK = r"""
 import json, sys, torch
 kind = sys.argv[1]
 if kind.startswith("warmed"):
-    torch.cos(torch.ones(1))  # layered.warm_threads
+    torch.cos(torch.ones(1))  # read_on_use.warm_threads
 f = torch.sin if kind.endswith("sin") else torch.cos
 inv = torch.tensor([1.0, 2.0 ** -25])
 freqs = torch.arange(8192)[None, :, None].float() * inv  # (1, p, 2)

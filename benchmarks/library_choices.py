@@ -1,7 +1,7 @@
 """Two places where ropebridge does what a library also does, measured side by side on the BLOOM-560M shape
 (random bfloat16 weights, 1.1 GB), each case in a child process of its own, rounds interleaved:
 
-- **a model built without weights** (``verify.layered``): ropebridge's ``_parameters_on_meta`` against
+- **a model built without weights** (``verify.read_on_use``): ropebridge's ``_parameters_on_meta`` against
   accelerate's ``init_empty_weights`` (both under transformers' ``no_init_weights``): wall time and peak RSS of
   building the whole model, and whether both leave every parameter on the meta device and every buffer real;
 - **bounded reads** (``checkpoint.tensor_io``): every tensor read in blocks of 64 MiB of rows, converted to
@@ -43,7 +43,7 @@ how, directory = sys.argv[1], sys.argv[2]
 config = AutoConfig.from_pretrained(directory)
 t = time.perf_counter()
 if how == "ropebridge":
-    from ropebridge.verify.layered import _parameters_on_meta as empty
+    from ropebridge.verify.read_on_use import _parameters_on_meta as empty
 else:
     from accelerate import init_empty_weights as empty
 with empty(), no_init_weights():

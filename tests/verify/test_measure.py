@@ -25,15 +25,15 @@ def test_the_reference_layer_is_counted_from_the_shapes(tmp_path):
     assert measure.reference_layer_bytes(source.info) == held
 
 
-def test_the_largest_weight_is_counted_from_the_config_as_the_layered_model_holds_it(tmp_path):
-    from ropebridge.verify.layered import LayeredModel, largest_weight_bytes
+def test_the_largest_weight_is_counted_from_the_config_as_the_read_on_use_model_holds_it(tmp_path):
+    from ropebridge.verify.read_on_use import ReadOnUseModel, largest_weight_bytes
 
     src = build(tmp_path / "bloom", "bloom-4heads")
     dst = convert(src, tmp_path / "rope", PlanRequest(window=256, dtype="bfloat16")).destination
     for path in (src, dst):
         config = json.loads((path / "config.json").read_text())
         for dtype in (torch.float32, torch.bfloat16):
-            model = LayeredModel(path, dtype)
+            model = ReadOnUseModel(path, dtype)
             assert largest_weight_bytes(config, dtype) == model.tensor_bytes
             with torch.no_grad():
                 model.hidden(torch.tensor([[1, 2, 3]]))
@@ -52,7 +52,7 @@ def test_a_layer_wider_than_the_budget_verifies_within_it():
     import transformers as T
 
     from ropebridge.checkpoint.config import from_config
-    from ropebridge.verify.layered import largest_weight_bytes
+    from ropebridge.verify.read_on_use import largest_weight_bytes
 
     config = T.BloomConfig(**BLOOM_176B).to_dict()
     info = from_config(config)

@@ -86,17 +86,17 @@ def test_a_converted_model_that_ignores_left_padding_fails(tmp_path, monkeypatch
     # the padded batch is judged against the exact reference on its real positions: a model that drops the
     # attention mask puts its padded row's tokens after pad tokens it attends to, and is caught
     from ropebridge.verify import measure
-    from ropebridge.verify.layered import LayeredModel
+    from ropebridge.verify.read_on_use import ReadOnUseModel
 
     src = build(tmp_path / "bloom", "bloom-4heads")
     dst = convert(src, tmp_path / "rope", PlanRequest(window=256)).destination
     assert verify(src, dst, context=64, greedy_tokens=4).passed
 
-    class NoMask(LayeredModel):
+    class NoMask(ReadOnUseModel):
         def hidden(self, ids, mask=None):
             return super().hidden(ids, None if self.directory == dst else mask)
 
-    monkeypatch.setattr(measure, "LayeredModel", NoMask)
+    monkeypatch.setattr(measure, "ReadOnUseModel", NoMask)
     report = verify(src, dst, context=64, greedy_tokens=4)
     assert not report.passed and any("left-padded batch" in f for f in report.failures), report.failures
 

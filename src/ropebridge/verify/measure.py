@@ -1,7 +1,7 @@
 """The functional check of ``verify``: the converted model against the exact float64 reference, in bounded memory.
 
 Every model is run a weight at a time: the converted one and the source as transformers runs it as
-``layered.LayeredModel`` (transformers' own modules, each weight read from disk when an operation uses it), the
+``read_on_use.ReadOnUseModel`` (transformers' own modules, each weight read from disk when an operation uses it), the
 exact reference as ``reference.reference_states`` (each linear map's float64 rows a block at a time). Only final
 hidden states ``(b, s, D)`` are kept; their logits are formed and compared one block of vocabulary rows at a time
 (``logit_stats.compare``). So the memory is the largest matrix (or a block of rows), a layer's activations, the
@@ -41,7 +41,7 @@ from ..checkpoint.model import SourceModel
 from ..checkpoint.reference import BLOCK_BYTES, Blocks, reference_states
 from ..numerics import DTYPES
 from . import logit_stats
-from .layered import LayeredModel
+from .read_on_use import ReadOnUseModel
 from .deviations import as_defined, deviations_of
 from .stages import Converted, Reference, Side, Source, held, sides, views
 from .verdict import READING_TOKENS, VerifyReport
@@ -78,7 +78,7 @@ def reference_layer_bytes(info) -> int:
 def memory_need(info, positions: int, model_weight: int) -> MemoryNeed:
     """``MemoryNeed`` of verifying a source of ``info`` (``SourceInfo``) on ``positions`` tokens (a batch of 2 for
     the padded check), where the largest weight either model reads whole is ``model_weight`` bytes in the check's
-    dtype (``layered.largest_weight_bytes``): the overhead; the weights held at once, the larger of the reference's
+    dtype (``read_on_use.largest_weight_bytes``): the overhead; the weights held at once, the larger of the reference's
     block (``reference.BLOCK_BYTES`` of float64, less where the largest matrix is smaller, more where one head's q
     rows are, three times: the block, its rounded copy for the baseline, and the read's transient) and the model's
     matrix twice (the matrix and the read's transient: the stored bytes where they are cast); eager attention's float32
@@ -199,9 +199,9 @@ def measure(source: SourceModel, src: Path, dst: Path, request, bar) -> tuple[Ve
     dtype, info = DTYPES[request.dtype], source.info
     tick = lambda: bar.update()  # noqa: E731
     device = request.device
-    conv = LayeredModel(dst, dtype, on_layer=tick, device=device)
+    conv = ReadOnUseModel(dst, dtype, on_layer=tick, device=device)
     runs = info.family_row.attention is not None  # transformers has a class for the source
-    source_model = LayeredModel(src, dtype, on_layer=tick, device=device) if runs else None
+    source_model = ReadOnUseModel(src, dtype, on_layer=tick, device=device) if runs else None
     ids = tokens(src, request.text, request.context, info.vocab_size, request.seed)  # (1, s)
     n = ids.shape[1]
     weight = max(conv.tensor_bytes, source_model.tensor_bytes if source_model else 0)
@@ -308,7 +308,7 @@ def _report(source, paths: tuple[Path, Path], request, stats: tuple[dict, dict],
 def _greedy_check(report: VerifyReport, source, models: tuple, ids: torch.Tensor, request, progress: tuple) -> int:
     """Greedy tokens of the converted model ``models[0]`` and of the source (``models[1]``, None or run as
     defined, or the exact reference). A model whose weights fit the budget beside the check's need (``progress``'s
-    ``MemoryNeed``) keeps them while it generates (``LayeredModel.resident``: one model at a time); the others
+    ``MemoryNeed``) keeps them while it generates (``ReadOnUseModel.resident``: one model at a time); the others
     stream every weight per token, bounded so that what they stream stays within ``GREEDY_STREAM_BYTES`` (the report
     names the bound); ``progress``: the logit block, the bar and the need. Returns the most bytes of weights kept
     (0 where none is), which the check's need grows by."""

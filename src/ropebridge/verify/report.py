@@ -58,7 +58,7 @@ def write_report(report, out: Path, ids: torch.Tensor) -> None:
     from ..checkpoint.model import SourceModel
     from ..checkpoint.reference import attention_probs
     from ..numerics import DTYPES
-    from .layered import LayeredModel
+    from .read_on_use import ReadOnUseModel
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report.to_dict(), indent=1))
@@ -73,11 +73,11 @@ def write_report(report, out: Path, ids: torch.Tensor) -> None:
         _position_figure(r).savefig(out / "error_by_position.png", dpi=110)
         head = ids[:, :ATTENTION_TOKENS]
         with torch.no_grad():
-            conv = LayeredModel(r.converted, DTYPES[r.dtype], attn_implementation="eager")
+            conv = ReadOnUseModel(r.converted, DTYPES[r.dtype], attn_implementation="eager")
             conv_probs = list(conv.model.get_decoder()(input_ids=head, output_attentions=True).attentions)
             source_probs = None
             if r.source_ran and FAMILIES[r.family].eager_attention_maps:  # eager Falcon adds the bias twice
-                source_model = LayeredModel(r.source, DTYPES[r.dtype])
+                source_model = ReadOnUseModel(r.source, DTYPES[r.dtype])
                 source_probs = list(source_model.model.get_decoder()(input_ids=head, output_attentions=True).attentions)
             ref_probs = attention_probs(SourceModel(r.source), head)
         _attention_figure(source_probs, conv_probs, ref_probs).savefig(out / "attention_by_layer.png", dpi=110)

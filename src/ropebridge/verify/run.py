@@ -54,7 +54,7 @@ from ..runners import EngineRun
 from ..serving import Geometry
 from ..numerics import DTYPES, largest, plan_tolerance
 from . import byte_check
-from .layered import largest_weight_bytes
+from .read_on_use import largest_weight_bytes
 from .measure import GREEDY_PROMPT, check_memory, measure
 from ..checkpoint.hub import resolve_source
 from ..convert.pipeline import derive, source_fingerprint

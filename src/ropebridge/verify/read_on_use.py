@@ -1,7 +1,7 @@
 """A transformers causal LM run with its weights on disk: each weight is read when an operation uses it, released
 after.
 
-``LayeredModel(directory, dtype)`` builds the model transformers' ``AutoModelForCausalLM`` builds from
+``ReadOnUseModel(directory, dtype)`` builds the model transformers' ``AutoModelForCausalLM`` builds from
 ``config.json``, every parameter a ``_Unread`` tensor of its shape, dtype and device that holds no storage: any
 operation given one reads that tensor from the checkpoint, cast once to ``dtype`` exactly as ``from_pretrained``
 casts it, runs on it and lets it go. The model computes what ``from_pretrained``'s model computes, with the same
@@ -33,7 +33,7 @@ from ..checkpoint.tensor_io import CheckpointReader
 
 class _Unread(torch.Tensor):
     """A parameter not in memory: its shape, dtype and device, no storage, and ``load()`` that reads it (or gives
-    the copy ``LayeredModel.resident`` keeps). Every
+    the copy ``ReadOnUseModel.resident`` keeps). Every
     operation on it (``__torch_dispatch__``) runs on the tensor read, which is then released: its result is a
     plain tensor."""
 
@@ -95,8 +95,8 @@ def _meta_model(config, dtype: torch.dtype, attn_implementation: str | None = No
 
 
 def largest_weight_bytes(config: Mapping[str, Any], dtype: torch.dtype) -> int:
-    """The bytes in ``dtype`` of the largest weight a ``LayeredModel`` of a model with ``config`` (config.json's
-    object) reads whole (``LayeredModel.tensor_bytes``): every parameter but the input and output embeddings,
+    """The bytes in ``dtype`` of the largest weight a ``ReadOnUseModel`` of a model with ``config`` (config.json's
+    object) reads whole (``ReadOnUseModel.tensor_bytes``): every parameter but the input and output embeddings,
     which are read by rows. From the shapes the config implies; nothing is read."""
     from transformers import AutoConfig
 
@@ -125,7 +125,7 @@ class _BlockedHead(torch.nn.Module):
     """The output head ``F.linear(h, W, b)`` over the vocabulary a block of rows at a time (``head_rows``), the
     blocks concatenated: what ``generate`` calls on the last position."""
 
-    def __init__(self, owner: LayeredModel):
+    def __init__(self, owner: ReadOnUseModel):
         super().__init__()
         self.owner = owner
 
@@ -133,7 +133,7 @@ class _BlockedHead(torch.nn.Module):
         return torch.cat([self.owner.logits_block(hidden, a, b) for a, b in self.owner.vocab_blocks(hidden)], -1)
 
 
-class LayeredModel:
+class ReadOnUseModel:
     """A checkpoint directory as transformers' causal LM with its weights read as they are used (module doc).
 
     ``model``: the transformers module (call it, ``generate`` with it); ``hidden(ids, mask)``: the final hidden

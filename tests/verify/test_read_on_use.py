@@ -9,7 +9,7 @@ from pico import build, build_remote
 from transformers import AutoModelForCausalLM
 
 from ropebridge.convert import convert
-from ropebridge.verify.layered import LayeredModel
+from ropebridge.verify.read_on_use import ReadOnUseModel
 from ropebridge.emulation import PlanRequest
 
 CASES = [("bloom-4heads", "gpt-neox"), ("mpt", "nemotron"), ("falcon-rw", "persimmon"), ("bloom-4heads", "starcoder2"),
@@ -27,7 +27,7 @@ def _pair(tmp_path, family, target, dtype):
 def _same_as_whole(path, dtype):
     dt = getattr(torch, dtype)
     whole = AutoModelForCausalLM.from_pretrained(path, dtype=dt).eval()
-    layered = LayeredModel(path, dt)
+    layered = ReadOnUseModel(path, dt)
     ids = torch.randint(0, 320, (2, 48), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
     mask[1, :12] = 0
@@ -55,7 +55,7 @@ def test_every_target_runs_weight_by_weight_bit_for_bit(tmp_path, family, target
 def test_one_weight_is_held_at_a_time(tmp_path):
     # counted, not timed: no parameter holds storage, before or after a forward; the most read at once is the
     # layer's largest matrix, not the layer; every weight a forward uses is read once per use
-    from ropebridge.verify.layered import _Unread
+    from ropebridge.verify.read_on_use import _Unread
 
     src, dst = _pair(tmp_path, "bloom-4heads", "gpt-neox", "float32")
     layered, whole = _same_as_whole(dst, "float32")
@@ -89,12 +89,12 @@ def test_a_missing_or_misshapen_tensor_is_named(tmp_path):
     del tensors["transformer.h.1.mlp.dense_4h_to_h.weight"]
     save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ValueError, match="'transformer.h.1.mlp.dense_4h_to_h.weight' is missing"):
-        LayeredModel(src, torch.float32)
+        ReadOnUseModel(src, torch.float32)
     config = json.loads((src / "config.json").read_text())
     config["vocab_size"] = 400
     (src / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"has shape \[320, 128\], the config implies \[400, 128\]"):
-        LayeredModel(src, torch.float32)
+        ReadOnUseModel(src, torch.float32)
 
 
 FIRST_TABLE = """
@@ -115,7 +115,7 @@ def test_after_the_warm_up_a_processs_first_cosines_are_its_later_ones():
     import subprocess
     import sys
 
-    from ropebridge.verify.layered import warm_threads
+    from ropebridge.verify.read_on_use import warm_threads
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "convert.md").read_text()
     line = re.search(r"```python\nimport torch\n\n(torch\.cos\(.*\))\n```", doc).group(1)
@@ -127,12 +127,12 @@ def test_after_the_warm_up_a_processs_first_cosines_are_its_later_ones():
         assert (int(rows), float(error)) == (0, 0.0)
 
 
-def test_a_layered_model_is_built_after_the_warm_up(tmp_path, monkeypatch):
-    import ropebridge.verify.layered as layered
+def test_a_read_on_use_model_is_built_after_the_warm_up(tmp_path, monkeypatch):
+    import ropebridge.verify.read_on_use as read_on_use
 
     calls = []
-    monkeypatch.setattr(layered, "warm_threads", lambda: calls.append(1))
-    LayeredModel(build(tmp_path / "bloom", "bloom-4heads"), torch.float32)
+    monkeypatch.setattr(read_on_use, "warm_threads", lambda: calls.append(1))
+    ReadOnUseModel(build(tmp_path / "bloom", "bloom-4heads"), torch.float32)
     assert calls == [1]
 
 
@@ -150,7 +150,7 @@ def test_greedy_holds_one_weight_whatever_the_depth(tmp_path, run_in):
     needs, counted = [], []
     for layers in (6, 24):
         src = build(tmp_path / f"bloom{layers}", "bloom-4heads", n_layer=layers)  # stored in float32
-        model = LayeredModel(src, run_in)
+        model = ReadOnUseModel(src, run_in)
         with model.resident(), torch.no_grad():
             model.model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=3, do_sample=False, pad_token_id=0)
             weight = model._read(next(k for k in model.reader.names() if k.endswith("dense.weight")))
