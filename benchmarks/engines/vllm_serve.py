@@ -1,11 +1,12 @@
 """vLLM or SGLang on a GPU: the native ALiBi model and its ropebridge conversions served side by side, throughput
 and error.
 
-    python benchmarks/vllm_serve.py [--engine vllm|sglang] [--models demo,demo-mpt,demo-falcon]
+    python benchmarks/engines/vllm_serve.py [--engine vllm|sglang] [--models demo,demo-mpt,demo-falcon]
                                     [--targets gpt-neox,nemotron] [--dtype bfloat16] [--context 2048]
                                     [--batch 64] [--new-tokens 128]
-    python benchmarks/vllm_serve.py --models baichuan2-13b-shape,refact-1.6b-shape --targets llama [--engine sglang]
-    python benchmarks/vllm_serve.py --models demo-jais,jais-30b-shape,btlm-3b-8k-shape --targets default
+    python benchmarks/engines/vllm_serve.py --models baichuan2-13b-shape,refact-1.6b-shape --targets llama \
+        [--engine sglang]
+    python benchmarks/engines/vllm_serve.py --models demo-jais,jais-30b-shape,btlm-3b-8k-shape --targets default
 
 Needs a CUDA GPU and the engine (``pip install vllm`` or ``pip install sglang``, each bringing its own CUDA build
 of torch: install it in an environment of its own with ropebridge). Where either is missing it says which,
@@ -41,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 
 TEXT_MODELS = ("demo", "demo-mpt", "demo-falcon", "demo-baichuan", "demo-jais")
 SHAPES = {  # remote-code families' published geometry, 2 layers (``tests/pico.build_remote`` overrides)
@@ -76,7 +77,7 @@ def source(name: str, work: Path, context: int, batch: int) -> tuple[Path, list[
     if name in SHAPES:
         import torch
 
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
         from pico import build_remote
 
         family, shape = SHAPES[name]
