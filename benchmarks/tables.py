@@ -534,6 +534,13 @@ def library_choices() -> str:
         f"{data['cores']} cores, load {data['load_average_1min_at_start']:.1f} at the start; `{data['command']}`.\n"
 
 
+def studies() -> str:
+    """benchmarks/README.md's index of the studies (``studies.STUDIES``)."""
+    import studies as registry
+
+    return registry.index() + "\n"
+
+
 TABLES = {"propagation": propagation, "float32-error": float32_error, "window-guide": window_guide,
           "library-choices": library_choices, "rotary-width": rotary_width, "engines-per-target": engines_per_target,
           "engines-per-family": engines_per_family, "engine-choice": engine_choice, "kernels": kernels,
@@ -552,7 +559,8 @@ TABLES = {"propagation": propagation, "float32-error": float32_error, "window-gu
           "vllm-engine": lambda: _engine_script_table("vllm_run", "vllm_engine"),
           "vllm-cost": lambda: _engine_script_table("vllm_cost", "vllm_cost"),
           "llamacpp-cost": lambda: _engine_script_table("llamacpp_cost", "llamacpp_cost"),
-          "serving-options": lambda: _engine_script_table("serving_options", "serving_options")}
+          "serving-options": lambda: _engine_script_table("serving_options", "serving_options"),
+          "studies": studies}
 
 
 def render(text: str) -> str:
