@@ -91,8 +91,8 @@ class Baichuan(torch.nn.Module):
             layer = nn.Module()
             layer.input_layernorm, layer.post_attention_layernorm = (_RMSNorm(d, c["rms_norm_eps"]) for _ in "ab")
             layer.self_attn, layer.mlp = nn.Module(), nn.Module()
-            layer.self_attn.W_pack, layer.self_attn.o_proj = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d,
-                                                                                                        bias=False)
+            layer.self_attn.W_pack = nn.Linear(d, 3 * d, bias=False)
+            layer.self_attn.o_proj = nn.Linear(d, d, bias=False)
             layer.mlp.gate_proj, layer.mlp.up_proj = (nn.Linear(d, f, bias=False) for _ in "ab")
             layer.mlp.down_proj = nn.Linear(f, d, bias=False)
             self.model.layers.append(layer)
@@ -171,8 +171,8 @@ class Jais(torch.nn.Module):
             block.ln_1, block.ln_2 = (nn.LayerNorm(d, eps=c["layer_norm_epsilon"]) for _ in "ab")
             block.attn, block.mlp = nn.Module(), nn.Module()
             block.attn.c_attn, block.attn.c_proj = _Conv1D(d, 3 * d, std), _Conv1D(d, d, std)
-            block.mlp.c_fc, block.mlp.c_fc2, block.mlp.c_proj = _Conv1D(d, f, std), _Conv1D(d, f, std), _Conv1D(f, d,
-                                                                                                                std)
+            block.mlp.c_fc, block.mlp.c_fc2 = _Conv1D(d, f, std), _Conv1D(d, f, std)
+            block.mlp.c_proj = _Conv1D(f, d, std)
             self.transformer.h.append(block)
         self.transformer.ln_f = nn.LayerNorm(d, eps=c["layer_norm_epsilon"])
         self.transformer.relative_pe = nn.Module()

@@ -171,8 +171,8 @@ def jais_logits(directory: Path, ids: torch.Tensor) -> torch.Tensor:
     x = w["transformer.wte.weight"][ids[0]] * c.get("embeddings_scale", c.get("mup_embeddings_scale", 1.0))  # (s, D)
     for i in range(c["n_layer"]):
         p = f"transformer.h.{i}."
-        q, k, v = (t.view(s, n, hd).transpose(0, 1) for t in conv1d(ln(x, p + "ln_1"), p + "attn.c_attn").split(hidden,
-                                                                                                                -1))
+        qkv = conv1d(ln(x, p + "ln_1"), p + "attn.c_attn")  # (s, 3 D)
+        q, k, v = (t.view(s, n, hd).transpose(0, 1) for t in qkv.split(hidden, -1))  # (n, s, hd) each
         scores = q @ k.transpose(1, 2) / hd ** (1.0 if by_d else 0.5) + alibi  # (n, s, s)
         x = x + conv1d((torch.softmax(scores, -1) @ v).transpose(0, 1).reshape(s, hidden), p + "attn.c_proj")
         h = ln(x, p + "ln_2")

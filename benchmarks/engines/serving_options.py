@@ -268,8 +268,8 @@ def run_rows(engine: str, names: list[str], settings: list[str], root: Path, wor
     from ropebridge.convert.pipeline import source_fingerprint
     from ropebridge.demo import data_dir
 
-    env = envs.Env("transformers", Path(sys.executable), None) if engine == "transformers" else envs.ensure(engine,
-                                                                                                            root)
+    in_here = engine == "transformers"  # transformers runs in this interpreter
+    env = envs.Env("transformers", Path(sys.executable), None) if in_here else envs.ensure(engine, root)
     rows = []
     for name in names:
         src = data_dir(name)
@@ -402,8 +402,8 @@ def table(payload: dict) -> str:
     for engine in SETTINGS:
         for setting in SETTINGS[engine]:
             for name in MODELS:
-                pick = {r["kind"]: r for r in rows if (r["engine"], r["setting"], r["model"]) == (engine, setting,
-                                                                                                  name)}
+                here = (engine, setting, name)
+                pick = {r["kind"]: r for r in rows if (r["engine"], r["setting"], r["model"]) == here}
                 if not pick:
                     continue
                 conv, native = pick.get("converted"), pick.get("native")

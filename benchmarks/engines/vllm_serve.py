@@ -204,9 +204,9 @@ def main(argv: list[str] | None = None) -> int:
             for target in target_names(args.targets, src):
                 dst = Path(work) / f"{name}-{target}"
                 calibrate = ["--calibration-text", str(calib)] if calib is not None else []
-                subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst), "--dtype",
-                                args.dtype,
-                                "--window", str(args.context), "--target", target, *calibrate], check=True)
+                subprocess.run([sys.executable, "-m", "ropebridge", "convert", str(src), str(dst),
+                                "--dtype", args.dtype, "--window", str(args.context), "--target", target, *calibrate],
+                               check=True)
                 models[target] = dst
             for form, path in models.items():
                 got = SERVE[args.engine](path, args.dtype, args.context, seq, prompts, args.new_tokens)

@@ -99,8 +99,7 @@ def test_per_head_floors_from_a_file_reproduce_a_plan(bloom, tmp_path, capsys):
 
 @pytest.mark.parametrize("family, flags, target",
                          [("jais", [], "stablelm"), ("baichuan", ["--dtype", "bfloat16"], "llama"),
-                                                   ("jais", ["--target", "stablelm", "--dtype", "float16"],
-                                                    "stablelm")])
+                          ("jais", ["--target", "stablelm", "--dtype", "float16"], "stablelm")])
 def test_a_checkpoints_plan_names_the_target_convert_takes_and_its_engines(tmp_path, capsys, family, flags, target):
     from pico import build_remote
 

@@ -174,8 +174,8 @@ def test_directed_rounding_stores_neighbours_and_cancels_their_errors(dtype):
         assert abs(value - exact) <= (up - down) * (1 + 1e-9)  # within one spacing: one of the two neighbours
     nearest = (torch.tensor(x / scale).to(DTYPES[dtype]).double() * scale).numpy()
     half = len(thetas)
-    errors = [ladder_fit.approximation_error(slope, v[:half], v[half:], thetas, window, floor, shift) for v in (got,
-                                                                                                                nearest)]
+    errors = [ladder_fit.approximation_error(slope, v[:half], v[half:], thetas, window, floor, shift)
+              for v in (got, nearest)]
     assert errors[0] <= errors[1], errors
 
 

@@ -70,8 +70,8 @@ def _read_header(path: Path) -> dict[str, TensorInfo]:
                 and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
                 and 0 <= offsets[0] <= offsets[1]):
             raise ValueError(f"{path}: tensor {name} has data offsets {offsets!r} (two byte offsets, begin <= end)")
-        if not (isinstance(shape,
-                           list) and all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in shape)):
+        if not (isinstance(shape, list)
+                and all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in shape)):
             raise ValueError(f"{path}: tensor {name} has shape {shape!r} (a list of sizes)")
         begin, end = offsets
         if 8 + n + end > size:

@@ -91,9 +91,8 @@ def engine_kernels(head_dim: int, dtype: str = "bfloat16") -> dict[str, str]:
     """Per engine, named with its version (``support``), which of its attention kernels runs a served head dim, and
     at what padded size (read from vLLM's backend selection on Hopper, SGLang's, TensorRT-LLM's MMHA list,
     llama.cpp's CUDA flash attention; vLLM's CPU build's CPU attention): vLLM takes the first backend that accepts the
-    size, FLASH_ATTN (FA3 on
-    Hopper: a multiple of 8 up to 256), then FLASHINFER (64, 128, 256, 512), then TRITON_ATTN. In float32 only the
-    Triton kernels, MMHA and the CPU attention remain."""
+    size, FLASH_ATTN (FA3 on Hopper: a multiple of 8 up to 256), then FLASHINFER (64, 128, 256, 512), then
+    TRITON_ATTN. In float32 only the Triton kernels, MMHA and the CPU attention remain."""
     d = head_dim
     trt = "MMHA" if KERNELS["trtllm"].runs(d) else "none: MMHA aborts (\"Head size %d is not supported\")"
     cpu = ("CPU attention" if KERNELS["vllm-cpu"].runs(d) else

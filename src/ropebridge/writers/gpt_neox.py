@@ -51,8 +51,8 @@ def add_tensors(src: SourceModel, lay: PaddedLayout, shards: ShardWriter, names:
     f = info.intermediate_size
 
     def bias(i: int, which: str, padded: bool) -> Producer:
-        return single(lambda: pad_rows_with_mean(src.bias(i, which, WORK), pads) if padded else src.bias(i, which,
-                                                                                                         WORK))
+        return single(lambda: pad_rows_with_mean(src.bias(i, which, WORK), pads) if padded
+                      else src.bias(i, which, WORK))
 
     n = names
     shards.add(n["embed"], (v, dp), row_blocks(lambda a, b: embedding_rows(src, a, b, pads), v, 8 * dp))
