@@ -31,7 +31,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ropebridge.runners.jobs import end
+from ropebridge.runners.jobs import run_in_session
 from ropebridge.targets.support import RUN  # the builds run, their versions written once
 
 log = logging.getLogger("engines")
@@ -80,17 +80,11 @@ class Env:
             env: dict[str, str] | None = None) -> None:
         """Run ``python ARGS`` in this environment, with ``env`` set beside the current variables; output goes to
         LOG_FILE, shown only on failure. The process runs in a session of its own that ends with it: an interrupt,
-        a SIGTERM or an error here ends every process the engine started (``runners.jobs.end``)."""
-        variables = {**os.environ, **(env or {}), **({"PYTHONPATH": str(self.gguf_py)} if gguf else {})}
+        a SIGTERM or an error here ends every process the engine started (``runners.jobs.run_in_session``)."""
+        variables = {**(env or {}), **({"PYTHONPATH": str(self.gguf_py)} if gguf else {})}
         with tempfile.TemporaryFile("w+") as sink:
-            proc = subprocess.Popen([str(self.python), *map(str, args)], env=variables, stdout=sink,
-                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
             with _terminated_as_exit():
-                try:
-                    code = proc.wait()
-                except BaseException:
-                    end(proc)
-                    raise
+                code = run_in_session([str(self.python), *map(str, args)], sink, env=variables)
             sink.seek(0)
             output = sink.read()
         if log_file is not None:

@@ -4,7 +4,6 @@ SIGTERM, with its settings passed as its environment (never this process's)."""
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "engines"))
 
 import envs  # noqa: E402
+from processes import gone  # noqa: E402
 
 SCRIPT = """
 import os, subprocess, sys, time
@@ -20,15 +20,6 @@ child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 open(sys.argv[1], "w").write(f"{child.pid} {os.environ.get('ENGINE_SETTING')}")
 time.sleep(120)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie awaiting its parent is gone
-        return f.read().split()[2] != "Z"
 
 
 @pytest.mark.parametrize("how", [KeyboardInterrupt, SystemExit])
@@ -50,11 +41,7 @@ def test_an_interrupted_engine_ends_with_its_children(tmp_path, how):
         signal.signal(signal.SIGALRM, before)
     pid, setting = told.read_text().split()
     assert setting == "given" and "ENGINE_SETTING" not in os.environ
-    for _ in range(50):
-        if not _alive(int(pid)):
-            break
-        time.sleep(0.1)
-    assert not _alive(int(pid)), "the engine's child outlived the interrupt"
+    assert gone(int(pid)), "the engine's child outlived the interrupt"
 
 
 def test_a_failing_engine_says_why(tmp_path):

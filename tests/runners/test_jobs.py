@@ -1,12 +1,11 @@
 """runners.jobs: a job in, a result out, the worker in another interpreter; every way a worker can fail ends
 in one line."""
 
-import os
 import sys
 import textwrap
-import time
 
 import pytest
+from processes import gone
 
 from ropebridge.runners import Job, launch
 from ropebridge.runners.jobs import WORKERS, Result, last_error
@@ -91,18 +90,7 @@ def test_an_interrupted_run_ends_every_process_the_engine_started(tmp_path):
     """)
     with pytest.raises(Exception):  # the timeout, as an interrupt would raise
         launch(sys.executable, path, JOB, timeout=5)
-    child = int(pid_file.read_text())
-    for _ in range(50):  # the child is gone (or a zombie of an init that has not reaped it yet)
-        try:
-            os.kill(child, 0)
-            state = open(f"/proc/{child}/stat").read().split()[2]
-            if state == "Z":
-                break
-        except (ProcessLookupError, FileNotFoundError):
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail("the engine's child process outlived the run")
+    assert gone(int(pid_file.read_text())), "the engine's child process outlived the run"
 
 
 def test_a_refusal_whose_reason_is_in_the_engines_log_says_that_reason(tmp_path):

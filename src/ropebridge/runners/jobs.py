@@ -104,14 +104,7 @@ def launch(python: str | Path, worker: str, job: Job, *, env: dict[str, str] | N
         output = keep_log or Path(tmp) / "worker.log"
         started = time.perf_counter()
         with open(output, "w") as sink:
-            proc = subprocess.Popen([str(python), str(script), str(job_file)], stdout=sink,
-                                    stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-                                    start_new_session=True)
-            try:
-                code = proc.wait(timeout)
-            except BaseException:  # an interrupt or the timeout: the engine's processes end with the worker
-                end(proc)
-                raise
+            code = run_in_session([str(python), str(script), str(job_file)], sink, env=env, timeout=timeout)
         seconds = time.perf_counter() - started
         if not out.is_file():
             how = f"died by signal {-code}" if code < 0 else f"exited with status {code}"
@@ -153,6 +146,19 @@ def last_error(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     errors = [line for line in lines if "Error" in line or "error:" in line]
     return (errors or lines or ["(no output)"])[-1][:LOG_TAIL]
+
+
+def run_in_session(argv: list[str], sink, *, env: dict[str, str] | None = None, timeout: float | None = None) -> int:
+    """Run ``argv`` in a session of its own, its output (stdout and stderr) into the open file ``sink``, with ``env``
+    set beside the current variables, and return its exit status. An interrupt, the timeout or any exception while
+    it runs ends the whole session (``end``: every process the engine started) before it is raised."""
+    proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                            start_new_session=True)
+    try:
+        return proc.wait(timeout)
+    except BaseException:
+        end(proc)
+        raise
 
 
 def end(proc: subprocess.Popen) -> None:
