@@ -22,14 +22,15 @@ import contextlib
 import hashlib
 import io
 import json
-import os
-import platform
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _common import payload  # noqa: E402  (the results' one schema)
 
 PICO_WINDOW = 512
 DEMO_WINDOW = 8192
@@ -150,11 +151,6 @@ def run() -> dict[str, dict[str, str] | str]:
     return results
 
 
-def _payload(rows: list) -> dict:
-    """The results' one schema (``benchmarks/_common.payload``): the machine, the command, the rows."""
-    return {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-            "command": " ".join(["python", *sys.argv]), "rows": rows}
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -165,7 +161,7 @@ def main() -> int:
     results = run()
     if args.write:
         rows = [{"case": k, "digest": results[k]} for k in sorted(results)]
-        Path(args.write).write_text(json.dumps(_payload(rows), indent=1, sort_keys=True) + "\n")
+        Path(args.write).write_text(json.dumps(payload(rows), indent=1, sort_keys=True) + "\n")
         return 0
     before = {r["case"]: r["digest"] for r in json.loads(Path(args.compare).read_text())["rows"]}
     new = sorted(results.keys() - before.keys())

@@ -12,8 +12,6 @@ checkpoints, from shapes alone (no weights: a header-only checkpoint of each mod
 from __future__ import annotations
 
 import json
-import os
-import platform
 import sys
 import tempfile
 from pathlib import Path
@@ -124,11 +122,6 @@ def stored() -> dict:
     return {r["model"]: r["forms"] for r in json.loads(RESULTS.read_text())["rows"]}
 
 
-def _payload(rows: list) -> dict:
-    """The results' one schema (``benchmarks/_common.payload``): the machine, the command, the rows."""
-    return {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-            "command": " ".join(["python", *sys.argv]), "rows": rows}
-
 
 if __name__ == "__main__":
     if "--stored" in sys.argv[1:]:
@@ -136,5 +129,8 @@ if __name__ == "__main__":
         sys.exit(0)
     result = json.loads(json.dumps(numbers()))  # the JSON form (integer keys as strings), as stored
     if "--write" in sys.argv[1:]:
-        RESULTS.write_text(json.dumps(_payload([{"model": k, "forms": v} for k, v in result.items()]), indent=1) + "\n")
+        sys.path.insert(0, str(RESULTS.parents[1]))
+        from _common import payload  # the results' one schema
+
+        RESULTS.write_text(json.dumps(payload([{"model": k, "forms": v} for k, v in result.items()]), indent=1) + "\n")
     print(tables(result))
