@@ -19,7 +19,7 @@ Baichuan-13B (``llama-arch``). Per model:
 
 Both run with ``-fa off`` and an f32 K/V cache (``worker_llamacpp.py run``) on the first CONTEXT tokens of the
 held-out text and 4 prompts continued greedily by 32 tokens, against the exact model's logits and greedy
-continuations (``vllm_run.exact``). A pair passes, as ``run.py``'s rows do, when the converted model's max |Δlogit|
+continuations (``scoring.exact``). A pair passes, as ``run.py``'s rows do, when the converted model's max |Δlogit|
 from exact is within 1.5x the native model's in the same engine and its greedy tokens part from exact's only at
 near-ties (exact's top-2 margin within twice the larger of the two errors). A native the engine cannot build is a
 row saying what it said.
@@ -45,7 +45,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import envs  # noqa: E402
-from vllm_run import GREEDY, exact, token_ids  # noqa: E402
+from scoring import GREEDY, exact, token_ids  # noqa: E402
 
 log = logging.getLogger("engines")
 RESULTS = ROOT / "benchmarks" / "results" / "llamacpp_families.json"

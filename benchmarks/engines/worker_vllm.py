@@ -20,13 +20,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+import _server
 
 START_TIMEOUT = 600  # seconds for the server to answer /health (the engine starts in 45-110 s on 2 cores)
 
@@ -79,64 +77,39 @@ def offline(job: dict) -> dict:
             "start_seconds": start}
 
 
-def _post(port: int, path: str, body: dict | None = None, timeout: float = 600) -> dict:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read())
-
-
 def serve(job: dict) -> dict:
     """Start ``job["command"]`` (the server, as a user types it), wait for /health, then ask /v1/completions for
     the prompt log-probabilities of ``ids`` and the greedy continuations of ``prompts``, as a client would: token
-    ids in, ``prompt_logprobs`` and ``return_token_ids`` out. The server is stopped with SIGINT (then SIGKILL)."""
+    ids in, ``prompt_logprobs`` and ``return_token_ids`` out (``_server``)."""
     port, log_path = job["port"], Path(job["out"] + ".server.log")
-    env = {**os.environ, "PATH": job["path"]}
-    t0 = time.perf_counter()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(job["command"], cwd=job["cwd"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
     try:
-        while True:
-            if proc.poll() is not None:
-                text = log_path.read_text()
-                tail = [line for line in text.splitlines() if "Error" in line or "error" in line]
-                why = _said(text) or (tail[-1] if tail else "")[:400]
-                return {"refused": f"the server exited ({proc.returncode}): {why}"}
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
-                break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                if time.perf_counter() - t0 > START_TIMEOUT:
-                    return {"refused": f"the server did not answer /health in {START_TIMEOUT} s"}
-                time.sleep(2)
-        start = time.perf_counter() - t0
-        model = _post(port, "/v1/models")["data"][0]["id"]
-        ids = job["ids"]
-        scored = _post(port, "/v1/completions", {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0,
-                                                 "prompt_logprobs": 0})["choices"][0]["prompt_logprobs"]
-        logprobs = [d[str(t)]["logprob"] for d, t in zip(scored[1:], ids[1:])]
-        outs = _post(port, "/v1/completions", {"model": model, "prompt": job["prompts"],
-                                               "max_tokens": job["greedy_tokens"], "temperature": 0,
-                                               "ignore_eos": True, "return_token_ids": True})["choices"]
-        greedy = [c["token_ids"] for c in sorted(outs, key=lambda c: c["index"])]
-        text = log_path.read_text()
-        arch = re.search(r"Resolved architecture: (\w+)", text)
-        kv = re.search(r"KV cache size: ([\d,]+) tokens", text)
-        dtype = re.search(r"with config: .*?dtype=torch\.(\w+)", text)
-        return {"architecture": arch.group(1) if arch else None, "logprobs": logprobs, "greedy": greedy,
-                "dtype": dtype.group(1) if dtype else None,
-                "kv_cache_tokens": int(kv.group(1).replace(",", "")) if kv else None, "start_seconds": start,
-                "served_model": model}
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        with _server.running(job["command"], port, log_path, _exited, env={**os.environ, "PATH": job["path"]},
+                             cwd=job["cwd"], timeout=START_TIMEOUT) as start:
+            model = _server.post(port, "/v1/models")["data"][0]["id"]
+            ids = job["ids"]
+            scored = _server.post(port, "/v1/completions", {"model": model, "prompt": ids, "max_tokens": 1,
+                                                            "temperature": 0, "prompt_logprobs": 0})
+            logprobs = [d[str(t)]["logprob"] for d, t in zip(scored["choices"][0]["prompt_logprobs"][1:], ids[1:])]
+            outs = _server.post(port, "/v1/completions", {"model": model, "prompt": job["prompts"],
+                                                          "max_tokens": job["greedy_tokens"], "temperature": 0,
+                                                          "ignore_eos": True, "return_token_ids": True})["choices"]
+    except _server.Refused as exc:
+        return {"refused": str(exc)}
+    greedy = [c["token_ids"] for c in sorted(outs, key=lambda c: c["index"])]
+    text = log_path.read_text()
+    arch = re.search(r"Resolved architecture: (\w+)", text)
+    kv = re.search(r"KV cache size: ([\d,]+) tokens", text)
+    dtype = re.search(r"with config: .*?dtype=torch\.(\w+)", text)
+    return {"architecture": arch.group(1) if arch else None, "logprobs": logprobs, "greedy": greedy,
+            "dtype": dtype.group(1) if dtype else None,
+            "kv_cache_tokens": int(kv.group(1).replace(",", "")) if kv else None, "start_seconds": start,
+            "served_model": model}
+
+
+def _exited(text: str) -> str:
+    """Why the server exited, from its log: vLLM's validation sentence, else its last line naming an error."""
+    tail = [line for line in text.splitlines() if "Error" in line or "error" in line]
+    return (_said(text) or (tail[-1] if tail else ""))[:400]
 
 
 def speed(job: dict) -> dict:
