@@ -8,7 +8,7 @@ from ropebridge.runners import EngineRun
 
 
 @pytest.mark.parametrize("engine, options, message", [
-    ("sglang", {}, "--engine must be one of transformers, vllm, llama.cpp"),
+    ("trtllm", {}, "--engine must be one of transformers, vllm, sglang, llama.cpp"),
     ("vllm", {"cache_type_k": "q8_0"}, "cache_type_k is not an option of --engine vllm"),
     ("vllm", {"kv_cache_dtype": "fp4"}, "--kv-cache-dtype must be one of auto"),
     ("vllm", {"tensor_parallel_size": 0}, "--tensor-parallel-size must be > 0"),

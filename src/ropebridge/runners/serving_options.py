@@ -83,6 +83,11 @@ RUNNERS = {r.name: r for r in (
         Option("enable_prefix_caching", "--enable-prefix-caching", bool, "vLLM's prefix cache (default on)"),
         Option("enforce_eager", "--enforce-eager", bool, "vLLM without compiled graphs (default off)"),
     )),
+    Runner("sglang", "SGLang", "run_sglang.py", "checkpoint", (
+        Option("attention_backend", "--attention-backend", str, "SGLang's attention backend (default: its choice for "
+               "the device; torch_native on a CPU)"),
+        Option("tp_size", "--tp-size", int, "SGLang's tensor-parallel ranks (default 1)"),
+    )),
     Runner("llama.cpp", "llama.cpp", "run_llama_cpp.py", "gguf", (
         Option("cache_type_k", "--cache-type-k", str, "llama.cpp's K cache type (default f16)", LLAMA_CPP_CACHE_TYPES),
         Option("cache_type_v", "--cache-type-v", str, "llama.cpp's V cache type (default f16)", LLAMA_CPP_CACHE_TYPES),

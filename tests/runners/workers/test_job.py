@@ -11,7 +11,7 @@ from ropebridge.runners.jobs import WORKERS
 sys.path.insert(0, str(WORKERS))
 import _job  # noqa: E402
 
-ENGINES = {"torch", "transformers", "vllm", "numpy", "llama_cpp"}  # what the workers may import beside _job
+ENGINES = {"torch", "transformers", "vllm", "sglang", "numpy", "llama_cpp"}  # what the workers may import beside _job
 
 
 @pytest.mark.parametrize("path", sorted(WORKERS.glob("*.py")), ids=lambda p: p.name)
