@@ -33,3 +33,16 @@ def test_what_an_engine_said_is_its_sentence():
     assert _job.said(pydantic) == "ValueError: head size 72 is not supported by the CPU attention"
     assert _job.said(RuntimeError("\n\nout of memory\nmore")) == "RuntimeError: out of memory"
     assert len(_job.said(RuntimeError("x" * 2000))) == 500
+
+
+@pytest.mark.parametrize("worker, engine", [("run_vllm.py", "vllm"), ("run_sglang.py", "sglang")])
+def test_an_interpreter_without_the_engine_is_named(bloom, worker, engine):
+    from ropebridge.runners import Job, launch
+
+    job = Job(model=str(bloom), dtype=None, max_model_len=8, sequences=[[1, 2]])
+    try:
+        launch(sys.executable, worker, job)
+    except ValueError as exc:
+        assert f"cannot import what the {worker} worker needs ({engine}" in str(exc)
+    else:
+        raise AssertionError(f"{engine} is not installed beside ropebridge: the worker must say it is missing")
