@@ -57,7 +57,7 @@ STUDIES = (
     Study("benchmarks/engines/vllm_run.py", ("vllm_engine",), "vLLM"),
     Study("benchmarks/engines/vllm_cost.py", ("vllm_cost",), "vLLM"),
     Study("benchmarks/engines/sglang_run.py", ("sglang_engine",), "SGLang"),
-    Study("benchmarks/engines/serving_options.py", ("serving_options",), "vLLM, llama.cpp"),
+    Study("benchmarks/engines/serving_options.py", ("serving_options",), "vLLM, llama.cpp, SGLang"),
     Study("benchmarks/engines/readme_serve.py", ("readme_serve",), "vLLM"),
     Study("benchmarks/engines/vllm_serve.py", (), "vLLM or SGLang on a GPU"),
     Study("scripts/serving_table.py", ("serving_table",)),

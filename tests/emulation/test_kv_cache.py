@@ -67,6 +67,9 @@ def test_the_cache_error_is_the_extreme_of_the_pairs_roundings(plans):
     ("float16", "llama.cpp", ["f32", "f16"]),
     ("bfloat16", "llama.cpp", ["f32", "f16", "bf16"]),
     ("float32", "vllm", ["auto"]),
+    ("bfloat16", "sglang", ["auto", "bfloat16", "bf16"]),  # SGLang's two spellings of one format
+    ("float16", "sglang", ["auto"]),
+    ("float32", "sglang", ["auto"]),
 ])
 def test_which_caches_hold_follows_the_plans_dtype(plans, dtype, engine, held):
     assert sorted(kv_cache.holding(plans[dtype], engine)) == sorted(held)
@@ -117,13 +120,15 @@ RESULTS = __import__("pathlib").Path(__file__).resolve().parents[2] / "benchmark
 
 def test_the_prediction_is_within_4x_of_every_cache_measured_both_ways():
     # every conversion run under a K cache coarser than its dtype (llama.cpp's q8_0 and q4_0 on float16 and bfloat16
-    # plans, fp8 through transformers' rounded cache on vLLM's bfloat16 ones): measured max |Δ log p| / predicted
+    # plans, fp8 through transformers' rounded cache on vLLM's bfloat16 ones, SGLang's own fp8_e4m3 and fp8_e5m2 caches
+    # on its bfloat16 ones): measured max |Δ log p| / predicted
     from ropebridge.limit import LOGIT_FACTOR
 
     rows = [r for r in json.loads(RESULTS.read_text())["rows"]
             if r.get("predicted_cache_error") is not None and not r.get("refused")]
-    assert len(rows) >= 30 and {r["model"] for r in rows} == {"demo", "demo-mpt", "demo-falcon", "demo-baichuan",
+    assert len(rows) >= 40 and {r["model"] for r in rows} == {"demo", "demo-mpt", "demo-falcon", "demo-baichuan",
                                                               "demo-jais"}
+    assert {r["engine"] for r in rows} == {"llama.cpp", "transformers", "sglang"}
     ratios = [r["max_abs_dlogp"] / r["predicted_cache_error"] for r in rows]
     assert 1 / LOGIT_FACTOR <= min(ratios) and max(ratios) <= LOGIT_FACTOR, (min(ratios), max(ratios))
     # each was predicted to break its plan, and each moved every token more than any setting that holds does (their
@@ -143,3 +148,18 @@ def test_the_stored_prediction_is_this_codes():
                   "converted" and r["engine"] == "transformers" and r["setting"] == "--kv-cache-dtype fp8")
     p, _, _ = plan_checkpoint(data_dir("demo"), PlanRequest(window=2048, dtype="bfloat16", engine="vllm"))
     assert kv_cache.cache_error(p, "fp8", 1024) == pytest.approx(stored["predicted_cache_error"], rel=1e-9)
+
+
+def test_sglang_caches_are_refused_by_sglangs_names(tmp_path, capsys):
+    from pico import build
+
+    from ropebridge.cli import main
+
+    src = build(tmp_path / "bloom", "bloom-4heads")
+    argv = ["plan", "--model", str(src), "--engine", "sglang", "--dtype", "bfloat16", "--window", "256"]
+    assert main([*argv, "--kv-cache-dtype", "fp8_e4m3"]) == 2
+    err = capsys.readouterr().err
+    assert "--kv-cache-dtype fp8_e4m3 breaks this bfloat16 plan" in err and "hold for it: auto, bfloat16, bf16" in err
+    assert main([*argv, "--kv-cache-dtype", "fp8"]) == 2  # vLLM's name for e4m3: SGLang calls it fp8_e4m3
+    assert "is not a cache --engine sglang keeps" in capsys.readouterr().err
+    assert main([*argv, "--kv-cache-dtype", "bf16"]) == 0

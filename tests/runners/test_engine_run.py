@@ -10,7 +10,10 @@ from ropebridge.runners import EngineRun
 @pytest.mark.parametrize("engine, options, message", [
     ("trtllm", {}, "--engine must be one of transformers, vllm, sglang, llama.cpp"),
     ("vllm", {"cache_type_k": "q8_0"}, "cache_type_k is not an option of --engine vllm"),
-    ("vllm", {"kv_cache_dtype": "fp4"}, "--kv-cache-dtype must be one of auto"),
+    ("vllm", {"kv_cache_dtype": "fp4"}, "--engine vllm: --kv-cache-dtype must be one of auto"),
+    ("sglang", {"kv_cache_dtype": "fp8"}, "--engine sglang: --kv-cache-dtype must be one of auto, bf16"),
+    ("vllm", {"kv_cache_dtype": "bf16"}, "--engine vllm: --kv-cache-dtype must be one of auto, bfloat16"),
+    ("sglang", {"chunked_prefill_size": 8}, "--chunked-prefill-size must be >= 16"),
     ("vllm", {"tensor_parallel_size": 0}, "--tensor-parallel-size must be > 0"),
     ("vllm", {"max_num_batched_tokens": 8}, "--max-num-batched-tokens must be >= 16"),
     ("vllm", {"enforce_eager": "yes"}, "--enforce-eager is on or off"),

@@ -11,10 +11,18 @@ def test_every_runner_names_a_worker_that_exists_and_a_flag_is_one_option():
     for runner in RUNNERS.values():
         assert (WORKERS / runner.worker).is_file(), runner.worker
         assert runner.loads in ("checkpoint", "gguf")
-    table = flags()  # asserts that two runners share a flag only as one option
-    assert sum(len(r.options) for r in RUNNERS.values()) == sum(len(runners) for _, runners in table.values())
-    assert all(flag.startswith("--") and flag[2:].replace("-", "_") == o.key for flag, (o, _) in table.items())
-    assert [r.name for r in table["--kv-cache-dtype"][1]] == ["transformers", "vllm"]
+    table = flags()  # asserts that runners sharing a flag share its key and kind
+    assert sum(len(r.options) for r in RUNNERS.values()) == sum(len(takers) for takers in table.values())
+    assert all(flag.startswith("--") and flag[2:].replace("-", "_") == o.key
+               for flag, takers in table.items() for _, o in takers)
+    assert [r.name for r, _ in table["--kv-cache-dtype"]] == ["transformers", "vllm", "sglang"]
+
+
+def test_each_engine_names_its_own_kv_caches():
+    """vLLM's fp8 is e4m3 under its own name; SGLang names only fp8_e4m3 and its bf16 spelling."""
+    caches = {r.name: o.choices for r, o in flags()["--kv-cache-dtype"]}
+    assert "fp8" in caches["vllm"] and "fp8" not in caches["sglang"]
+    assert {"bf16", "fp8_e4m3", "fp8_e5m2"} <= set(caches["sglang"]) and "bf16" not in caches["vllm"]
 
 
 @pytest.mark.parametrize("option, value, message", [

@@ -106,8 +106,11 @@ def test_convert_and_plan_with_engine_take_and_name_the_target(tmp_path, capsys)
     assert "target nemotron (NemotronForCausalLM)" in out and "--engine vllm: vLLM 0.34.0 runs nemotron natively" in out
     dst = tmp_path / "dst"
     assert main(["convert", str(src), str(dst), "--engine", "sglang", "--window", "256", "--dtype", "bfloat16"]) == 0
-    last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert "--engine sglang: SGLang 0.5.23 runs persimmon natively" in last
+    out = capsys.readouterr().out
+    assert "--engine sglang: SGLang 0.5.23 runs persimmon natively" in out
+    assert "SGLang 0.5.23 (measured with sglang 0.5.23): `--kv-cache-dtype` auto, bfloat16, bf16 hold; fp8_e4m3, " \
+           "fp8_e5m2 break this plan" in out
+    assert "SGLang: python -m sglang.launch_server" in out.strip().splitlines()[-1]
     assert main(["verify", str(src), str(dst), "--context", "64", "--greedy-tokens", "0"]) == 0  # re-derived alike
     capsys.readouterr()
     assert main(["convert", str(src), str(tmp_path / "t"), "--engine", "trtllm", "--window", "256"]) == 2

@@ -119,6 +119,10 @@ def test_an_engine_that_does_not_run_dst_fails_with_what_it_said(pair, perturbed
      "--cache-type-k is an option of --engine llama.cpp, not of --engine transformers"),
     (["--engine", "llama.cpp"], "--engine llama.cpp runs a GGUF file: give it with --gguf FILE"),
     (["--engine", "vllm", "--tensor-parallel-size", "0"], "argument --tensor-parallel-size: '0' is not an integer"),
+    (["--engine", "sglang", "--kv-cache-dtype", "fp8"], "--engine sglang: --kv-cache-dtype must be one of auto, bf16"),
+    (["--engine", "vllm", "--kv-cache-dtype", "fp8_e9"], "argument --kv-cache-dtype: invalid choice: 'fp8_e9'"),
+    (["--engine", "vllm", "--chunked-prefill-size", "256"],
+     "--chunked-prefill-size is an option of --engine sglang, not of --engine vllm"),
 ])
 def test_engine_options_are_checked_before_anything_runs(pair, capsys, argv, message):
     src, dst = pair

@@ -63,32 +63,39 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--engine-python", metavar="PYTHON",
                    help="the interpreter that has the engine installed (default: this one)")
     g.add_argument("--gguf", metavar="FILE", help="llama.cpp: the GGUF file made from DST that you serve")
-    for flag, (option, runners) in engine_flags().items():
-        what = f"{', '.join(r.title for r in runners)}: {option.help}"
+    for flag, takers in engine_flags().items():
+        option = takers[0][1]
+        helps = dict.fromkeys(o.help for _, o in takers)  # runners sharing one help are named together
+        what = "; ".join(f"{', '.join(r.title for r, o in takers if o.help == h)}: {h}" for h in helps)
+        choices = () if not all(o.choices for _, o in takers) else tuple(dict.fromkeys(c for _, o in takers
+                                                                                      for c in o.choices))
         if option.kind is bool:
             g.add_argument(flag, dest=f"engine_{option.key}", action=argparse.BooleanOptionalAction, default=None,
                            help=what)
         else:
             g.add_argument(flag, dest=f"engine_{option.key}", default=None, help=what,
                            type={int: numeric(int, option.low), float: numeric()}.get(option.kind, str),
-                           **({"choices": option.choices} if option.choices else {}))
+                           **({"choices": choices} if choices else {}))
 
 
 def engine_run(args: argparse.Namespace) -> EngineRun | None:
-    """The ``EngineRun`` the options ask for; an engine option without ``--engine`` is refused, naming both."""
-    given = {(option, runners): getattr(args, f"engine_{option.key}") for option, runners in engine_flags().values()}
-    given = {k: v for k, v in given.items() if v is not None}
+    """The ``EngineRun`` the options ask for; an engine option without ``--engine``, or one the engine does not take,
+    is refused, naming both (a value the engine does not take: ``EngineRun``, naming its values)."""
+    given = {flag: getattr(args, f"engine_{takers[0][1].key}") for flag, takers in engine_flags().items()}
+    given = {flag: v for flag, v in given.items() if v is not None}
     if args.engine is None:
-        extra = [o.flag for (o, _) in given] + [f for f, v in (("--engine-python", args.engine_python),
-                                                              ("--gguf", args.gguf)) if v is not None]
+        extra = [*given] + [f for f, v in (("--engine-python", args.engine_python), ("--gguf", args.gguf))
+                            if v is not None]
         if extra:
             raise ValueError(f"{extra[0]} is an engine option: give --engine too")
         return None
-    for option, runners in given:
-        if args.engine not in {r.name for r in runners}:
-            raise ValueError(f"{option.flag} is an option of --engine {' and '.join(r.name for r in runners)}, not of "
-                             f"--engine {args.engine}")
-    return EngineRun(args.engine, {o.key: v for (o, _), v in given.items()}, args.engine_python, args.gguf)
+    takers = engine_flags()
+    for flag in given:
+        names = [r.name for r, _ in takers[flag]]
+        if args.engine not in names:
+            raise ValueError(f"{flag} is an option of --engine {' and '.join(names)}, not of --engine {args.engine}")
+    return EngineRun(args.engine, {takers[flag][0][1].key: v for flag, v in given.items()}, args.engine_python,
+                     args.gguf)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,10 +9,11 @@ from .. import __version__
 from ..emulation import EmulationPlan, kv_cache
 from ..emulation.request import PlanRequest
 from ..targets import Target
-from ..targets.serving_facts import MEASURED_WITH, measured
-from ..targets.support import TITLES
+from ..targets.serving_facts import measured
+from ..targets.support import RUN, TITLES
 
-CACHE_FLAG = {"vllm": "--kv-cache-dtype", "llama.cpp": "--cache-type-k"}  # the engines whose cache is planned for
+# the engines whose cache is planned for, and the flag that names it
+CACHE_FLAG = {"vllm": "--kv-cache-dtype", "sglang": "--kv-cache-dtype", "llama.cpp": "--cache-type-k"}
 
 
 def serving_options(plan: EmulationPlan, engine: str) -> str:
@@ -21,7 +22,7 @@ def serving_options(plan: EmulationPlan, engine: str) -> str:
     names = [n for n, f in kv_cache.FORMATS.items() if engine in f.engines]
     held = [n for n in names if kv_cache.holds(plan, n)]
     broken = [n for n in names if n not in held]
-    words = f"{TITLES[engine]} (measured with {MEASURED_WITH[engine]}): `{CACHE_FLAG[engine]}` {', '.join(held)} hold"
+    words = f"{TITLES[engine]} (measured with {RUN[engine]}): `{CACHE_FLAG[engine]}` {', '.join(held)} hold"
     if broken:
         worst = max(kv_cache.cache_error(plan, n) for n in broken)
         words += (f"; {', '.join(broken)} break this plan (up to {worst:.3g} logits predicted, beyond its own "

@@ -5,7 +5,7 @@ An engine stores every key after its rotation, and the emulation lives on the ke
 model's dtype rounds those components again, and the score error of pair r is ``q_r · Δk``: ALiBi's bias, added
 inside the kernel, is never stored, which is why the engines' own ALiBi models do not feel it.
 
-``FORMATS``: each cache format by the name the engines give it (vLLM's ``--kv-cache-dtype``, llama.cpp's
+``FORMATS``: each cache format by the name the engines give it (vLLM's and SGLang's ``--kv-cache-dtype``, llama.cpp's
 ``--cache-type-k``), as data: a float format rounds each value relative to itself (unit roundoff ``u``, largest
 finite value ``top``); a block format stores blocks of 32 values along the head dim with one scale each, every
 value within half a step of ``block max / levels`` (q8_0: 127 levels each side; q4_0: 8), and llama.cpp's CPU
@@ -21,7 +21,8 @@ A cache *holds* for a plan (``holds``) where it adds nothing (``auto``; a float 
 dtype, every stored value within its range: the values are the model's, stored again as they are), or where its
 prediction is within the plan's own predicted rounding. Measured (``benchmarks/engines/serving_options.py``):
 fp8 (e4m3) +4.6% perplexity on the BLOOM demo's bfloat16 conversion (transformers' cache rounded to fp8 as vLLM
-stores it), e5m2 +15%; llama.cpp's q8_0 K cache +0.5% to +3.2% on float16 conversions and +0.5% to +0.9% on
+stores it), e5m2 +15%; SGLang's own fp8_e4m3 cache +4.7% to +11.4% on the five families' bfloat16 conversions, fp8_e5m2
++15% to +25%; llama.cpp's q8_0 K cache +0.5% to +3.2% on float16 conversions and +0.5% to +0.9% on
 bfloat16 ones, q4_0 +160% to +650%; an f16 cache and a q8_0 V cache hold.
 """
 
@@ -57,17 +58,18 @@ class CacheFormat:
         return step / math.sqrt(3)
 
 
-_VLLM, _LLAMA = ("vllm",), ("llama.cpp",)
+# SGLang's mxfp8 and fp4 caches (Blackwell GPUs only) are not modelled: a plan is never made for them
+_VLLM, _LLAMA, _SGLANG = ("vllm",), ("llama.cpp",), ("sglang",)
 FORMATS = {f.name: f for f in (
-    CacheFormat("auto", "float", ("vllm", "transformers")),  # the model's own dtype: nothing more
+    CacheFormat("auto", "float", ("vllm", "transformers", "sglang")),  # the model's own dtype: nothing more
     CacheFormat("f32", "float", _LLAMA, u=unit_roundoff("float32"), top=largest("float32")),
-    CacheFormat("bfloat16", "float", _VLLM, u=unit_roundoff("bfloat16"), top=largest("bfloat16")),
-    CacheFormat("bf16", "float", _LLAMA, u=unit_roundoff("bfloat16"), top=largest("bfloat16")),
+    CacheFormat("bfloat16", "float", _VLLM + _SGLANG, u=unit_roundoff("bfloat16"), top=largest("bfloat16")),
+    CacheFormat("bf16", "float", _LLAMA + _SGLANG, u=unit_roundoff("bfloat16"), top=largest("bfloat16")),
     CacheFormat("float16", "float", _VLLM, u=unit_roundoff("float16"), top=largest("float16")),
     CacheFormat("f16", "float", _LLAMA, u=unit_roundoff("float16"), top=largest("float16")),
     CacheFormat("fp8", "float", _VLLM, u=2.0**-4, top=448.0),  # vLLM's fp8 is e4m3, at its default scale 1.0
-    CacheFormat("fp8_e4m3", "float", _VLLM, u=2.0**-4, top=448.0),
-    CacheFormat("fp8_e5m2", "float", _VLLM, u=2.0**-3, top=57344.0),
+    CacheFormat("fp8_e4m3", "float", _VLLM + _SGLANG, u=2.0**-4, top=448.0),  # SGLang's scale too is 1.0 by default
+    CacheFormat("fp8_e5m2", "float", _VLLM + _SGLANG, u=2.0**-3, top=57344.0),
     CacheFormat("q8_0", "block", _LLAMA, levels=127, query_levels=127),  # the query as q8_0: its vec_dot_type
     CacheFormat("q5_1", "block", _LLAMA, levels=31, query_levels=127),
     CacheFormat("q5_0", "block", _LLAMA, levels=16, query_levels=127),
@@ -125,7 +127,8 @@ def check(plan, name: str | None, engine: str | None) -> None:
            f"the query to 1/{2 * fmt.query_levels} of its block's as it multiplies")
     added = "beyond its range" if math.isinf(error) else f"a predicted {error:.3g} logits"
     engines = [engine] if engine is not None else sorted({e for f in FORMATS.values() for e in f.engines})
-    held = sorted({n for e in engines for n in holding(plan, e)}, key=lambda n: FORMATS[n].sigma)
+    kept = {n for e in engines for n in holding(plan, e)}
+    held = sorted((n for n in FORMATS if n in kept), key=lambda n: FORMATS[n].sigma)  # finest first, then table order
     values = " (V in a quantized cache holds: it carries no pair)" if fmt.kind == "block" else ""
     raise ValueError(f"--kv-cache-dtype {name} breaks this {plan.dtype} plan: it {how}, which adds {added} to the "
                      f"emulation's pairs, beyond the plan's own rounding {plan.worst_head.rounding_error:.3g}; the "

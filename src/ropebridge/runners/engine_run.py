@@ -31,7 +31,10 @@ class EngineRun:
             if key not in {o.key for o in runner.options}:
                 raise ValueError(f"{key} is not an option of --engine {self.engine}, which takes "
                                  f"{', '.join(o.flag for o in runner.options)}")
-            checked[key] = runner.option(key).check(value)
+            try:
+                checked[key] = runner.option(key).check(value)
+            except ValueError as exc:  # each engine names its own values: say whose
+                raise ValueError(f"--engine {self.engine}: {exc}") from None
         object.__setattr__(self, "options", dict(sorted(checked.items())))
         if runner.loads == "gguf" and self.gguf is None:
             raise ValueError(f"--engine {self.engine} runs a GGUF file: give it with --gguf FILE (made from DST by "

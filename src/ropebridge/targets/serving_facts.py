@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .support import RUN
 
 
 @dataclass(frozen=True)
@@ -33,6 +32,12 @@ MEASURED = (
              "a prompt 4 times the chunk, perplexity within 0.14%"),
     Measured("vllm", "batches of mixed lengths", ("8 requests of mixed lengths in one batch",),
              "8 requests of 128 to 1,024 tokens, perplexity within 0.17%"),
+    Measured("sglang", "the radix cache", ("radix cache, prompts sharing the scored prefix",),
+             "prompts served from the cache but for their last token, perplexity within 0.10%"),
+    Measured("sglang", "chunked prefill", ("chunked prefill, --chunked-prefill-size 256",),
+             "a prompt 4 times the chunk, perplexity within 0.11%"),
+    Measured("sglang", "batches of mixed lengths", ("8 requests of mixed lengths in one batch",),
+             "8 requests of 128 to 1,024 tokens, perplexity within 0.10%"),
     Measured("llama.cpp", "--flash-attn on, off or auto", ("F16, K/V f16 (defaults)", "F16, -fa off"),
              "perplexity within 0.03%"),
     Measured("llama.cpp", "--cache-type-v q8_0", ("F16, -ctv q8_0 -fa on",),
@@ -41,8 +46,6 @@ MEASURED = (
              "within 1.32 times the mean |Δ log p| of llama.cpp's own model of the source under them"),
 )
 
-
-MEASURED_WITH = {m.engine: RUN[m.engine] for m in MEASURED}  # the builds the settings were measured with
 
 
 def measured(engine: str) -> tuple[Measured, ...]:

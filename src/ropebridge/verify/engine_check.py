@@ -22,8 +22,11 @@ NEAR_TIE = 2.0  # a parting at exact's margin up to this times the limit is a ne
 # text): the five real-text families' conversions with every vLLM setting that ran, bfloat16, 3.3-3.8 times their
 # baseline's mean; in llama.cpp, float16, 4.4-6.4, and 8.4 with a q8_0 V cache (which moves native MPT 5.5 times);
 # an fp8 KV cache (transformers' cache rounded to fp8 as vLLM stores it) 35-43 times (24 on random ids, the demo),
-# llama.cpp's q8_0 K cache 12.6-216.
+# SGLang's own fp8_e4m3 cache 35-43 times (every SGLang setting that holds 3.2-3.8), llama.cpp's q8_0 K cache 12.6-216.
 MEAN_FACTOR = 16.0
+# the facts an engine resolved that the report names (vLLM's, SGLang's and llama.cpp's words for them)
+REPORTED = ("architecture", "dtype", "kv_cache_dtype", "tensor_parallel_size", "tp_size", "attention_backend",
+            "chunked_prefill_size", "quantization", "type_k", "type_v", "flash_attn", "file_type")
 
 
 @dataclass
@@ -95,9 +98,7 @@ def rows(check: EngineCheck, bar: str) -> list[tuple[str, str, str]]:
     if check.refused is not None:
         return [("engine", f"did not run DST: {check.refused}", "judged")]
     facts = check.facts
-    resolved = ", ".join(f"{k} {facts[k]}" for k in ("architecture", "dtype", "kv_cache_dtype", "tensor_parallel_size",
-                                                       "quantization", "type_k", "type_v", "flash_attn", "file_type")
-                         if facts.get(k) is not None)
+    resolved = ", ".join(f"{k} {facts[k]}" for k in REPORTED if facts.get(k) is not None)
     out = [("engine", facts.get("engine", check.run["engine"]), f"reported: {resolved}"),
            ("scored tokens", f"{check.max_err:.3e}", f"max |Δ log p| from exact; {bar}"),
            ("mean |Δ log p|", f"{check.mean_err:.3e}", "reported" if check.mean_limit is None else

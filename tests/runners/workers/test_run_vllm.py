@@ -6,11 +6,12 @@ import sys
 from ropebridge.runners.jobs import WORKERS
 
 sys.path.insert(0, str(WORKERS))
-import run_vllm  # noqa: E402
+import _job  # noqa: E402
+import run_vllm  # noqa: E402,F401  (imports with the standard library alone)
 
 
-def test_the_cores_are_split_between_the_ranks_as_vllm_writes_it(monkeypatch):
-    monkeypatch.setattr(run_vllm.os, "sched_getaffinity", lambda pid: {0, 1})
-    assert run_vllm._binds(2) == "0|1"
-    monkeypatch.setattr(run_vllm.os, "sched_getaffinity", lambda pid: set(range(16)))
-    assert run_vllm._binds(2) == "0-7|8-15" and run_vllm._binds(1) == "0-15"
+def test_the_cores_are_split_between_the_ranks_as_vllm_and_sglang_write_it(monkeypatch):
+    monkeypatch.setattr(_job.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert _job.core_binds(2) == "0|1"
+    monkeypatch.setattr(_job.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert _job.core_binds(2) == "0-7|8-15" and _job.core_binds(1) == "0-15"

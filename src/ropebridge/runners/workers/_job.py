@@ -10,9 +10,19 @@ the engine at all.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
+
+
+def core_binds(ranks: int) -> str:
+    """The cores split between ``ranks`` tensor-parallel ranks, as vLLM's ``VLLM_CPU_OMP_THREADS_BIND`` and SGLang's
+    ``SGLANG_CPU_OMP_THREADS_BIND`` write it (``0-3|4-7``)."""
+    cores = sorted(os.sched_getaffinity(0))
+    per = max(1, len(cores) // ranks)
+    parts = [cores[r * per: (r + 1) * per] or cores[-1:] for r in range(ranks)]
+    return "|".join(f"{p[0]}-{p[-1]}" if len(p) > 1 else str(p[0]) for p in parts)
 
 
 def read() -> dict:

@@ -5,13 +5,16 @@ SGLang only).
 ``job["options"]`` are ``sglang.Engine``'s keywords, which are the server's flags; everything else is SGLang's
 default. Without a GPU it runs with ``device="cpu"`` (its ``torch_native`` attention and each op's native path, as
 ``--device cpu`` does) and a KV cache of ``CPU_KV_TOKENS`` tokens (``max_total_tokens``: otherwise SGLang takes most of
-the machine's memory), unless the options set them. SGLang takes fewer than ``context_len - 6`` input tokens, so a job
-longer than the model's ``max_position_embeddings`` allows sets ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`` and a
-``context_length`` that holds it.
+the machine's memory), unless the options set them; with tensor parallelism ``SGLANG_CPU_OMP_THREADS_BIND`` splits
+the cores between the ranks unless the environment sets it (SGLang otherwise asks for a NUMA node per rank). SGLang
+takes fewer than ``context_len - 6`` input tokens, so a job longer than the model's ``max_position_embeddings``
+allows sets ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`` and a ``context_length`` that holds it.
 
-Scored: every sequence of ``job["sequences"]`` with ``return_logprob`` from position 0 (``input_token_logprobs``: the
-log p of each next token; position 0 has none), taken by position; then every prompt of ``job["prompts"]`` continued
-greedily by ``greedy_tokens`` tokens, with the log p SGLang gives each token it chose.
+Scored: the sequences of ``job["sequences"]`` as one batch (one request of several, as a server receives a batch),
+with ``return_logprob`` from position 0 (``input_token_logprobs``: the log p of each next token; position 0 has
+none), taken by position (``facts["reported_ids"]``: per sequence, [position, id given, id reported] where the id
+SGLang names beside a log p is not the one given); then every prompt of ``job["prompts"]`` continued greedily by
+``greedy_tokens`` tokens, with the log p SGLang gives each token it chose.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ def run(job: dict) -> dict:
     if not torch.cuda.is_available():
         options.setdefault("device", "cpu")
         options.setdefault("max_total_tokens", CPU_KV_TOKENS)
+        if int(options.get("tp_size", 1)) > 1:
+            os.environ.setdefault("SGLANG_CPU_OMP_THREADS_BIND", _job.core_binds(int(options["tp_size"])))
     import sglang
 
     try:
@@ -45,25 +50,29 @@ def run(job: dict) -> dict:
     except Exception as exc:  # noqa: BLE001 - the engine's refusal of the model is the result
         return {"refused": _job.said(exc)}
     try:
-        logprobs = []
-        for s in job["sequences"]:
-            out = engine.generate(input_ids=list(s), return_logprob=True, logprob_start_len=0,
-                                  sampling_params={"max_new_tokens": 1, "temperature": 0.0})
-            logprobs.append([lp for lp, _, _ in out["meta_info"]["input_token_logprobs"][1:len(s)]])
-        greedy, greedy_logprobs = [], []
+        seqs = [list(s) for s in job["sequences"]]
+        outs = engine.generate(input_ids=seqs, return_logprob=True, logprob_start_len=0,
+                               sampling_params={"max_new_tokens": 1, "temperature": 0.0}) if seqs else []
+        got = [out["meta_info"]["input_token_logprobs"][1:len(s)] for s, out in zip(seqs, outs)]
+        logprobs = [[lp for lp, _, _ in g] for g in got]
+        reported = [[[i + 1, t, r] for i, ((_, r, _), t) in enumerate(zip(g, s[1:])) if r != t]
+                    for s, g in zip(seqs, got)]
+        greedy, greedy_logprobs, cached = [], [], []
         for p in job["prompts"] if job["greedy_tokens"] else []:
             out = engine.generate(input_ids=list(p), return_logprob=True, logprob_start_len=len(p),
                                   sampling_params={"max_new_tokens": job["greedy_tokens"], "temperature": 0.0,
                                                    "ignore_eos": True})
             greedy.append(list(out["output_ids"]))
             greedy_logprobs.append([lp for lp, _, _ in out["meta_info"]["output_token_logprobs"]])
+            cached.append(out["meta_info"].get("cached_tokens"))
         info = engine.get_server_info()
     finally:
         engine.shutdown()
     facts = {"engine": f"sglang {sglang.__version__}", "dtype": job.get("dtype") or "auto",
              "kv_cache_dtype": info.get("kv_cache_dtype"), "attention_backend": info.get("attention_backend"),
              "device": info.get("device"), "max_total_tokens": info.get("max_total_num_tokens"),
-             "tp_size": info.get("tp_size")}
+             "tp_size": info.get("tp_size"), "chunked_prefill_size": info.get("chunked_prefill_size"),
+             "prompt_tokens_from_prefix_cache": cached, "reported_ids": reported}
     return {"logprobs": logprobs, "greedy": greedy, "greedy_logprobs": greedy_logprobs, "facts": facts}
 
 

@@ -24,14 +24,6 @@ from pathlib import Path
 import _job
 
 
-def _binds(ranks: int) -> str:
-    """The cores split between ``ranks`` ranks in vLLM's notation (``0-3|4-7``)."""
-    cores = sorted(os.sched_getaffinity(0))
-    per = max(1, len(cores) // ranks)
-    parts = [cores[r * per: (r + 1) * per] or cores[-1:] for r in range(ranks)]
-    return "|".join(f"{p[0]}-{p[-1]}" if len(p) > 1 else str(p[0]) for p in parts)
-
-
 def run(job: dict) -> dict:
     options = dict(job["options"])
     config = json.loads((Path(job["model"]) / "config.json").read_text())
@@ -43,7 +35,7 @@ def run(job: dict) -> dict:
     if not torch.cuda.is_available():  # vLLM's CPU platform
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         if int(options.get("tensor_parallel_size", 1)) > 1:
-            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", _binds(int(options["tensor_parallel_size"])))
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", _job.core_binds(int(options["tensor_parallel_size"])))
     import vllm
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
