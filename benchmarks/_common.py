@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import sys
 from pathlib import Path
 
@@ -26,9 +27,26 @@ def calibration_text(model_dir: Path) -> str:
     return (Path(model_dir) / "heldout.txt").read_text()[-CALIBRATION_CHARS:]
 
 
+def cpu_model(info: str | None = None) -> str | None:
+    """The CPU's model name and the vector extensions engines dispatch on, from ``info`` (default ``/proc/cpuinfo``;
+    None where there is none): the same build computes other bfloat16 numbers on another CPU (oneDNN picks its
+    kernels by ISA)."""
+    if info is None:
+        try:
+            info = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    name = re.search(r"^model name\s*:\s*(.+)$", info, flags=re.M)
+    flags = re.search(r"^flags\s*:\s*(.+)$", info, flags=re.M)
+    isa = sorted(f for f in (flags.group(1).split() if flags else ()) if f in ("avx2", "avx512f", "avx512_bf16",
+                                                                             "amx_bf16", "amx_tile"))
+    return " ".join([name.group(1).strip() if name else "unknown", *(f"+{f}" for f in isa)])
+
+
 def machine() -> dict:
     return {
         "cpus": os.cpu_count(),
+        "cpu": cpu_model(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "python": sys.version.split()[0],

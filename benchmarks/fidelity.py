@@ -29,7 +29,8 @@ import tempfile
 from pathlib import Path
 
 import torch
-from _common import RESULTS, bloom_560m_shaped, calibration_text, save, table
+from _common import RESULTS, bloom_560m_shaped, calibration_text, save
+from _common import table as text_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -195,6 +196,11 @@ NAMES = {"demo": "demo (BLOOM)", "demo-mpt": "MPT, real text", "demo-falcon": "F
          "bloom-hd128": "BLOOM, 16 heads of 128"}
 
 
+def table(payload: dict) -> str:
+    """The stored results (``payload``) as the docs' table (``markdown``)."""
+    return markdown(payload["rows"])
+
+
 def markdown(rows: list[dict]) -> str:
     """The README's table: one row per model, dtype and context of the results file."""
     def num(row, key, fmt="{:.2g}"):
@@ -308,7 +314,7 @@ def main() -> int:
     cols = ["model", "dtype", "context", "native_max_abs_logit_err", "floor_max_abs_logit_err",
             "converted_max_abs_logit_err", "ratio_max", "ratio_floor", "native_mean_kl", "converted_mean_kl",
             "ratio_kl", "native_ppl", "floor_ppl", "converted_ppl", "reference_ppl"]
-    print(table(rows, cols))
+    print(text_table(rows, cols))
     name = "fidelity_quick" if args.quick else "fidelity"
     if args.merge and (RESULTS / f"{name}.json").exists():
         def key(r):

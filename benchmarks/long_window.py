@@ -40,7 +40,8 @@ import time
 from pathlib import Path
 
 import torch
-from _common import RESULTS, save, table
+from _common import RESULTS, save
+from _common import table as text_table
 from fidelity import compare
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,6 +197,16 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def table(payload: dict) -> str:
+    """The stored results (``payload``) as the docs' table (``markdown``)."""
+    return markdown(payload["rows"])
+
+
+def cost_table(payload: dict) -> str:
+    """The stored results (``payload``) as the docs' cost table (``cost_markdown``)."""
+    return cost_markdown(payload["rows"])
+
+
 def cost_markdown(rows: list[dict]) -> str:
     """The cost table: each stage's fit a s + c s^2, its prediction against the measurement at the longer windows,
     and 2^20 tokens."""
@@ -267,8 +278,8 @@ def main() -> int:
             keys = {(r["model"], r["dtype"], r["window"]) for r in rows}  # saved after every window
             kept = [r for r in old if (r["model"], r["dtype"], r["window"]) not in keys] + rows
             saved = save("long_window", {"heldout_tokens": len(ids), "greedy_tokens": GREEDY_TOKENS, "rows": kept})
-    print(table(kept, ["model", "dtype", "window", "max_abs_logit_err", "mean_kl", "converted_ppl", "reference_ppl",
-                       "greedy_agree", "convert_s", "converted_s", "reference_s"]))
+    print(text_table(kept, ["model", "dtype", "window", "max_abs_logit_err", "mean_kl", "converted_ppl",
+                            "reference_ppl", "greedy_agree", "convert_s", "converted_s", "reference_s"]))
     print(cost_markdown(kept))
     print(f"wrote {saved}")
     return 0

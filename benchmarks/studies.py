@@ -60,7 +60,7 @@ STUDIES = (
     Study("benchmarks/engines/serving_options.py", ("serving_options",), "vLLM, llama.cpp, SGLang"),
     Study("benchmarks/engines/readme_serve.py", ("readme_serve",), "vLLM"),
     Study("benchmarks/engines/vllm_serve.py", (), "vLLM or SGLang on a GPU"),
-    Study("scripts/serving_table.py", ("serving_table",)),
+    Study("benchmarks/serving_table.py", ("serving_table",)),
     Study("scripts/checkpoint_digests.py", ("checkpoint_digests",)),
 )
 

@@ -195,23 +195,6 @@ def speed_ladder() -> str:
     return "\n".join(out) + "\n"
 
 
-def fidelity() -> str:
-    """``fidelity.py``: every model, dtype and context against the exact float64 reference."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import importlib
-
-    return importlib.import_module("fidelity").markdown(_rows("fidelity")) + "\n"
-
-
-def _long_window(which: str) -> str:
-    """``long_window.py``: the default conversion against exact at 16K-128K (``markdown``), or what each stage costs
-    and 2^20 tokens would (``cost_markdown``)."""
-    import importlib
-
-    module = importlib.import_module("long_window")
-    return getattr(module, which)(_rows("long_window")) + "\n"
-
-
 NAMES = {"demo": "demo (BLOOM)", "demo-mpt": "MPT, real text", "demo-falcon": "Falcon-RW, real text"}
 
 
@@ -371,15 +354,17 @@ def engines_ladder() -> str:
     return "\n".join(out) + "\n"
 
 
-def _engine_script_table(script: str, results: str) -> str:
-    """An engine benchmark's own table (``benchmarks/engines/SCRIPT.py``'s ``table``) of its stored rows."""
+def study_table(script: str, results: str, function: str = "table") -> str:
+    """A study's own table of its stored results: ``function`` (default ``table``) of the study's script
+    (``benchmarks/SCRIPT.py``, loaded by its path, as every study is), called with the results file
+    (``benchmarks/results/RESULTS.json``, the one schema)."""
     import importlib.util
 
-    path = ROOT / "benchmarks" / "engines" / f"{script}.py"
-    spec = importlib.util.spec_from_file_location(f"_tables_{script}", path)
+    path = ROOT / "benchmarks" / f"{script}.py"
+    spec = importlib.util.spec_from_file_location(f"_tables_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.table(json.loads((RESULTS / f"{results}.json").read_text())) + "\n"
+    return getattr(module, function)(json.loads((RESULTS / f"{results}.json").read_text())).rstrip("\n") + "\n"
 
 
 def engines_per_target() -> str:
@@ -547,21 +532,24 @@ TABLES = {"propagation": propagation, "float32-error": float32_error, "window-gu
           "engines-per-family": engines_per_family, "engine-choice": engine_choice, "kernels": kernels,
           "default-targets": default_targets, "targets": targets, "verdicts": verdicts, "verdicts-8k": verdicts_8k,
           "default-shapes": default_shapes, "verify-scale": verify_scale, "verify-time": verify_time,
-          "long-window": lambda: _long_window("markdown"), "long-window-cost": lambda: _long_window("cost_markdown"),
+          "long-window": lambda: study_table("long_window", "long_window"),
+          "long-window-cost": lambda: study_table("long_window", "long_window", "cost_table"),
           "convert-560m": convert_560m, "convert-width": convert_width, "speed-memory": speed_memory,
-          "speed-ladder": speed_ladder, "fidelity": fidelity, "arch-floor": arch_floor,
+          "speed-ladder": speed_ladder, "fidelity": lambda: study_table("fidelity", "fidelity"),
+          "arch-floor": arch_floor,
           "rounding-budget": rounding_budget, "rounding-widths": rounding_widths,
           "engines": engines, "engines-ladder": engines_ladder, "targets-compared": targets_compared,
-          "vllm-rope": lambda: _engine_script_table("engine_rope", "vllm_rope"),
-          "sglang-rope": lambda: _engine_script_table("engine_rope", "sglang_rope"),
-          "hf4-llama": lambda: _engine_script_table("hf4_llama", "hf4_llama"),
-          "llamacpp-llama": lambda: _engine_script_table("llamacpp_llama", "llamacpp_llama"),
-          "llamacpp-families": lambda: _engine_script_table("llamacpp_families", "llamacpp_families"),
-          "vllm-engine": lambda: _engine_script_table("vllm_run", "vllm_engine"),
-          "vllm-cost": lambda: _engine_script_table("vllm_cost", "vllm_cost"),
-          "sglang-engine": lambda: _engine_script_table("sglang_run", "sglang_engine"),
-          "llamacpp-cost": lambda: _engine_script_table("llamacpp_cost", "llamacpp_cost"),
-          "serving-options": lambda: _engine_script_table("serving_options", "serving_options"),
+          "vllm-rope": lambda: study_table("engines/engine_rope", "vllm_rope"),
+          "sglang-rope": lambda: study_table("engines/engine_rope", "sglang_rope"),
+          "hf4-llama": lambda: study_table("engines/hf4_llama", "hf4_llama"),
+          "llamacpp-llama": lambda: study_table("engines/llamacpp_llama", "llamacpp_llama"),
+          "llamacpp-families": lambda: study_table("engines/llamacpp_families", "llamacpp_families"),
+          "vllm-engine": lambda: study_table("engines/vllm_run", "vllm_engine"),
+          "vllm-cost": lambda: study_table("engines/vllm_cost", "vllm_cost"),
+          "sglang-engine": lambda: study_table("engines/sglang_run", "sglang_engine"),
+          "llamacpp-cost": lambda: study_table("engines/llamacpp_cost", "llamacpp_cost"),
+          "serving-options": lambda: study_table("engines/serving_options", "serving_options"),
+          "serving": lambda: study_table("serving_table", "serving_table"),
           "studies": studies}
 
 

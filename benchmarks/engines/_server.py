@@ -1,5 +1,6 @@
-"""An engine's HTTP server, started by a worker as a user types it and stopped with everything it started (the
-standard library only: it runs in the engine's environment, beside ``worker_vllm.py`` and ``worker_sglang.py``).
+"""An engine's HTTP server, started as a user types it and stopped with everything it started (the standard library
+only: it runs in the engine's environment, beside ``worker_vllm.py`` and ``worker_sglang.py``, and in ropebridge's
+for ``readme_serve.py``, which starts the README's server line).
 
     with running(command, port, log_path, why) as start_seconds:
         post(port, "/v1/completions", {...})

@@ -22,8 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -31,6 +29,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+import _server  # noqa: E402
 from _common import machine  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "readme_serve.json"
@@ -65,53 +64,33 @@ def step(command: str, cwd: Path, env: dict[str, str]) -> dict:
     return {**out, "output": proc.stdout[-4000:]}
 
 
-def post(path: str, body: dict | None = None) -> dict:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{PORT}{path}", data=data,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=900) as resp:
-        return json.loads(resp.read())
-
-
 def served(command: str, cwd: Path, env: dict[str, str], log: Path) -> dict:
-    """The server line as printed, until /health answers; the held-out ids scored and continued over HTTP."""
+    """The server line as printed (``_server.running``, as the engine workers start theirs), until /health answers;
+    the held-out ids scored and continued over HTTP."""
     import serving_options as so
     from ropebridge.checkpoint.model import SourceModel
     from ropebridge.convert.pipeline import source_fingerprint
     from ropebridge.demo import data_dir
     from ropebridge.runners import Result
-    from ropebridge.runners.jobs import end
 
-    t = time.perf_counter()
-    with open(log, "w") as sink:
-        proc = subprocess.Popen(["bash", "-e", "-c", command], cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+    why = lambda text: text[-2000:]  # noqa: E731 - the server's last words, as printed
     try:
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"the server exited {proc.returncode}: {log.read_text()[-2000:]}")
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{PORT}/health", timeout=5)
-                break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                if time.perf_counter() - t > START_TIMEOUT:
-                    raise SystemExit(f"the server did not answer /health in {START_TIMEOUT} s")
-                time.sleep(2)
-        start = time.perf_counter() - t
-        texts = so.token_ids("demo")
-        ids, prompts = texts["scored"], texts["prompts"]
-        model = post("/v1/models")["data"][0]["id"]
-        scored = post("/v1/completions", {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0,
-                                          "prompt_logprobs": 0})["choices"][0]["prompt_logprobs"]
-        logprobs = [d[str(t)]["logprob"] for d, t in zip(scored[1:], ids[1:])]
-        outs = post("/v1/completions", {"model": model, "prompt": prompts, "max_tokens": so.GREEDY, "temperature": 0,
-                                        "ignore_eos": True, "return_token_ids": True, "logprobs": 0})["choices"]
-        outs = sorted(outs, key=lambda c: c["index"])
-        greedy = [c["token_ids"] for c in outs]
-        greedy_lp = [c["logprobs"]["token_logprobs"] for c in outs]
-    finally:
-        if proc.poll() is None:
-            end(proc)
+        with _server.running(["bash", "-e", "-c", command], PORT, log, why, env=env, cwd=str(cwd),
+                             timeout=START_TIMEOUT) as start:
+            texts = so.token_ids("demo")
+            ids, prompts = texts["scored"], texts["prompts"]
+            model = _server.post(PORT, "/v1/models")["data"][0]["id"]
+            scored = _server.post(PORT, "/v1/completions", {"model": model, "prompt": ids, "max_tokens": 1,
+                                                            "temperature": 0, "prompt_logprobs": 0})
+            logprobs = [d[str(t)]["logprob"] for d, t in zip(scored["choices"][0]["prompt_logprobs"][1:], ids[1:])]
+            outs = _server.post(PORT, "/v1/completions", {
+                "model": model, "prompt": prompts, "max_tokens": so.GREEDY, "temperature": 0, "ignore_eos": True,
+                "return_token_ids": True, "logprobs": 0})["choices"]
+    except _server.Refused as exc:  # the recipe as printed did not serve: the benchmark fails, saying why
+        raise SystemExit(str(exc)) from None
+    outs = sorted(outs, key=lambda c: c["index"])
+    greedy = [c["token_ids"] for c in outs]
+    greedy_lp = [c["logprobs"]["token_logprobs"] for c in outs]
     result = Result(logprobs=(tuple(logprobs),), greedy=tuple(map(tuple, greedy)),
                     greedy_logprobs=tuple(map(tuple, greedy_lp)))
     src = data_dir("demo")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import subprocess
 import sys
 import time
@@ -137,8 +136,9 @@ def conversion(dst: Path) -> dict:
 def run_worker(env, args: list, job: dict, work: Path, label: str, variables: dict[str, str] | None = None) -> dict:
     """JOB run by ``ENV``'s Python as ``ARGS JOB.json`` (a worker script and its mode), its output kept in
     WORK/logs/<model>-LABEL.log; the worker's result with the seconds it took, or, when the engine's process failed
-    (a crash is a result, not a bug here), ``refused``: the last error its logs (WORK/logs/<model>-LABEL.*log) name,
-    else the failure's first line."""
+    (a crash is a result, not a bug here), ``refused``: why, from its logs (WORK/logs/<model>-LABEL.*log) by
+    ``runners.jobs.reason``'s rule (their last error, or the first where that only points up the log), else the
+    failure's first line."""
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
     stem = f"{Path(job['model']).name}-{label}"
@@ -147,11 +147,33 @@ def run_worker(env, args: list, job: dict, work: Path, label: str, variables: di
     t0 = time.perf_counter()
     try:
         env.run([*args, path], log_file=logs / f"{stem}.log", env=variables)
-    except RuntimeError as exc:
-        said = [m.group(0) for log in sorted(logs.glob(f"{stem}.*log")) for line in log.read_text().splitlines()
-                if (m := re.search(r"\b\w+(Error|Exception): .*", line))]
-        return {"refused": (said[-1] if said else str(exc).splitlines()[0])[:400], "seconds": time.perf_counter() - t0}
+    except RuntimeError as exc:  # the worker died: its logs say why, as ``runners.launch`` reads a worker's
+        from ropebridge.runners.jobs import reason
+
+        text = "\n".join(log.read_text(errors="replace") for log in sorted(logs.glob(f"{stem}.*log")))
+        return {"refused": (reason(text) if text.strip() else str(exc).splitlines()[0])[:400],
+                "seconds": time.perf_counter() - t0}
     return {**json.loads(out.read_text()), "seconds": time.perf_counter() - t0}
+
+
+def run_engine(python: Path, worker: str, job, work: Path, label: str) -> dict:
+    """``job`` (a ``ropebridge.runners.Job`` of one sequence) run by the package's runner ``worker`` (the one
+    ``verify --engine`` runs) in ``python``, its output kept in WORK/logs/<model>-LABEL.log: the result as
+    ``run_worker`` gives it (the sequence's ``logprobs``, ``greedy``, the engine's facts and the seconds), or
+    ``refused``: what the engine said, as ``runners.launch`` reads it."""
+    from ropebridge.runners import launch
+
+    logs = work / "logs"
+    logs.mkdir(exist_ok=True)
+    log_file = logs / f"{Path(job.model).name}-{label}.log"
+    try:
+        result = launch(python, worker, job, keep_log=log_file)
+    except ValueError as exc:  # the worker died: a crash in the engine is a result
+        return {"refused": str(exc).split(" before answering: ", 1)[-1][:400]}
+    if result.refused is not None:
+        return {"refused": result.refused[:400], "seconds": result.seconds}
+    return {**result.facts, "logprobs": list(result.logprobs[0]), "greedy": [list(g) for g in result.greedy],
+            "seconds": result.seconds, "log": log_file.read_text(errors="replace")}
 
 
 # ----------------------------------------------------------------------------- the studies' rows, table and flags

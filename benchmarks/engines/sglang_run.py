@@ -6,11 +6,12 @@ server, beside what SGLang does with the source itself, all against the exact fl
                                             [--kinds native,converted] [--context 2048] [--work-dir DIR] [--fresh]
 
 SGLang is sglang 0.5.23 in an environment of its own (``envs.py``, created in about 2 minutes from a warm pip cache),
-run with ``--device cpu`` (``worker_sglang.py``: its ``torch_native`` attention and each op's native path), a KV
-cache of ``MAX_TOTAL_TOKENS`` tokens (without it SGLang takes most of the machine's memory) and radix caching off:
+run with ``--device cpu`` (its ``torch_native`` attention and each op's native path), a KV cache of
+``MAX_TOTAL_TOKENS`` tokens (without it SGLang takes most of the machine's memory) and radix caching off:
 
-- ``offline``: ``sglang.Engine(model_path=DST, dtype=D, device="cpu", ...)``, token ids in, ``return_logprob``
-  with ``logprob_start_len=0`` and greedy ``generate``;
+- ``offline``: ``sglang.Engine(model_path=DST, dtype=D, device="cpu", ...)`` by the package's runner
+  (``ropebridge.runners``, the worker ``verify --engine sglang`` runs), token ids in, ``return_logprob`` with
+  ``logprob_start_len=0`` and greedy ``generate``;
 - ``serve``: ``python -m sglang.launch_server --model-path DST --dtype D --device cpu ...`` started as a user types
   it, then ``/generate`` over HTTP on 127.0.0.1 with the token ids, as a client would.
 
@@ -42,8 +43,9 @@ import envs  # noqa: E402
 from _common import machine  # noqa: E402
 from _common import table as text_table  # noqa: E402
 import scoring  # noqa: E402
-from scoring import (GREEDY, MODELS, PPL_LIMIT, arguments, convert, exact, merge, row, run_worker,  # noqa: E402
-                     token_ids)
+import worker_sglang  # noqa: E402  (standard library only: its log reader)
+from scoring import (GREEDY, MODELS, PPL_LIMIT, arguments, convert, exact, merge, row, run_engine,  # noqa: E402
+                     run_worker, token_ids)
 
 log = logging.getLogger("engines")
 APIS = ("offline", "serve")
@@ -63,11 +65,24 @@ def serve_command(env: envs.Env, model: Path, dtype: str, remote_code: bool = Fa
 
 
 def worker(env: envs.Env, api: str, model: Path, dtype: str, ref: dict, work: Path, remote_code: bool = False) -> dict:
-    """``worker_sglang.py API`` on MODEL in DTYPE (its output kept in WORK/logs)."""
+    """MODEL in DTYPE through API (its output kept in WORK/logs): ``offline`` by the package's runner
+    (``runners/workers/run_sglang.py``, what ``verify --engine sglang`` runs), with the bounded cache, radix caching
+    off and SGLang's info log (the class it loaded); ``serve`` by ``worker_sglang.py``'s HTTP client."""
+    if api == "offline":
+        from ropebridge.runners import Job
+
+        longest = max(len(ref["ids"]), *(len(p) + GREEDY for p in ref["prompts"]))
+        job = Job(model=str(model), dtype=dtype, max_model_len=longest, sequences=[ref["ids"]], prompts=ref["prompts"],
+                  greedy_tokens=GREEDY, options={"max_total_tokens": MAX_TOTAL_TOKENS, "disable_radix_cache": True,
+                                                 "log_level": "info", "trust_remote_code": remote_code})
+        out = run_engine(env.python, "run_sglang.py", job, work, f"{dtype}-{api}")
+        if "refused" in out:
+            return out
+        read = worker_sglang.facts(out.pop("log"))  # the class it loaded, its cache's dtype
+        return {**out, **read, "reported_ids": out["reported_ids"][0]}
     job = {"model": str(model), "dtype": dtype, "max_total_tokens": MAX_TOTAL_TOKENS, "ids": ref["ids"],
-           "prompts": ref["prompts"], "greedy_tokens": GREEDY, "trust_remote_code": remote_code}
-    if api == "serve":
-        job.update(command=serve_command(env, model, dtype, remote_code), port=PORT)
+           "prompts": ref["prompts"], "greedy_tokens": GREEDY, "trust_remote_code": remote_code,
+           "command": serve_command(env, model, dtype, remote_code), "port": PORT}
     return run_worker(env, [HERE / "worker_sglang.py", api], job, work, f"{dtype}-{api}")
 
 

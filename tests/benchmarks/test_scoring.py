@@ -41,3 +41,46 @@ def test_a_row_names_the_conversion_it_ran(tmp_path):
                                                       "num_attention_heads": 6}))
     assert scoring.conversion(tmp_path) == {"target": "persimmon", "strategy": "ladder", "rotary_dim": 32,
                                             "predicted": 0.03, "served_head_dim": 64}
+
+
+class _DyingEnv:
+    """An engine environment whose worker writes ``said`` to its log and dies."""
+
+    def __init__(self, said: str):
+        self.said = said
+
+    def run(self, args, log_file, env=None):
+        Path(log_file).write_text(self.said)
+        raise RuntimeError(f"{args[0]} exited with status 1")
+
+
+def test_a_worker_that_dies_is_a_refusal_read_as_the_package_reads_a_worker(tmp_path):
+    job = {"model": "/m/demo-sglang"}
+    died = scoring.run_worker(_DyingEnv("loading\nValueError: first\nRuntimeError: last\n"), ["w.py", "serve"], job,
+                              tmp_path, "bfloat16-serve")
+    assert died["refused"] == "RuntimeError: last"  # the last error its log names
+    pointed = scoring.run_worker(_DyingEnv("KeyError: the cause\nEngineDeadError: see root cause above\n"),
+                                 ["w.py", "serve"], job, tmp_path, "bfloat16-serve")
+    assert pointed["refused"] == "KeyError: the cause"  # the last only points up the log: the first error
+    silent = scoring.run_worker(_DyingEnv(""), ["w.py", "serve"], job, tmp_path, "bfloat16-serve")
+    assert silent["refused"] == "w.py exited with status 1"
+
+
+def test_a_run_through_the_package_runner_is_a_row_or_what_the_engine_said(tmp_path):
+    from ropebridge.runners import Job
+    from ropebridge.runners.jobs import WORKERS
+
+    worker = tmp_path / "fake_worker.py"  # a runner by absolute path, in this interpreter
+    worker.write_text(f"import sys\nsys.path.insert(0, {str(WORKERS)!r})\nimport _job\n\n"
+                      "def run(job):\n    if job['options'].get('refuse'):\n"
+                      "        return {'refused': 'ValueError: no'}\n"
+                      "    print('the engine log')\n"
+                      "    return {'logprobs': [[-0.5]], 'greedy': [[7]], 'greedy_logprobs': [[-0.1]], "
+                      "'facts': {'architecture': 'X'}}\n\n_job.main(run)\n")
+    job = Job(model=str(tmp_path / "demo-x"), dtype="bfloat16", max_model_len=4, sequences=[[1, 2]])
+    out = scoring.run_engine(Path(sys.executable), str(worker), job, tmp_path, "bfloat16-offline")
+    assert out["logprobs"] == [-0.5] and out["greedy"] == [[7]] and out["architecture"] == "X"
+    assert "the engine log" in out["log"] and (tmp_path / "logs" / "demo-x-bfloat16-offline.log").is_file()
+    refused = Job(model=str(tmp_path / "demo-x"), dtype="bfloat16", max_model_len=4, sequences=[[1, 2]],
+                  options={"refuse": True})
+    assert scoring.run_engine(Path(sys.executable), str(worker), refused, tmp_path, "b")["refused"] == "ValueError: no"

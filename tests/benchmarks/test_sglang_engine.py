@@ -31,6 +31,27 @@ def test_the_server_is_started_as_a_user_types_it():
     assert "--trust-remote-code" in sglang_run.serve_command(env, Path("/m/b"), "float16", remote_code=True)
 
 
+def test_the_offline_api_is_the_package_runner_verify_runs(monkeypatch, tmp_path):
+    seen = {}
+
+    def fake(python, worker, job, work, label):
+        seen.update(python=python, worker=worker, job=job, label=label)
+        log = "Load weight end. elapsed=1 s, type=PersimmonForCausalLM, avail mem=9 GB\n" \
+              "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 32768\n"
+        return {"logprobs": [-1.0], "greedy": [[5]], "reported_ids": [[[1, 4095, 0]]], "seconds": 3.0, "log": log}
+
+    monkeypatch.setattr(sglang_run, "run_engine", fake)
+    env = envs.Env("sglang", Path("/x/bin/python"), None)
+    ref = {"ids": [1, 2, 3], "prompts": [[4, 5]]}
+    out = sglang_run.worker(env, "offline", Path("/m/demo-sglang"), "bfloat16", ref, tmp_path, remote_code=True)
+    assert seen["worker"] == "run_sglang.py" and seen["python"] == Path("/x/bin/python")
+    options = seen["job"].options
+    assert options["disable_radix_cache"] is True and options["trust_remote_code"] is True
+    assert options["max_total_tokens"] == sglang_run.MAX_TOTAL_TOKENS and seen["job"].sequences == ((1, 2, 3),)
+    assert out["architecture"] == "PersimmonForCausalLM" and out["dtype"] == "bfloat16"
+    assert out["reported_ids"] == [[1, 4095, 0]] and "log" not in out
+
+
 def test_the_baichuan_source_carries_the_configuration_code_its_hub_repository_has(tmp_path):
     hub = sglang_run.hub_baichuan(data_dir("demo-baichuan"), tmp_path)
     config = json.loads((hub / "config.json").read_text())

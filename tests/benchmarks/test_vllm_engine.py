@@ -25,6 +25,23 @@ def test_the_serve_command_is_the_model_cards_with_its_dtype():
     assert "--no-enable-prefix-caching" in cmd
 
 
+def test_the_offline_api_is_the_package_runner_verify_runs(monkeypatch, tmp_path):
+    seen = {}
+
+    def fake(python, worker, job, work, label):
+        seen.update(python=python, worker=worker, job=job, label=label)
+        return {"logprobs": [-1.0], "greedy": [[5]], "architecture": "NemotronForCausalLM", "seconds": 1.0}
+
+    monkeypatch.setattr(vllm_run, "run_engine", fake)
+    env = envs.Env("vllm", Path("/x/bin/python"), None)
+    job = {"model": "/m/demo-vllm", "dtype": "bfloat16", "max_model_len": 8, "ids": [1, 2, 3], "prompts": [[4, 5]],
+           "greedy_tokens": 2}
+    assert vllm_run.worker(env, "offline", job, tmp_path)["architecture"] == "NemotronForCausalLM"
+    assert seen["worker"] == "run_vllm.py" and seen["label"] == "bfloat16-offline"
+    assert seen["job"].options == {"enforce_eager": True, "enable_prefix_caching": False}
+    assert seen["job"].sequences == ((1, 2, 3),) and seen["job"].max_model_len == 8
+
+
 def test_the_readme_recipe_converts_for_vllm_verifies_in_it_and_serves_what_it_wrote():
     import readme_serve
 

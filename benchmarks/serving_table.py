@@ -2,11 +2,12 @@
 BTLM-3B-8K native against their converted
 checkpoints, from shapes alone (no weights: a header-only checkpoint of each model, ``ropebridge.serving``).
 
-    python scripts/serving_table.py           # compute (about 2 minutes: the ladders are planned), print the tables
-    python scripts/serving_table.py --write   # the same, stored in benchmarks/results/serving_table.json
-    python scripts/serving_table.py --stored  # the tables from the stored JSON
+    python benchmarks/serving_table.py           # compute (about 2 minutes: the ladders are planned), print the tables
+    python benchmarks/serving_table.py --write   # the same, stored in benchmarks/results/serving_table.json
+    python benchmarks/serving_table.py --stored  # the tables from the stored JSON
 
-``tests/test_serving.py`` checks that docs/targets.md holds exactly the stored tables, and recomputes one model.
+``benchmarks/tables.py`` writes the stored tables into docs/targets.md (``<!-- table: serving -->``);
+``tests/test_serving.py`` recomputes them.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def numbers(models=tuple(MODELS)) -> dict:
     return result
 
 
-def table(cols: dict) -> str:
+def model_table(cols: dict) -> str:
     names = list(cols)
     native = cols[names[0]]
 
@@ -111,7 +112,13 @@ def table(cols: dict) -> str:
 
 
 def tables(result: dict) -> str:
-    return "\n\n".join(table(cols) for cols in result.values())
+    """Every model's table, from ``numbers``' result (model -> its forms)."""
+    return "\n\n".join(model_table(cols) for cols in result.values())
+
+
+def table(payload: dict) -> str:
+    """The stored results (``payload``) as docs/targets.md's tables (``benchmarks/tables.py`` writes them)."""
+    return tables({r["model"]: r["forms"] for r in payload["rows"]})
 
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "serving_table.json"
@@ -129,8 +136,7 @@ if __name__ == "__main__":
         sys.exit(0)
     result = json.loads(json.dumps(numbers()))  # the JSON form (integer keys as strings), as stored
     if "--write" in sys.argv[1:]:
-        sys.path.insert(0, str(RESULTS.parents[1]))
-        from _common import payload  # the results' one schema
+        from _common import payload  # the results' one schema (beside this script)
 
         RESULTS.write_text(json.dumps(payload([{"model": k, "forms": v} for k, v in result.items()]), indent=1) + "\n")
     print(tables(result))
