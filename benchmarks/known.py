@@ -5,7 +5,7 @@ the one source of "run": a cell of ``targets.engine_facts`` says what the engine
 and never whether it was run (``tests/benchmarks/test_known.py``).
 
 - vLLM: ``engines/vllm_run.py`` (``vllm_engine.json``): the family's conversion to that target in bfloat16 and
-  float16, both APIs; the worst |Δ perplexity| from exact.
+  float16, both APIs, every row passing; the worst |Δ perplexity| from exact.
 - llama.cpp: ``engines/run.py`` (``engines.json``, BLOOM), ``engines/llamacpp_families.py``
   (``llamacpp_families.json``: MPT, Jais, Baichuan) and ``engines/llamacpp_llama.py`` (``llamacpp_llama.json``:
   Baichuan and Refact picos on the llama target): F32 GGUFs, max |Δlogit| from exact.
@@ -39,17 +39,23 @@ def _family_of(model: str) -> str:
     return from_config(data_dir(model)).family
 
 
+SERVED = {"vllm": "vllm_engine", "sglang": "sglang_engine"}  # the engines whose serving of the conversions is scored
+
+
 @cache
-def vllm_runs() -> dict[tuple[str, str], float]:
-    """(family, target) -> the worst |Δ perplexity| (relative) of its half-precision conversions served by vLLM."""
-    payload = _load("vllm_engine")
+def served_runs(engine: str) -> dict[tuple[str, str], float]:
+    """(family, target) -> the worst |Δ perplexity| (relative) of its half-precision conversions served by ``engine``
+    (a key of ``SERVED``), where every one of them passed."""
     out: dict[tuple[str, str], float] = {}
-    for r in (payload or {}).get("rows", []):
+    failed = set()
+    for r in (_load(SERVED[engine]) or {}).get("rows", []):
         if r["kind"] != "converted" or r["dtype"] == "float32" or r.get("refused") or not r.get("target"):
             continue
         key = (_family_of(r["model"]), r["target"])
+        if not r["passes"]:
+            failed.add(key)
         out[key] = max(out.get(key, 0.0), abs(r["ppl_rel"]))
-    return out
+    return {k: v for k, v in out.items() if k not in failed}
 
 
 @cache
@@ -69,31 +75,13 @@ def llamacpp_runs() -> dict[tuple[str, str], str]:
     return out
 
 
-@cache
-def sglang_runs() -> dict[tuple[str, str], float]:
-    """(family, target) -> the worst |Δ perplexity| (relative) of its half-precision conversions served by SGLang,
-    where every one of them passed."""
-    out: dict[tuple[str, str], float] = {}
-    failed = set()
-    for r in (_load("sglang_engine") or {}).get("rows", []):
-        if r["kind"] != "converted" or r["dtype"] == "float32" or r.get("refused"):
-            continue
-        key = (_family_of(r["model"]), r["target"])
-        if not r["passes"]:
-            failed.add(key)
-        out[key] = max(out.get(key, 0.0), abs(r["ppl_rel"]))
-    return {k: v for k, v in out.items() if k not in failed}
-
-
 def mark(family: str, parallel: bool, target: str, engine: str, short: bool = False) -> str:
     """How ``engine`` running ``target`` for ``family`` (with a parallel residual or not) is known, in a few words
     (``short``: vLLM's Δ perplexity alone)."""
     if engine == "transformers":
         return "run"
-    if engine == "vllm" and not parallel and (family, target) in vllm_runs():
-        return f"run{'' if short else ':'} ≤ {100 * vllm_runs()[(family, target)]:.2f}%"
-    if engine == "sglang" and not parallel and (family, target) in sglang_runs():
-        return f"run{'' if short else ':'} ≤ {100 * sglang_runs()[(family, target)]:.2f}%"
+    if engine in SERVED and not parallel and (family, target) in served_runs(engine):
+        return f"run{'' if short else ':'} ≤ {100 * served_runs(engine)[(family, target)]:.2f}%"
     if engine == "llama.cpp" and not parallel and (family, target) in llamacpp_runs():
         return "run" if short else f"run: {llamacpp_runs()[(family, target)]}"
     return "read"
@@ -101,16 +89,11 @@ def mark(family: str, parallel: bool, target: str, engine: str, short: bool = Fa
 
 def target_runs(target: str, engine: str) -> str | None:
     """What was run of ``target`` on ``engine`` over every family, in a few words; None where nothing was."""
-    if engine == "vllm":
-        found = {f: v for (f, t), v in vllm_runs().items() if t == target}
+    if engine in SERVED:
+        found = {f: v for (f, t), v in served_runs(engine).items() if t == target}
         if found:
             worst = 100 * max(found.values())
-            return f"run: {RUN['vllm']}, {', '.join(sorted(found))}, Δ perplexity ≤ {worst:.2f}%"
-    if engine == "sglang":
-        found = {f: v for (f, t), v in sglang_runs().items() if t == target}
-        if found:
-            worst = 100 * max(found.values())
-            return f"run: {RUN['sglang']}, {', '.join(sorted(found))}, Δ perplexity ≤ {worst:.2f}%"
+            return f"run: {RUN[engine]}, {', '.join(sorted(found))}, Δ perplexity ≤ {worst:.2f}%"
     if engine == "llama.cpp":
         found = {f: v for (f, t), v in llamacpp_runs().items() if t == target}
         if found:

@@ -9,6 +9,7 @@ which formats ``benchmarks/results/<file>.json`` as markdown. ``tests/repo/test_
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
@@ -358,13 +359,19 @@ def study_table(script: str, results: str, function: str = "table") -> str:
     """A study's own table of its stored results: ``function`` (default ``table``) of the study's script
     (``benchmarks/SCRIPT.py``, loaded by its path, as every study is), called with the results file
     (``benchmarks/results/RESULTS.json``, the one schema)."""
+    return getattr(_study(script), function)(json.loads((RESULTS / f"{results}.json").read_text())).rstrip("\n") + "\n"
+
+
+@functools.cache
+def _study(script: str):
+    """The study's script (``benchmarks/SCRIPT.py``) as a module, loaded once by its path."""
     import importlib.util
 
     path = ROOT / "benchmarks" / f"{script}.py"
     spec = importlib.util.spec_from_file_location(f"_tables_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return getattr(module, function)(json.loads((RESULTS / f"{results}.json").read_text())).rstrip("\n") + "\n"
+    return module
 
 
 def engines_per_target() -> str:

@@ -217,6 +217,19 @@ def table(payload: dict, engine: str) -> str:
     return "\n".join(out)
 
 
+def save(out: Path, rows: list[dict], columns: list[str], models: tuple[str, ...], facts: dict) -> None:
+    """ROWS printed as text (COLUMNS), then written to OUT (benchmarks/results/NAME.json) merged with the rows stored
+    there (``merge``), in the one schema (``_common.save``: the machine, the command) with the study's FACTS (its
+    engine build, its settings) and the load after."""
+    import os
+
+    import _common
+
+    print(_common.table(rows, columns))
+    _common.save(out.stem, {**facts, "load_after": os.getloadavg()[0], "rows": merge(out, rows, models)})
+    print(f"wrote {out}")
+
+
 def merge(out: Path, rows: list[dict], models: tuple[str, ...]) -> list[dict]:
     """ROWS and those stored in OUT not run this time (keyed by model, kind, dtype and API), in MODELS' order."""
     key = lambda r: (r["model"], r["kind"], r["dtype"], r["api"])  # noqa: E731

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -40,12 +39,10 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import envs  # noqa: E402
-from _common import machine  # noqa: E402
-from _common import table as text_table  # noqa: E402
 import scoring  # noqa: E402
 import worker_sglang  # noqa: E402  (standard library only: its log reader)
-from scoring import (GREEDY, MODELS, PPL_LIMIT, arguments, convert, exact, merge, row, run_engine,  # noqa: E402
-                     run_worker, token_ids)
+from scoring import (GREEDY, MODELS, PPL_LIMIT, arguments, convert, exact, row, run_engine, run_worker,  # noqa: E402
+                     save, token_ids)
 
 log = logging.getLogger("engines")
 APIS = ("offline", "serve")
@@ -144,15 +141,10 @@ def main(argv: list[str] | None = None) -> int:
                     log.info("%s: converted, %s, %s", name, dtype, api)
                     rows.append(row_for(name, "converted", dtype, api, worker(env, api, dst, dtype, ref, work), ref,
                                         dst))
-    cols = ["model", "kind", "dtype", "api", "architecture", "ppl_exact", "ppl", "ppl_rel", "max_abs_dlogp", "greedy",
-            "passes"]
-    print(text_table(rows, cols))
-    load = os.getloadavg()
-    payload = {"machine": machine(), "command": " ".join(["python", *sys.argv]), "sglang": envs.RUN["sglang"],
-               "max_total_tokens": MAX_TOTAL_TOKENS, "context": args.context, "ppl_limit": PPL_LIMIT,
-               "load_after": load[0], "rows": merge(OUT, rows, MODELS)}
-    OUT.write_text(json.dumps(payload, indent=1))
-    print(f"wrote {OUT}")
+    save(OUT, rows, ["model", "kind", "dtype", "api", "architecture", "ppl_exact", "ppl", "ppl_rel", "max_abs_dlogp",
+                     "greedy", "passes"], MODELS,
+         {"sglang": envs.RUN["sglang"], "max_total_tokens": MAX_TOTAL_TOKENS, "context": args.context,
+          "ppl_limit": PPL_LIMIT})
     return 0
 
 

@@ -38,7 +38,6 @@ Writes benchmarks/results/vllm_engine.json (rows not run this time are kept) and
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -50,11 +49,9 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import envs  # noqa: E402
-from _common import machine  # noqa: E402
-from _common import table as text_table  # noqa: E402
 import scoring  # noqa: E402
-from scoring import (GREEDY, MODELS, PPL_LIMIT, arguments, convert, exact, merge, row, run_engine,  # noqa: E402
-                     run_worker, token_ids)
+from scoring import (GREEDY, MODELS, PPL_LIMIT, arguments, convert, exact, row, run_engine, run_worker,  # noqa: E402
+                     save, token_ids)
 
 log = logging.getLogger("engines")
 APIS = ("offline", "serve")
@@ -145,14 +142,9 @@ def main(argv: list[str] | None = None) -> int:
                     log.info("%s: converted, %s, %s", name, dtype, api)
                     job = job_for(env, api, dst, dtype, ref, args.context, work)
                     rows.append(row_for(name, "converted", dtype, api, worker(env, api, job, work), ref, dst))
-    cols = ["model", "kind", "dtype", "api", "architecture", "head_size", "ppl_exact", "ppl", "ppl_rel",
-            "max_abs_dlogp", "greedy", "passes"]
-    print(text_table(rows, cols))
-    load = os.getloadavg()
-    payload = {"machine": machine(), "command": " ".join(["python", *sys.argv]), "vllm": envs.RUN["vllm"],
-               "context": args.context, "ppl_limit": PPL_LIMIT, "load_after": load[0], "rows": merge(OUT, rows, MODELS)}
-    OUT.write_text(json.dumps(payload, indent=1))
-    print(f"wrote {OUT}")
+    save(OUT, rows, ["model", "kind", "dtype", "api", "architecture", "head_size", "ppl_exact", "ppl", "ppl_rel",
+                     "max_abs_dlogp", "greedy", "passes"], MODELS,
+         {"vllm": envs.RUN["vllm"], "context": args.context, "ppl_limit": PPL_LIMIT})
     return 0
 
 

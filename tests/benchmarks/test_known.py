@@ -20,7 +20,7 @@ def test_no_engine_fact_says_whether_it_was_run():
 
 
 def test_every_stored_run_is_marked_with_its_build():
-    runs = {(f, t) for f, t in known.vllm_runs()}
+    runs = {(f, t) for f, t in known.served_runs("vllm")}
     assert runs, "the stored vLLM results name no run"
     for family, target in runs:
         assert known.mark(family, False, target, "vllm").startswith("run: ≤ ")

@@ -84,3 +84,19 @@ def test_a_run_through_the_package_runner_is_a_row_or_what_the_engine_said(tmp_p
     refused = Job(model=str(tmp_path / "demo-x"), dtype="bfloat16", max_model_len=4, sequences=[[1, 2]],
                   options={"refuse": True})
     assert scoring.run_engine(Path(sys.executable), str(worker), refused, tmp_path, "b")["refused"] == "ValueError: no"
+
+
+def test_a_study_saves_its_rows_merged_with_those_stored_in_the_one_schema(tmp_path, monkeypatch, capsys):
+    import _common
+
+    monkeypatch.setattr(_common, "RESULTS", tmp_path)
+    out = tmp_path / "x_engine.json"
+    old = {"model": "demo-mpt", "kind": "converted", "dtype": "bfloat16", "api": "serve", "ppl": 2.0}
+    out.write_text(json.dumps({"rows": [old]}))
+    monkeypatch.setattr(sys, "argv", ["benchmarks/engines/x_run.py", "--apis", "offline"])
+    new = {"model": "demo", "kind": "converted", "dtype": "bfloat16", "api": "offline", "ppl": 1.0}
+    scoring.save(out, [new], ["model", "ppl"], scoring.MODELS, {"x": "x 1.0", "context": 8})
+    payload = json.loads(out.read_text())
+    assert payload["rows"] == [new, old] and payload["x"] == "x 1.0" and payload["context"] == 8
+    assert payload["command"] == "python benchmarks/engines/x_run.py --apis offline" and "cpu" in payload["machine"]
+    assert "load_after" in payload and f"wrote {out}" in capsys.readouterr().out

@@ -81,7 +81,8 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
 def engine_run(args: argparse.Namespace) -> EngineRun | None:
     """The ``EngineRun`` the options ask for; an engine option without ``--engine``, or one the engine does not take,
     is refused, naming both (a value the engine does not take: ``EngineRun``, naming its values)."""
-    given = {flag: getattr(args, f"engine_{takers[0][1].key}") for flag, takers in engine_flags().items()}
+    takers = engine_flags()
+    given = {flag: getattr(args, f"engine_{t[0][1].key}") for flag, t in takers.items()}
     given = {flag: v for flag, v in given.items() if v is not None}
     if args.engine is None:
         extra = [*given] + [f for f, v in (("--engine-python", args.engine_python), ("--gguf", args.gguf))
@@ -89,7 +90,6 @@ def engine_run(args: argparse.Namespace) -> EngineRun | None:
         if extra:
             raise ValueError(f"{extra[0]} is an engine option: give --engine too")
         return None
-    takers = engine_flags()
     for flag in given:
         names = [r.name for r, _ in takers[flag]]
         if args.engine not in names:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-
 @dataclass(frozen=True)
 class Measured:
     """A setting of ``engine`` measured to hold: ``setting`` as its flags say it, the benchmark's ``results``
