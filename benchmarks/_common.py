@@ -69,12 +69,21 @@ def table(rows: list[dict], columns: list[str]) -> str:
 SCHEMA = ("machine", "command", "rows")  # every result file's keys (``results``); others beside them
 
 
+def started_as() -> str:
+    """How this process was started, as a user types it: ``python -m benchmarks.NAME ARGS`` for a study run as a
+    module (``sys.argv[0]`` is then the module's file), ``python SCRIPT ARGS`` otherwise."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = spec.name.removesuffix(".__main__") if spec is not None else ""
+    head = ["-m", name] if name and name != "__main__" else sys.argv[:1]
+    return " ".join(["python", *head, *sys.argv[1:]])
+
+
 def payload(rows: list, *, command: str | None = None, **extras) -> dict:
     """A result file's content: the machine, the command that made it (this process's unless given), the rows
     (a list, one per measurement the tables show) and whatever else the study keeps beside them."""
     if not isinstance(rows, list):
         raise TypeError(f"a result's rows are a list, not {type(rows).__name__}")
-    return {"machine": machine(), "command": command or " ".join(["python", *sys.argv]), "rows": rows, **extras}
+    return {"machine": machine(), "command": command or started_as(), "rows": rows, **extras}
 
 
 def save(name: str, content: dict) -> Path:

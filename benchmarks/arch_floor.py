@@ -1,6 +1,6 @@
 """The converted architecture's own floor: how close any positional emulation could come in a dtype.
 
-    python benchmarks/arch_floor.py [--models demo,demo-mpt,demo-falcon] [--contexts 2048,8192]
+    python -m benchmarks.arch_floor [--models demo,demo-mpt,demo-falcon] [--contexts 2048,8192]
                                     [--dtypes bfloat16,float16] [--target gpt-neox|nemotron]
 
 ``fidelity.py``'s floor is the *source* model in a dtype with attention and its bias exact. A converted
@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from _common import calibration_text, save, table
-from fidelity import CHILD, DTYPES, TEXT_MODELS, build_sources, compare, convert_for, forward_in_child, tokens
+
+from benchmarks._common import calibration_text, save, started_as, table
+from benchmarks.fidelity import (CHILD, DTYPES, TEXT_MODELS, build_sources, compare, convert_for, forward_in_child,
+                                 tokens)
 
 # The child of fidelity.py with one change: an attention that drops the R rotary dims of q and k and adds
 # the exact ALiBi bias -m (i - j) (slopes from the plan in ropebridge.json), all in float64.
@@ -147,7 +149,7 @@ def main() -> int:
             "floor_mean_kl", "arch_mean_kl", "converted_mean_kl"]
     print(table(rows, cols))
     name = "arch_floor" if args.target == "gpt-neox" else f"arch_floor_{args.target}"
-    print(f"wrote {save(name, {'command': ' '.join(['python', *sys.argv]), 'rows': rows})}")
+    print(f"wrote {save(name, {'command': started_as(), 'rows': rows})}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Conversion of a BLOOM-560M-shaped checkpoint: time and peak RSS against ``cp -r``, and float32 fidelity.
 
-    python benchmarks/convert_560m.py [--quick] [--context 2048] [--cache DIR]
+    python -m benchmarks.convert_560m [--quick] [--context 2048] [--cache DIR]
 
 Prints a table and writes benchmarks/results/convert_560m.json (or convert_560m_quick.json).
 Conversion runs as ``python -m ropebridge convert`` in a child process so its peak RSS is its own; both
@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from _common import bloom_560m_shaped, save, table
+from benchmarks._common import bloom_560m_shaped, save, table
 
 
 def child_peak_rss_mb(cmd: list[str]) -> tuple[float, float]:

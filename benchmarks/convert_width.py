@@ -1,6 +1,6 @@
 """Conversion at BLOOM-176B's width: time, peak RSS and the I/O floor on a one-layer checkpoint, extrapolated.
 
-    python benchmarks/convert_width.py [--layers 1] [--hidden 14336] [--heads 112] [--vocab 1024]
+    python -m benchmarks.convert_width [--layers 1] [--hidden 14336] [--heads 112] [--vocab 1024]
                                        [--window 2048] [--dtype bfloat16] [--cache DIR]
 
 The source (BLOOM-176B's hidden 14336, 112 heads of 128, MLP 57344; one layer, vocab 1024, bfloat16, two
@@ -22,8 +22,8 @@ import tempfile
 from pathlib import Path
 
 import torch
-from _common import save, table
-from convert_560m import IO_FLOOR, child_peak_rss_mb
+from benchmarks._common import save, table
+from benchmarks.convert_560m import IO_FLOOR, child_peak_rss_mb
 
 from ropebridge.checkpoint.tensor_io import ShardWriter
 

@@ -1,7 +1,7 @@
 """The default conversion of every supported attention shape, end to end: one layer, a 320-token vocabulary,
 random weights, ``ropebridge convert SRC DST`` with no flags (float32, window 8192), then ``ropebridge verify``.
 
-    python benchmarks/default_shapes.py [--shapes bloom-1b7,mpt-7b,...] [--context 256]
+    python -m benchmarks.default_shapes [--shapes bloom-1b7,mpt-7b,...] [--context 256]
 
 BLOOM-560M's and Falcon-RW-1B's shapes run in the test suite (tests/convert/test_pipeline.py); this covers the larger
 ones. Prints a table and writes benchmarks/results/default_shapes.json.
@@ -17,9 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import save, table
+from benchmarks._common import save, started_as, table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 SHAPES = {  # name: (pico family, config overrides): the attention shape and width of the real model, one layer
     "bloom-1b7": ("bloom-4heads", dict(n_layer=1, hidden_size=2048, n_head=16)),
@@ -46,7 +45,7 @@ def verify_command(src: Path, dst: Path, context: int) -> list[str]:
 
 
 def main() -> int:
-    from pico import build, build_remote
+    from tests.pico import build, build_remote
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default=",".join(SHAPES))
@@ -83,7 +82,7 @@ def main() -> int:
                 subprocess.run(["rm", "-rf", str(path)])
     print(table(rows, ["shape", "convert_exit", "window", "predicted", "verify_exit", "converted_vs_exact",
                        "limit", "source_ran", "passed"]))
-    print(f"wrote {save('default_shapes', {'command': ' '.join(sys.argv), 'rows': rows})}")
+    print(f"wrote {save('default_shapes', {'command': started_as(), 'rows': rows})}")
     return 0
 
 

@@ -1,9 +1,9 @@
 """Fidelity across dtypes and contexts: native ALiBi and converted RoPE, each against an exact float64 ALiBi
 reference (``ropebridge.checkpoint.reference``, blockwise attention).
 
-    python benchmarks/fidelity.py [--quick] [--models demo,demo-mpt,demo-falcon,mpt,falcon,bloom560m]
+    python -m benchmarks.fidelity [--quick] [--models demo,demo-mpt,demo-falcon,mpt,falcon,bloom560m]
                                   [--contexts 512,2048,8192] [--merge]
-    python benchmarks/fidelity.py --models demo-baichuan --merge
+    python -m benchmarks.fidelity --models demo-baichuan --merge
 
 For every model, dtype (float32, bfloat16, float16) and context: max |Δlogit| and mean KL(reference || model)
 of the native model (transformers; Falcon: its default SDPA path, which rounds the ALiBi bias to bfloat16;
@@ -29,10 +29,9 @@ import tempfile
 from pathlib import Path
 
 import torch
-from _common import RESULTS, bloom_560m_shaped, calibration_text, save
-from _common import table as text_table
+from benchmarks._common import RESULTS, bloom_560m_shaped, calibration_text, save
+from benchmarks._common import table as text_table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # The native models run transformers' eager attention, which materialises (h, s, s) scores: BLOOM-560M at 8K
@@ -68,7 +67,7 @@ torch.save(new, out)
 
 
 def build_sources(cache: Path, names: list[str]) -> dict[str, Path]:
-    from pico import build
+    from tests.pico import build
 
     from ropebridge.demo import data_dir
 

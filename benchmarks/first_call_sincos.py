@@ -1,6 +1,6 @@
 """torch's first sin/cos on a CPU worker thread, and what it does to a conversion.
 
-    python benchmarks/first_call_sincos.py [--processes 16] [--model-processes 8] [--dtypes float32,bfloat16]
+    python -m benchmarks.first_call_sincos [--processes 16] [--model-processes 8] [--dtypes float32,bfloat16]
 
 1. In ``--processes`` fresh processes (torch's default threads), the rotary table a float32 conversion's target
    builds, ``cat(p theta, p theta).cos()`` for positions p < 8192 and theta = (1, 2^-25) (rotary_dim 4, base
@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import save, table
+from benchmarks._common import save, table
 
 KINDS = ("fresh-cos", "fresh-sin", "warmed-cos", "warmed-sin")
 

@@ -2,7 +2,7 @@
 worst score error against verify's measured max |logit error|, and the exact float64 reference run again with the
 rounding of the target's q.k kernel injected into its scores.
 
-    python benchmarks/float32_error.py [--models demo,demo-mpt,demo-falcon,demo-baichuan,demo-jais] [--seed 0]
+    python -m benchmarks.float32_error [--models demo,demo-mpt,demo-falcon,demo-baichuan,demo-jais] [--seed 0]
 
 The plan's prediction (``cross_dtype.predicted_in`` over the CONTEXT positions verify compared) covers the pair's
 own arithmetic. A kernel's q.k also sums the head's hd content dims, and where its order (SIMD lanes, blocks)
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import save, table
-from propagation import HeldOut, default_plan, verified_rows, with_error
+from benchmarks._common import save, started_as, table
+from benchmarks.propagation import HeldOut, default_plan, verified_rows, with_error
 
 KEY = ("model", "window", "context")
 
@@ -126,7 +126,7 @@ def main() -> int:
     for col in ("measured_over_predicted", "measured_over_injected"):
         v = [r[col] for r in rows]
         print(f"{col}: {min(v):.3g} to {max(v):.3g}")
-    print(f"wrote {save('float32_error', {'command': ' '.join(['python', *sys.argv]), 'rows': rows})}")
+    print(f"wrote {save('float32_error', {'command': started_as(), 'rows': rows})}")
     return 0
 
 

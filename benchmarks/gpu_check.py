@@ -1,7 +1,7 @@
 """The GPU check: fidelity and speed of converted checkpoints on one CUDA device, in one command that fits the GPU
 machine (one H200, torch with CUDA, transformers, no vLLM, SGLang or flash-attn; under 8 minutes).
 
-    python benchmarks/gpu_check.py [--layers 8] [--contexts 2048,8192,32768] [--out gpu_check]
+    python -m benchmarks.gpu_check [--layers 8] [--contexts 2048,8192,32768] [--out gpu_check]
 
 1. **Fidelity**: the embedded real-text models converted with the defaults to bfloat16 (``demo`` to gpt-neox and
    nemotron, ``demo-baichuan`` to llama), run with SDPA on the device on 2K and 8K tokens of held-out text: max
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import machine, save, table
+from benchmarks._common import machine, save, table
 
 FIDELITY = (("demo", "gpt-neox"), ("demo", "nemotron"), ("demo-baichuan", "llama"))
 BLOOM_7B1 = dict(hidden_size=4096, n_head=32, vocab_size=250880)
@@ -168,7 +168,7 @@ def flex_bloom(model):
 def speed_rows(layers: int, contexts: list[int], device: str, work: Path, shape: dict) -> list[dict]:
     """The speed part (module doc, 2): native eager, native on FlexAttention, converted nemotron and gpt-neox."""
     import transformers as T
-    from verify_scale import random_checkpoint
+    from benchmarks.verify_scale import random_checkpoint
 
     src = random_checkpoint(work / "bloom", T.BloomConfig(n_layer=layers, **shape))
     models = {"native (eager)": src, "native (FlexAttention)": src}
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     info = {**machine(), "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu"}
-    payload = {"machine": info, "command": " ".join(["python benchmarks/gpu_check.py", *(argv or sys.argv[1:])]),
+    payload = {"machine": info, "command": " ".join(["python -m benchmarks.gpu_check", *(argv or sys.argv[1:])]),
                "seconds": time.perf_counter() - started, "rows": rows}
     out = Path(args.out)
     if out.suffix == ".json":  # a path of its own (the CPU test), else a results name

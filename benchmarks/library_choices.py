@@ -10,7 +10,7 @@
   counts the mapped file's pages a process touched), page cache warm (each case reads the file once before it is
   timed).
 
-    python benchmarks/library_choices.py [--rounds 3] [--write]
+    python -m benchmarks.library_choices [--rounds 3] [--write]
 
 accelerate is not a dependency: the script takes it from ``--accelerate DIR`` (``pip install --target DIR
 --no-deps accelerate``) and skips that case without it. Writes ``benchmarks/results/library_choices.json``.
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import payload
+from benchmarks._common import payload
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK_BYTES = 64 << 20
@@ -141,7 +141,7 @@ def main() -> int:
     if args.write:
         (ROOT / "benchmarks" / "results" / "library_choices.json").write_text(json.dumps(payload(
             [{"case": k, **r} for k, r in rows.items()],
-            command="python benchmarks/library_choices.py --accelerate DIR --write", rounds=args.rounds,
+            command="python -m benchmarks.library_choices --accelerate DIR --write", rounds=args.rounds,
             shape="BLOOM-560M, random bfloat16", load_average_1min_at_start=load, cores=os.cpu_count(),
             date=time.strftime("%Y-%m-%d")), indent=1) + "\n")
     return 0

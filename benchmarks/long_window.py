@@ -1,8 +1,8 @@
 """Fidelity at long windows: the default conversion against the exact float64 ALiBi reference at 16K to 128K.
 
-    python benchmarks/long_window.py [--models demo,demo-mpt] [--windows 16384,32768,65536,131072]
+    python -m benchmarks.long_window [--models demo,demo-mpt] [--windows 16384,32768,65536,131072]
                                      [--dtypes float32,bfloat16] [--merge]
-    python benchmarks/long_window.py --table
+    python -m benchmarks.long_window --table
 
 For every model, window W and dtype: ``ropebridge convert SRC DST --dtype D --window W`` (the defaults, nothing
 calibrated), then, on W tokens of real text,
@@ -40,9 +40,9 @@ import time
 from pathlib import Path
 
 import torch
-from _common import RESULTS, save
-from _common import table as text_table
-from fidelity import compare
+from benchmarks._common import RESULTS, save
+from benchmarks._common import table as text_table
+from benchmarks.fidelity import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 GREEDY_TOKENS = 32
@@ -69,8 +69,7 @@ def corpus_ids(cache: Path, tokenizer_dir: Path) -> list[int]:
     path = cache / "heldout-ids.json"
     if path.exists():
         return json.loads(path.read_text())
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from train_demo_model import fetch_corpus
+    from scripts.train_demo_model import fetch_corpus
     from transformers import AutoTokenizer
 
     with tempfile.TemporaryDirectory(dir=cache) as work:

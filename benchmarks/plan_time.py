@@ -1,6 +1,6 @@
 """Plan time against window and head count, on one core and on all: ``ropebridge plan`` as a user runs it.
 
-    python benchmarks/plan_time.py [--quick] [--windows 2048,8192,...] [--heads 6,16,32,112] [--jobs 1,2]
+    python -m benchmarks.plan_time [--quick] [--windows 2048,8192,...] [--heads 6,16,32,112] [--jobs 1,2]
                                    [--dtype bfloat16] [--name plan_time]
 
 Each row runs ``ropebridge plan --heads H --head-dim D --window L --dtype DT --jobs J --json`` in a child process
@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from _common import save, table
+from benchmarks._common import save, started_as, table
 
 HEAD_DIM = {6: 32, 16: 64, 32: 128, 112: 128}
 LONG = 131072  # beyond this window only up to 16 heads run (112 heads at 1M would take most of an hour)
@@ -72,7 +72,7 @@ def main() -> int:
                "meets", "exit"]
     print(table(rows, columns))
     name = args.name or ("plan_time_quick" if args.quick else "plan_time")
-    print(f"wrote {save(name, {'command': ' '.join(sys.argv), 'rows': rows})}")
+    print(f"wrote {save(name, {'command': started_as(), 'rows': rows})}")
     return 0
 
 

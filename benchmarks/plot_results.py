@@ -1,6 +1,6 @@
 """Figures of the benchmark results: speed and memory against context, fidelity against context per dtype.
 
-    python benchmarks/plot_results.py
+    python -m benchmarks.plot_results
 
 Reads benchmarks/results/speed_memory.json and fidelity.json and writes speed_memory.png and fidelity.png beside
 them.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-from _common import RESULTS
+from benchmarks._common import RESULTS
 from matplotlib.figure import Figure
 
 

@@ -2,7 +2,7 @@
 plan's predicted worst score error over the positions verify compared, and (``--inject``) the exact float64
 reference run again with the plan's score error injected into its attention scores.
 
-    python benchmarks/propagation.py [--models demo,demo-mpt,demo-falcon,demo-baichuan,demo-jais]
+    python -m benchmarks.propagation [--models demo,demo-mpt,demo-falcon,demo-baichuan,demo-jais]
                                      [--dtypes bfloat16,float16] [--inject]
 
 For every half-precision row of ``benchmarks/results/verdicts.json`` and ``verdicts_8k.json`` (model, dtype,
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import RESULTS, save, table
+from benchmarks._common import RESULTS, save, started_as, table
 
 NOISES = ("plan", "sign")
 KEY = ("model", "dtype", "window", "context")
@@ -200,7 +200,7 @@ def main() -> int:
                        "injected_plan", "measured_over_plan"]))
     print(f"measured / predicted over the positions compared: {min(ratios):.3g} to {max(ratios):.3g}; "
           f"LOGIT_FACTOR {LOGIT_FACTOR:g}")
-    print(f"wrote {save('propagation', {'command': ' '.join(['python', *sys.argv]), 'rows': rows})}")
+    print(f"wrote {save('propagation', {'command': started_as(), 'rows': rows})}")
     return 0
 
 

@@ -1,7 +1,7 @@
 """The ladder's rotary width per window: R = 16 beside R = 32 on the real-text models, against the exact float64
 ALiBi reference, with the plan's prediction and tolerance.
 
-    python benchmarks/rotary_width.py [--models demo,demo-mpt] [--windows 2048,4096,8192] [--widths 16,32]
+    python -m benchmarks.rotary_width [--models demo,demo-mpt] [--windows 2048,4096,8192] [--widths 16,32]
                                       [--dtypes bfloat16,float16]
 
 Why: the KV cache grows with the served head dim hd + R. On vLLM (its CPU attention's sizes) a head of 64 serves
@@ -26,8 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import save, table
-from fidelity import TEXT_MODELS, build_sources, compare, forward_in_child, tokens
+from benchmarks._common import save, started_as, table
+from benchmarks.fidelity import TEXT_MODELS, build_sources, compare, forward_in_child, tokens
 
 
 def convert(src: Path, dst: Path, dtype: str, window: int, width: int) -> dict:
@@ -81,7 +81,7 @@ def main() -> int:
     cols = ["model", "window", "dtype", "rotary_dim", "predicted", "tolerance", "measured", "limit", "mean_kl",
             "ppl_rel"]
     print(table(rows, cols))
-    out = save("rotary_width", {"command": " ".join(["python", *sys.argv]), "load_avg": os.getloadavg()[0],
+    out = save("rotary_width", {"command": started_as(), "load_avg": os.getloadavg()[0],
                                 "rows": rows})
     print(f"wrote {out}")
     return 0

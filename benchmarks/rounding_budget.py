@@ -1,6 +1,6 @@
 """What the ladder's 16-bit rounding costs, and how small it would have to be to meet 2x the floor.
 
-    python benchmarks/rounding_budget.py [--models demo,demo-mpt,demo-falcon] [--contexts 2048]
+    python -m benchmarks.rounding_budget [--models demo,demo-mpt,demo-falcon] [--contexts 2048]
                                          [--dtypes bfloat16,float16] [--steps 1,0.5,0.25,0] [--rotary-dims 16,32,64]
 
 The converted checkpoints of ``arch_floor.py`` (planned and calibrated as ``fidelity.py`` converts them), run
@@ -28,9 +28,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import save, table
-from arch_floor import child_with, compare_case, floor_cases
-from fidelity import forward_in_child
+from benchmarks._common import save, table
+from benchmarks.arch_floor import child_with, compare_case, floor_cases
+from benchmarks.fidelity import forward_in_child
 
 # The child of fidelity.py with the rotation and attention replaced (module doc). LADDER_STEP is lambda.
 ROUNDED_LADDER = """

@@ -2,9 +2,9 @@
 BTLM-3B-8K native against their converted
 checkpoints, from shapes alone (no weights: a header-only checkpoint of each model, ``ropebridge.serving``).
 
-    python benchmarks/serving_table.py           # compute (about 2 minutes: the ladders are planned), print the tables
-    python benchmarks/serving_table.py --write   # the same, stored in benchmarks/results/serving_table.json
-    python benchmarks/serving_table.py --stored  # the tables from the stored JSON
+    python -m benchmarks.serving_table           # compute (about 2 minutes: the ladders are planned), print the tables
+    python -m benchmarks.serving_table --write   # the same, stored in benchmarks/results/serving_table.json
+    python -m benchmarks.serving_table --stored  # the tables from the stored JSON
 
 ``benchmarks/tables.py`` writes the stored tables into docs/targets.md (``<!-- table: serving -->``);
 ``tests/test_serving.py`` recomputes them.
@@ -136,7 +136,7 @@ if __name__ == "__main__":
         sys.exit(0)
     result = json.loads(json.dumps(numbers()))  # the JSON form (integer keys as strings), as stored
     if "--write" in sys.argv[1:]:
-        from _common import payload  # the results' one schema (beside this script)
+        from benchmarks._common import payload  # the results' one schema (beside this script)
 
         RESULTS.write_text(json.dumps(payload([{"model": k, "forms": v} for k, v in result.items()]), indent=1) + "\n")
     print(tables(result))

@@ -4,7 +4,7 @@ the same source converted in the half-precision default (the frequency ladder, 3
 residual at 1024), and the converted model with the emulation pair removed (no positional encoding: the
 limit). Parameters are counted from the loaded models.
 
-    python benchmarks/speed_memory.py [--quick] [--lengths 1024,2048,...] [--timeout 900]
+    python -m benchmarks.speed_memory [--quick] [--lengths 1024,2048,...] [--timeout 900]
 
 Each (variant, length) runs in a child process (peak RSS is its own; an out-of-memory kill or a timeout is
 recorded as such) on a BLOOM-560M-shaped random checkpoint (24 layers, hidden 1024, 16 heads), float32,
@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import RESULTS, bloom_560m_shaped, save, table
+from benchmarks._common import RESULTS, bloom_560m_shaped, save, table
 
 CHILD = r"""
 import json, resource, sys, time, torch

@@ -22,6 +22,11 @@ class Study:
     results: tuple[str, ...]
     engine: str = ""
 
+    @property
+    def command(self) -> str:
+        """How it is run, from the repository's root: as a module of the ``benchmarks`` (or ``scripts``) package."""
+        return "python -m " + self.script.removesuffix(".py").replace("/", ".")
+
     def summary(self) -> str:
         """The first sentence of the script's docstring, on one line."""
         doc = ast.get_docstring(ast.parse((ROOT / self.script).read_text())) or ""
@@ -66,9 +71,9 @@ STUDIES = (
 
 
 def index() -> str:
-    """The studies as a markdown table: script, what it measures, the engine it runs, the results it keeps."""
-    out = ["| script | what it measures | engine | results |", "|---|---|---|---|"]
+    """The studies as a markdown table: its command, what it measures, the engine it runs, the results it keeps."""
+    out = ["| command | what it measures | engine | results |", "|---|---|---|---|"]
     for s in STUDIES:
         kept = ", ".join(f"`{name}.json`" for name in s.results) or "not run yet"
-        out.append(f"| `{s.script}` | {s.summary()} | {s.engine or '—'} | {kept} |")
+        out.append(f"| `{s.command}` | {s.summary()} | {s.engine or '—'} | {kept} |")
     return "\n".join(out)

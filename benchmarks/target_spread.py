@@ -1,7 +1,7 @@
 """The Nemotron ladder against the GPT-NeoX ladder, segment by segment: is a difference in max |Δlogit| larger
 than the statistic's own spread?
 
-    python benchmarks/target_spread.py [--models demo,demo-mpt,demo-falcon] [--dtypes bfloat16,float16]
+    python -m benchmarks.target_spread [--models demo,demo-mpt,demo-falcon] [--dtypes bfloat16,float16]
                                        [--segments 4] [--length 2048] [--window 8192]
 
 Both targets converted as ``fidelity.py`` converts them (the same plan: calibrated on the last 10,000
@@ -20,8 +20,8 @@ import tempfile
 from pathlib import Path
 
 import torch
-from _common import calibration_text, save, table
-from fidelity import DTYPES, convert_for
+from benchmarks._common import calibration_text, save, started_as, table
+from benchmarks.fidelity import DTYPES, convert_for
 
 TARGETS = ("gpt-neox", "nemotron")
 
@@ -84,7 +84,7 @@ def main() -> int:
                 print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
     print(table(rows, ["model", "dtype", "segment", "gpt-neox_max_abs_logit_err", "nemotron_max_abs_logit_err",
                        "ratio_max", "ratio_kl"]))
-    payload = {"command": " ".join(["python", *sys.argv]), "length": args.length, "window": args.window, "rows": rows}
+    payload = {"command": started_as(), "length": args.length, "window": args.window, "rows": rows}
     print(f"wrote {save('target_spread', payload)}")
     return 0
 

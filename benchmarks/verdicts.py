@@ -1,7 +1,7 @@
 """Convert's verdict against verify's, as a user meets them: every real-text model converted with the defaults
 for each dtype and window, then verified in that dtype on its own held-out text.
 
-    python benchmarks/verdicts.py [--models demo,demo-mpt,demo-falcon] [--dtypes float32,bfloat16,float16]
+    python -m benchmarks.verdicts [--models demo,demo-mpt,demo-falcon] [--dtypes float32,bfloat16,float16]
                                   [--windows 8192,32768,131072] [--context 2048]
 
 Each row: the plan's predicted worst error and its tolerance (convert accepts the plan or refuses it), then
@@ -10,7 +10,7 @@ exact float64 ALiBi, the source's own (reported), in half precision the baseline
 attention and bias exact), verify's limit (``limit.limit``: the largest of the dtype's default tolerance, 4x the
 prediction and 3x the baseline), the source's error over its first 256 tokens (the reading of the source, judged
 in float32) and the verdict. The promise checked: what convert accepts, verify passes.
-Prints a table and writes benchmarks/results/verdicts.json; ``python benchmarks/tables.py`` puts the table into
+Prints a table and writes benchmarks/results/verdicts.json; ``python -m benchmarks.tables`` puts the table into
 docs/verify.md.
 """
 
@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import save, table
+from benchmarks._common import save, started_as, table
 
 
 def run(src: Path, dtype: str, window: int, context: int, work: Path) -> dict:
@@ -77,7 +77,7 @@ def main() -> int:
     cols = ["model", "dtype", "window", "accepted", "predicted", "tolerance", "measured", "baseline", "source", "limit",
             "reading", "passed"]
     print(table(rows, cols))
-    print(f"wrote {save(args.out, {'command': ' '.join(sys.argv), 'rows': rows})}")
+    print(f"wrote {save(args.out, {'command': started_as(), 'rows': rows})}")
     return 0
 
 

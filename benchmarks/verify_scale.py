@@ -1,6 +1,6 @@
 """``ropebridge verify`` at the sizes users have: time, peak memory and the ratio to ``convert``'s time.
 
-    python benchmarks/verify_scale.py [--shapes bloom-560m bloom-1b7 ...] [--cache DIR] [--keep]
+    python -m benchmarks.verify_scale [--shapes bloom-560m bloom-1b7 ...] [--cache DIR] [--keep]
 
 Each shape is a random checkpoint of the model's real geometry (written tensor by tensor, never held whole:
 ``random_checkpoint``), stored in bfloat16 as the hub's are, converted with ``--dtype bfloat16 --window 2048`` and
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import RESULTS, save, table
+from benchmarks._common import RESULTS, save, table
 
 # name: (transformers config class or remote-code family, config kwargs, context)
 SHAPES = {
@@ -139,8 +139,7 @@ def run_shape(shape: str, cache: Path, greedy: int) -> dict:
         layers = config.num_hidden_layers
         src = random_checkpoint(cache / f"{shape}-bf16", config)
     else:  # a remote-code family: the tests' writer of its published names, float32, N(0, 0.02)
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-        from pico import build_remote
+        from tests.pico import build_remote
 
         src, layers = cache / f"{shape}-bf16", kwargs.get("num_hidden_layers", kwargs.get("n_layer"))
         if not (src / "config.json").exists():

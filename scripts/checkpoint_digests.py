@@ -8,8 +8,8 @@ CLI exactly as a user runs it, and records the sha256 of every file each convers
 and the record is read in the current schema (``_plan_record``: ropebridge 0.1 named some of its plan's fields
 otherwise; 0.2 kept the record's geometry under ``layout``), so every number in it is compared.
 
-    python scripts/checkpoint_digests.py --write benchmarks/results/checkpoint_digests.json   # before
-    python scripts/checkpoint_digests.py --compare benchmarks/results/checkpoint_digests.json # after
+    python -m scripts.checkpoint_digests --write benchmarks/results/checkpoint_digests.json   # before
+    python -m scripts.checkpoint_digests --compare benchmarks/results/checkpoint_digests.json # after
 
 ``--compare`` prints every case that differs and exits 1 if any does (a case the file does not record is
 listed as new).
@@ -26,11 +26,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks._common import payload  # (the results' one schema)
 
-from _common import payload  # noqa: E402  (the results' one schema)
+ROOT = Path(__file__).resolve().parents[1]
+
 
 PICO_WINDOW = 512
 DEMO_WINDOW = 8192
@@ -103,7 +102,7 @@ def _source(spec: str, work: Path) -> Path:
         from ropebridge.demo import data_dir
 
         return data_dir(name)
-    import pico
+    from tests import pico
 
     directory = work / "src" / name
     if not directory.exists():
@@ -112,7 +111,7 @@ def _source(spec: str, work: Path) -> Path:
 
 
 def cases() -> list[tuple[str, str, list[str]]]:
-    import pico
+    from tests import pico
 
     out = []
     for family in pico.FAMILIES:
@@ -149,7 +148,6 @@ def run() -> dict[str, dict[str, str] | str]:
             results[name] = _digest(dst) if code == 0 else f"exit {code}"
             print(f"{name:40s} {'ok' if code == 0 else results[name]}", file=sys.stderr)
     return results
-
 
 
 def main() -> int:

@@ -1,4 +1,5 @@
-"""Sample outputs in README.md and docs/: regenerate them, or check them (``tests/repo/test_readme_samples.py``).
+"""Sample outputs in README.md and docs/: regenerate them, or check them (``tests/repo/test_readme_samples.py``;
+``python -m benchmarks.tables --samples`` runs this beside the tables).
 
     python scripts/readme_samples.py          # rewrite every sample block from a fresh run
     python scripts/readme_samples.py --check  # exit 1 where a sample no longer matches

@@ -141,7 +141,7 @@ def _refact(shape: dict, normal, norm) -> tuple[dict, dict]:
 
 
 def _jais(shape: dict, normal, norm) -> tuple[dict, dict]:
-    from oracles import press_reference
+    from tests.oracles import press_reference
 
     model_type = "btlm" if "mup_width_scale" in shape else "jais"
     config = {"architectures": ["BTLMLMHeadModel" if model_type == "btlm" else "JAISLMHeadModel"],

@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 
 import torch
-from oracles import press_reference
+from tests.oracles import press_reference
 
 
 @torch.no_grad()
@@ -194,7 +194,6 @@ def embedded_conversion(name: str, family: str, reading, tmp_path: Path, tokens:
     default float32 conversion (``result``) run in float64 (``as_function``) and in float32 (``float32``), max
     |logit difference|; and whether the converted model's 16 greedy tokens after 64 are the reading's
     (``greedy``)."""
-    import sys
 
     import transformers as T
     from transformers import AutoTokenizer
@@ -207,8 +206,7 @@ def embedded_conversion(name: str, family: str, reading, tmp_path: Path, tokens:
     text = (src / "heldout.txt").read_text()[:20_000]
     ids = torch.tensor([AutoTokenizer.from_pretrained(src)(text)["input_ids"][:tokens]])
     logits = reading(src, ids)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import train_demo_model
+    from scripts import train_demo_model
 
     trained = train_demo_model.remote_from(family, src).double()
     if isinstance(getattr(trained, "slopes", None), torch.Tensor):  # a plain attribute, not a buffer .double() casts

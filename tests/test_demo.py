@@ -79,8 +79,6 @@ def test_demo_bad_input(capsys, tmp_path):
 @pytest.mark.parametrize("name, family", [("demo", "bloom"), ("demo-mpt", "mpt"), ("demo-falcon", "falcon"),
                                           ("demo-baichuan", "baichuan"), ("demo-jais", "jais")])
 def test_every_real_text_model_ships_and_is_the_family_it_claims(name, family):
-    import sys
-    from pathlib import Path
 
     from ropebridge.checkpoint.config import from_config
 
@@ -90,8 +88,7 @@ def test_every_real_text_model_ships_and_is_the_family_it_claims(name, family):
     assert (directory / "tokenizer.json").read_bytes() == (data_dir() / "tokenizer.json").read_bytes()
     assert sum(f.stat().st_size for f in directory.iterdir()) < 8 * 2**20
     # the training script's config for the family is the shipped one's shape
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import train_demo_model
+    from scripts import train_demo_model
     import transformers as T
 
     if family in train_demo_model.REMOTE:  # remote code: the script's own module and its config keys

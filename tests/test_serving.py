@@ -2,7 +2,6 @@
 tensor-parallel splits on stored shapes, the docs' tables."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -121,8 +120,7 @@ def test_geometry_validates():
 
 
 def _serving_table():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import serving_table
+    from benchmarks import serving_table
 
     return serving_table
 

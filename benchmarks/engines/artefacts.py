@@ -7,8 +7,9 @@ import json
 import logging
 from pathlib import Path
 
-import envs
-from settings import HALF_GGUF_TYPES, LADDER_RUNS, QUANTIZED
+from benchmarks.engines import envs
+from benchmarks.engines.settings import HALF_GGUF_TYPES, LADDER_RUNS, QUANTIZED
+from benchmarks.engines.workers import FOLDER as WORKERS
 
 HERE = Path(__file__).resolve().parent
 log = logging.getLogger("engines")
@@ -39,7 +40,7 @@ def gguf_files(env: envs.Env, native: Path, converted: dict[str, Path], work: Pa
             continue
         if t in QUANTIZED:  # from a GGUF made earlier in this loop
             log.info("llama_model_quantize %s-%s -> %s", role, QUANTIZED[t], t)
-            env.run([HERE / "worker_llamacpp.py", "quantize", files[f"{role}-{QUANTIZED[t]}"], files[key], t],
+            env.run([WORKERS / "worker_llamacpp.py", "quantize", files[f"{role}-{QUANTIZED[t]}"], files[key], t],
                     log_file=work / f"quantize-{key}.log")
         else:
             log.info("convert_hf_to_gguf.py %s --outtype %s", src.name, t)
@@ -47,7 +48,8 @@ def gguf_files(env: envs.Env, native: Path, converted: dict[str, Path], work: Pa
                     log_file=work / f"convert_hf_to_gguf-{key}.log")
     if stale(files["converted+base"], converted["converted"]):
         base = json.loads((converted["converted"] / "config.json").read_text())["rotary_emb_base"]
-        env.run([HERE / "worker_llamacpp.py", "set-base", files["converted"], files["converted+base"], base], gguf=True)
+        env.run([WORKERS / "worker_llamacpp.py", "set-base", files["converted"], files["converted+base"], base],
+                gguf=True)
     return files
 
 
@@ -60,7 +62,7 @@ def ct2_dirs(env: envs.Env, native: Path, converted: dict[str, Path], work: Path
     for key, (src, flags) in jobs.items():
         if stale(dirs[key] / "model.bin", src):
             log.info("CTranslate2 converter: %s %s", src.name, " ".join(flags))
-            env.run([HERE / "worker_ct2.py", "convert", src, dirs[key], *flags])
+            env.run([WORKERS / "worker_ct2.py", "convert", src, dirs[key], *flags])
     return dirs
 
 

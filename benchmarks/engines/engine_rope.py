@@ -1,8 +1,8 @@
 """Engine parity without a GPU: the llama, persimmon and stablelm targets' rope as vLLM or SGLang computes it,
 against ropebridge's plan and transformers.
 
-    python benchmarks/engines/engine_rope.py --engine vllm --python ENV/bin/python [--write]
-    python benchmarks/engines/engine_rope.py --engine sglang --python ENV/bin/python [--write]
+    python -m benchmarks.engines.engine_rope --engine vllm --python ENV/bin/python [--write]
+    python -m benchmarks.engines.engine_rope --engine sglang --python ENV/bin/python [--write]
 
 ENV is a virtual environment outside the repository with the engine (vLLM: ``python3 -m venv ENV &&
 ENV/bin/pip install vllm==0.33.0``, about 9.5 GB with its CUDA build of torch, whose CPU ops run here; SGLang
@@ -43,10 +43,10 @@ from pathlib import Path
 
 import torch
 
+from benchmarks._common import payload  # (the results' one schema)
+from benchmarks.engines.workers import FOLDER as WORKERS
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import payload  # noqa: E402  (the results' one schema)
 
 CASES = [  # (family, target, heads, head_dim, dtype, window), the default strategy of each dtype: the llama target
     # on Baichuan-13B's heads of 128 and Refact-1.6B's 64 (one kv head); nemotron on BLOOM heads of 128
@@ -76,7 +76,7 @@ def results(engine: str) -> Path:
 
 
 def _source(family: str, heads: int, head_dim: int, work: Path) -> Path:
-    from pico import build, build_remote
+    from tests.pico import build, build_remote
 
     if family == "bloom":  # its q and k biases zeroed: the converted q and k biases are then the emulation's alone
         src = build(work / "src", "bloom-4heads", n_layer=1, hidden_size=heads * head_dim, n_head=heads, vocab_size=64)
@@ -124,7 +124,7 @@ def case(engine: str, python: str, engine_path: str | None, family: str, target:
     job = {"model": str(res.destination), "dtype": dtype, "positions": list(range(window)), "out": str(work / "v.pt")}
     (work / "job.json").write_text(json.dumps(job))
     env = {**os.environ, "PYTHONPATH": engine_path} if engine_path else None
-    subprocess.run([python, str(Path(__file__).with_name(f"worker_{engine}_rope.py")), "run", str(work / "job.json")],
+    subprocess.run([python, str(WORKERS / f"worker_{engine}_rope.py"), "run", str(work / "job.json")],
                    check=True, cwd=Path(__file__).parent, capture_output=True, env=env)
     got = torch.load(work / "v.pt")
     # transformers' rope and rotation of the same constants (its module for the target's model type)

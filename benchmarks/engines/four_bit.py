@@ -21,7 +21,7 @@ q = clamp(round(W / scale) + zero, 0, 15), standing for scale (q - zero). Stored
 
 and ``config.json`` gains the ``quantization_config`` that names them.
 
-    python benchmarks/engines/four_bit.py SRC DST [--format gptq|awq] [--group 64]
+    python -m benchmarks.engines.four_bit SRC DST [--format gptq|awq] [--group 64]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The llama target in transformers 4.x: the remote-code families' picos converted with the defaults and run by
 transformers 4.57's own Llama, against independent readings of their published code.
 
-    python benchmarks/engines/hf4_llama.py --python ENV/bin/python [--write]
+    python -m benchmarks.engines.hf4_llama --python ENV/bin/python [--write]
 
 ENV is a virtual environment outside the repository with transformers 4.x (``python3 -m venv ENV &&
 ENV/bin/pip install torch==2.13.0 transformers==4.57.6 safetensors``, the ``transformers-4`` environment of
@@ -32,10 +32,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks._common import payload  # (the results' one schema)
+from benchmarks.engines.workers import FOLDER as WORKERS
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import payload  # noqa: E402  (the results' one schema)
 RESULTS = ROOT / "benchmarks" / "results" / "hf4_llama.json"
 CASES = [(family, dtype) for family in ("baichuan", "baichuan2", "refact") for dtype in ("float32", "bfloat16")]
 TOKENS, PROMPTS, GREEDY = 512, 4, 16
@@ -55,7 +55,7 @@ def _transformers5(directory: Path, dtype: str, ids: torch.Tensor, prompts: list
 
 
 def case(python: str, family: str, dtype: str, work: Path) -> list[dict]:
-    from pico import build_remote
+    from tests.pico import build_remote
 
     from ropebridge.convert import convert
     from ropebridge.verify.verdict import LOGIT_FACTOR
@@ -63,7 +63,7 @@ def case(python: str, family: str, dtype: str, work: Path) -> list[dict]:
 
     src = build_remote(work / family, family)
     res = convert(src, work / "llama", PlanRequest(window=TOKENS, dtype=dtype), force=True)
-    from remote_models import READINGS
+    from tests.remote_models import READINGS
 
     plan, oracle = res.plan, READINGS[family]
     vocab = json.loads((src / "config.json").read_text())["vocab_size"]
@@ -86,7 +86,7 @@ def case(python: str, family: str, dtype: str, work: Path) -> list[dict]:
                "prompts": [p[0].tolist() for p in prompts], "greedy_tokens": GREEDY, "settings": {"threads": 2},
                "out": str(work / "out.json")}
         (work / "job.json").write_text(json.dumps(job))
-        subprocess.run([python, str(Path(__file__).with_name("worker_hf4.py")), "run", str(work / "job.json")],
+        subprocess.run([python, str(WORKERS / "worker_hf4.py"), "run", str(work / "job.json")],
                        check=True, cwd=Path(__file__).parent, capture_output=True)
         got = json.loads((work / "out.json").read_text())
         err = max(got["oracle"]["max_abs_by_position"])

@@ -1,7 +1,7 @@
 """What serving a conversion costs in llama.cpp: the BLOOM-560M shape's own GGUF (llama.cpp's BLOOM, its ALiBi)
 beside its ``--engine llama.cpp`` conversion's, F16 GGUFs, in one run with the rounds interleaved.
 
-    python benchmarks/engines/llamacpp_cost.py [--rounds 2]
+    python -m benchmarks.engines.llamacpp_cost [--rounds 2]
 
 The llama.cpp environment of ``envs.py``. The model: BLOOM-560M's shape with random weights and GPT-2's tokenizer
 (``models.prepare_native``), through llama.cpp's converter at F16; converted with ``ropebridge convert SRC DST
@@ -26,14 +26,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks._common import machine, started_as
+from benchmarks.engines import envs
+from benchmarks.engines.models import prepare_native
+from benchmarks.engines.workers import FOLDER as WORKERS
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
 
-import envs  # noqa: E402
-from _common import machine  # noqa: E402
-from models import prepare_native  # noqa: E402
 
 log = logging.getLogger("engines")
 OUT = ROOT / "benchmarks" / "results" / "llamacpp_cost.json"
@@ -45,7 +45,7 @@ def gguf(env: envs.Env, checkpoint: Path, out: Path, base: float | None) -> Path
         env.run([env.convert_hf_to_gguf, checkpoint, "--outtype", "f16", "--outfile", out], gguf=True)
         if base is not None:
             based = out.with_suffix(".tmp.gguf")
-            env.run([HERE / "worker_llamacpp.py", "set-base", out, based, str(base)], gguf=True)
+            env.run([WORKERS / "worker_llamacpp.py", "set-base", out, based, str(base)], gguf=True)
             based.replace(out)
     return out
 
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             job.write_text(json.dumps({"model": str(path), "sequence": ids, "prefill": PREFILL,
                                        "decode_tokens": DECODE_TOKENS, "rounds": 2, "n_ctx": WINDOW,
                                        "threads": args.threads, "out": str(out)}))
-            env.run([HERE / "worker_llamacpp.py", "speed", job], gguf=True)
+            env.run([WORKERS / "worker_llamacpp.py", "speed", job], gguf=True)
             runs[name].append({**json.loads(out.read_text()), "load_before": load})
     rows, native_row = [], None
     for name, (path, heads, head_dim) in models.items():
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                 row[f"{key}_ratio"] = row[key] / native_row[key]
         rows.append(row)
         native_row = native_row or row
-    payload = {"machine": machine(), "command": " ".join(["python", *sys.argv]),
+    payload = {"machine": machine(), "command": started_as(),
                "llama_cpp_python": envs.LLAMA_CPP_PYTHON, "threads": args.threads, "rows": rows, "runs": runs}
     print(table(payload))
     OUT.write_text(json.dumps(payload, indent=1))

@@ -2,7 +2,7 @@
 through llama.cpp's converter and its native MPT, JAIS and Baichuan graphs, and their ``--engine llama.cpp``
 conversions through the same converter, in one engine, against the exact float64 ALiBi forward pass.
 
-    python benchmarks/engines/llamacpp_families.py [--models demo-mpt,demo-jais,demo-baichuan] [--write]
+    python -m benchmarks.engines.llamacpp_families [--models demo-mpt,demo-jais,demo-baichuan] [--write]
 
 The llama.cpp environment of ``envs.py`` (llama-cpp-python 0.3.36 and the ``convert_hf_to_gguf.py`` of its
 llama.cpp). llama.cpp runs ALiBi natively for BLOOM (``run.py``), MPT, JAIS, Refact (``llamacpp_llama.py``) and
@@ -39,13 +39,14 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks._common import machine, started_as
+from benchmarks.engines import envs
+from benchmarks.engines.scoring import GREEDY, exact, token_ids
+from benchmarks.engines.workers import FOLDER as WORKERS
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
 
-import envs  # noqa: E402
-from scoring import GREEDY, exact, token_ids  # noqa: E402
 
 log = logging.getLogger("engines")
 RESULTS = ROOT / "benchmarks" / "results" / "llamacpp_families.json"
@@ -82,7 +83,8 @@ def gguf(env: envs.Env, checkpoint: Path, base_from_config: bool, log_dir: Path,
     """CHECKPOINT with GPT-2's vocabulary (unless it has it), through llama.cpp's converter at OUTTYPE with FLAGS
     (and the base set where asked)."""
     if vocab:
-        env.run([HERE / "gpt2_vocab.py", env.llama_src, checkpoint], log_file=log_dir / f"{checkpoint.name}-vocab.log")
+        env.run([WORKERS / "gpt2_vocab.py", env.llama_src, checkpoint], gguf=True,
+                log_file=log_dir / f"{checkpoint.name}-vocab.log")
     out = checkpoint.with_suffix(".gguf")
     env.run([env.convert_hf_to_gguf, checkpoint, "--outtype", outtype, "--outfile", out, *flags], gguf=True,
             log_file=log_dir / f"{checkpoint.name}-gguf.log")
@@ -90,7 +92,7 @@ def gguf(env: envs.Env, checkpoint: Path, base_from_config: bool, log_dir: Path,
         config = json.loads((checkpoint / "config.json").read_text())
         base = config.get("rotary_emb_base") or config.get("rope_theta") or config["rope_parameters"]["rope_theta"]
         based = checkpoint.with_suffix(".base.gguf")
-        env.run([HERE / "worker_llamacpp.py", "set-base", out, based, str(base)], gguf=True)
+        env.run([WORKERS / "worker_llamacpp.py", "set-base", out, based, str(base)], gguf=True)
         out = based
     return out
 
@@ -122,7 +124,7 @@ def run(env: envs.Env, model: Path, ids: list[int], prompts: list[list[int]], re
     job.write_text(json.dumps({"model": str(model), "sequence": ids, "references": {"exact": str(reference)},
                                "prompts": prompts, "greedy_tokens": GREEDY, "n_ctx": len(ids) + GREEDY + 64,
                                "settings": SETTINGS, "out": str(out)}))
-    env.run([HERE / "worker_llamacpp.py", "run", job], gguf=True)
+    env.run([WORKERS / "worker_llamacpp.py", "run", job], gguf=True)
     return json.loads(out.read_text())
 
 
@@ -233,11 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models.split(","):
         log.info("%s", name)
         rows.append(case(env, name, args.context, work))
-    payload = {"command": " ".join(["python", *sys.argv]), "llama_cpp_python": envs.LLAMA_CPP_PYTHON, "rows": rows}
+    payload = {"command": started_as(), "llama_cpp_python": envs.LLAMA_CPP_PYTHON, "rows": rows}
     print(table(payload))
     if args.write:
-        from _common import machine
-
         RESULTS.write_text(json.dumps({"machine": machine(), **payload}, indent=1))
         print(f"wrote {RESULTS}")
     return 0

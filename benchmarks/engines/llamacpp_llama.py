@@ -1,7 +1,7 @@
 """The llama target in llama.cpp: the remote-code families' picos converted with the defaults, then through
 llama.cpp's own converter with its defaults, run by llama.cpp against independent readings of their code.
 
-    python benchmarks/engines/llamacpp_llama.py [--env-dir DIR] [--write]
+    python -m benchmarks.engines.llamacpp_llama [--env-dir DIR] [--write]
 
 The llama.cpp environment of ``envs.py`` (llama-cpp-python 0.3.36 compiled from source, with the
 ``convert_hf_to_gguf.py`` of its llama.cpp; created on first use, about 8 minutes). For Baichuan-13B and Refact
@@ -34,12 +34,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks._common import payload  # (the results' one schema)
+from benchmarks.engines.workers import FOLDER as WORKERS
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import payload  # noqa: E402  (the results' one schema)
-sys.path.insert(0, str(HERE))
 RESULTS = ROOT / "benchmarks" / "results" / "llamacpp_llama.json"
 CASES = (("baichuan", "single"), ("refact", "single"), ("baichuan", "ladder"), ("refact", "ladder"),
          ("refact", "native"))  # native: the source itself through llama.cpp's own Refact reading
@@ -47,9 +46,9 @@ TOKENS, PROMPTS, GREEDY = 512, 4, 16
 
 
 def case(env, family: str, strategy: str, tokenizer: Path, work: Path) -> dict:
-    import envs
-    from pico import build_remote
-    from remote_models import READINGS, greedy_continuation, refact_logits
+    from benchmarks.engines import envs
+    from tests.pico import build_remote
+    from tests.remote_models import READINGS, greedy_continuation, refact_logits
 
     from ropebridge.convert import convert
     from ropebridge.verify.verdict import LOGIT_FACTOR
@@ -83,7 +82,7 @@ def case(env, family: str, strategy: str, tokenizer: Path, work: Path) -> dict:
            "greedy_tokens": GREEDY, "settings": {"flash_attn": False, "type_k": "f32", "type_v": "f32", "threads": 2},
            "out": str(work / "out.json")}
     (work / "job.json").write_text(json.dumps(job))
-    env.run([HERE / "worker_llamacpp.py", "run", work / "job.json"], log_file=work / "run.log")
+    env.run([WORKERS / "worker_llamacpp.py", "run", work / "job.json"], log_file=work / "run.log")
     got = json.loads((work / "out.json").read_text())
     err = max(got["oracle"]["max_abs_by_position"])
     config = json.loads((res.destination / "config.json").read_text())
@@ -111,7 +110,7 @@ def table(content: dict) -> str:
 
 
 def main() -> int:
-    import envs
+    from benchmarks.engines import envs
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env-dir", type=Path, default=envs.default_root())
@@ -121,7 +120,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as work:
         tokenizer = Path(work) / "gpt2-tokenizer"
-        env.run([HERE / "worker_llamacpp.py", "tokenizer", env.llama_src, tokenizer], gguf=True)
+        env.run([WORKERS / "worker_llamacpp.py", "tokenizer", env.llama_src, tokenizer], gguf=True)
         for family, strategy in CASES:
             (Path(work) / f"{family}-{strategy}").mkdir()
             rows.append(case(env, family, strategy, tokenizer, Path(work) / f"{family}-{strategy}"))

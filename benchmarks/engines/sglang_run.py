@@ -2,7 +2,7 @@
 float16 and float32, run by SGLang 0.5.23 on this machine's CPU through its offline engine and through its HTTP
 server, beside what SGLang does with the source itself, all against the exact float64 ALiBi forward pass.
 
-    python benchmarks/engines/sglang_run.py [--models demo,demo-mpt] [--dtypes bfloat16] [--apis offline,serve]
+    python -m benchmarks.engines.sglang_run [--models demo,demo-mpt] [--dtypes bfloat16] [--apis offline,serve]
                                             [--kinds native,converted] [--context 2048] [--work-dir DIR] [--fresh]
 
 SGLang is sglang 0.5.23 in an environment of its own (``envs.py``, created in about 2 minutes from a warm pip cache),
@@ -33,16 +33,14 @@ import logging
 import sys
 from pathlib import Path
 
+from benchmarks.engines import envs, scoring
+from benchmarks.engines.scoring import (GREEDY, MODELS, PPL_LIMIT, arguments, convert, exact, row, run_engine,
+                                        run_worker, save, token_ids)
+from benchmarks.engines.workers import sglang_log
+from benchmarks.engines.workers import FOLDER as WORKERS
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-
-import envs  # noqa: E402
-import scoring  # noqa: E402
-import worker_sglang  # noqa: E402  (standard library only: its log reader)
-from scoring import (GREEDY, MODELS, PPL_LIMIT, arguments, convert, exact, row, run_engine, run_worker,  # noqa: E402
-                     save, token_ids)
 
 log = logging.getLogger("engines")
 APIS = ("offline", "serve")
@@ -75,12 +73,12 @@ def worker(env: envs.Env, api: str, model: Path, dtype: str, ref: dict, work: Pa
         out = run_engine(env.python, "run_sglang.py", job, work, f"{dtype}-{api}")
         if "refused" in out:
             return out
-        read = worker_sglang.facts(out.pop("log"))  # the class it loaded, its cache's dtype
+        read = sglang_log.facts(out.pop("log"))  # the class it loaded, its cache's dtype
         return {**out, **read, "reported_ids": out["reported_ids"][0]}
     job = {"model": str(model), "dtype": dtype, "max_total_tokens": MAX_TOTAL_TOKENS, "ids": ref["ids"],
            "prompts": ref["prompts"], "greedy_tokens": GREEDY, "trust_remote_code": remote_code,
            "command": serve_command(env, model, dtype, remote_code), "port": PORT}
-    return run_worker(env, [HERE / "worker_sglang.py", api], job, work, f"{dtype}-{api}")
+    return run_worker(env, [WORKERS / "worker_sglang.py", api], job, work, f"{dtype}-{api}")
 
 
 def hub_baichuan(source: Path, work: Path) -> Path:

@@ -1,7 +1,7 @@
 """What serving a conversion costs in vLLM: the BLOOM-560M shape native (vLLM's own BLOOM, its ALiBi kernel) beside
 its ``--engine vllm`` conversions, bfloat16, in one run with the rounds interleaved.
 
-    python benchmarks/engines/vllm_cost.py [--rounds 2] [--widths 32,16] [--work-dir DIR]
+    python -m benchmarks.engines.vllm_cost [--rounds 2] [--widths 32,16] [--work-dir DIR]
 
 The model: BLOOM-560M's shape (24 layers, hidden 1024, 16 heads of 64, vocabulary 250880) with random weights
 (``_common.bloom_560m_shaped``), served in bfloat16. Converted with ``ropebridge convert SRC DST --engine vllm
@@ -38,15 +38,14 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks._common import bloom_560m_shaped, machine, started_as
+from benchmarks._common import table as text_table
+from benchmarks.engines import envs
+from benchmarks.engines.vllm_run import worker
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
 
-import envs  # noqa: E402
-from _common import bloom_560m_shaped, machine  # noqa: E402
-from _common import table as text_table  # noqa: E402
-from vllm_run import worker  # noqa: E402
 
 log = logging.getLogger("engines")
 OUT = ROOT / "benchmarks" / "results" / "vllm_cost.json"
@@ -216,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             "kv_bytes_per_token", "sequences_2k", "weights_bytes", "prefill_tokens_per_s_ratio",
             "decode_b16_tokens_per_s_ratio", "sequences_2k_ratio"]
     print(text_table(rows, cols))
-    payload = {"machine": {**machine(), "cpu_model": cpu_model()}, "command": " ".join(["python", *sys.argv]),
+    payload = {"machine": {**machine(), "cpu_model": cpu_model()}, "command": started_as(),
                "vllm": envs.RUN["vllm"], "window": WINDOW, "kv_cache_space_gib": 1, "rows": rows,
                "runs": {args.shape: runs}}
     out = OUT if args.write else work / f"vllm_cost-{args.shape}-{int(time.time())}.json"

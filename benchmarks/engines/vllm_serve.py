@@ -1,12 +1,12 @@
 """vLLM or SGLang on a GPU: the native ALiBi model and its ropebridge conversions served side by side, throughput
 and error.
 
-    python benchmarks/engines/vllm_serve.py [--engine vllm|sglang] [--models demo,demo-mpt,demo-falcon]
+    python -m benchmarks.engines.vllm_serve [--engine vllm|sglang] [--models demo,demo-mpt,demo-falcon]
                                     [--targets gpt-neox,nemotron] [--dtype bfloat16] [--context 2048]
                                     [--batch 64] [--new-tokens 128]
-    python benchmarks/engines/vllm_serve.py --models baichuan2-13b-shape,refact-1.6b-shape --targets llama \
+    python -m benchmarks.engines.vllm_serve --models baichuan2-13b-shape,refact-1.6b-shape --targets llama \
         [--engine sglang]
-    python benchmarks/engines/vllm_serve.py --models demo-jais,jais-30b-shape,btlm-3b-8k-shape --targets default
+    python -m benchmarks.engines.vllm_serve --models demo-jais,jais-30b-shape,btlm-3b-8k-shape --targets default
 
 Needs a CUDA GPU and the engine (``pip install vllm`` or ``pip install sglang``, each bringing its own CUDA build
 of torch: install it in an environment of its own with ropebridge). Where either is missing it says which,
@@ -42,7 +42,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 
 TEXT_MODELS = ("demo", "demo-mpt", "demo-falcon", "demo-baichuan", "demo-jais")
 SHAPES = {  # remote-code families' published geometry, 2 layers (``tests/pico.build_remote`` overrides)
@@ -77,8 +76,7 @@ def source(name: str, work: Path, context: int, batch: int) -> tuple[Path, list[
     if name in SHAPES:
         import torch
 
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-        from pico import build_remote
+        from tests.pico import build_remote
 
         family, shape = SHAPES[name]
         src = build_remote(work / name, family, std=0.02, **shape)  # initialiser-sized weights: logits O(1)
@@ -88,7 +86,7 @@ def source(name: str, work: Path, context: int, batch: int) -> tuple[Path, list[
         return src, ids[:context], [ids[context + 32 * i: context + 32 * (i + 1)] for i in range(batch)], None
     from transformers import AutoTokenizer
 
-    from _common import calibration_text
+    from benchmarks._common import calibration_text
     from ropebridge.demo import data_dir
 
     src = data_dir(name)
@@ -193,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     if why is not None:
         print(f"vllm_serve: {why}; nothing measured, nothing written")
         return 0
-    from _common import save, table
+    from benchmarks._common import save, started_as, table
 
     rows = []
     with tempfile.TemporaryDirectory() as work:
@@ -227,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows, ["model", "form", "max_abs_dlogp", "mean_abs_dlogp", "perplexity", "perplexity_exact",
                        "tokens_per_s", "refused"]))
     name = "vllm_serve" if args.engine == "vllm" else f"{args.engine}_serve"
-    payload = {"command": " ".join(["python", *sys.argv]), "engine": args.engine, args.engine: version,
+    payload = {"command": started_as(), "engine": args.engine, args.engine: version,
                "gpu": torch.cuda.get_device_name(), "rows": rows}
     print(f"wrote {save(name, payload)}")
     return 0

@@ -4,7 +4,6 @@ conversion passes. A benchmark that runs once an hour must not be the first to f
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from pico import build, build_remote
@@ -12,11 +11,9 @@ from pico import build, build_remote
 from ropebridge.convert import convert
 from ropebridge.emulation import PlanRequest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks import convert_560m, default_shapes
 
-import convert_560m  # noqa: E402
-import default_shapes  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_convert_560m_s_verify_runs_and_reads_its_byte_check(tmp_path):

@@ -1,13 +1,10 @@
 """The metric code of benchmarks/engines (it runs inside the engines' environments, numpy only)."""
 
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "engines"))
 
-from _compare import against_reference, against_references  # noqa: E402
+from benchmarks.engines.workers._compare import against_reference, against_references
 
 
 def test_against_reference_blocks_and_kl(tmp_path):
@@ -45,7 +42,7 @@ def _row(engine, model, ratio_vs_exact, partings=(), passes=None):
 
 
 def test_judge_needs_the_exact_ratio_and_no_unexplained_parting():
-    from run import judge
+    from benchmarks.engines.run import judge
 
     assert judge(1.5, [])
     assert not judge(1.51, [])
@@ -56,13 +53,13 @@ def test_judge_needs_the_exact_ratio_and_no_unexplained_parting():
 def test_merge_replaces_what_ran_and_judges_the_rest_again(tmp_path):
     import json
 
-    from run import CRITERION, merge
+    from benchmarks.engines.run import CRITERION, merge
 
     out = tmp_path / "engines.json"
     stored = [_row("llama.cpp", "demo", 0.99, passes=False),  # judged under an older criterion
               _row("ctranslate2", "demo", 1.59, passes=False),
               _row("ctranslate2", "bloom560m", 1.2, [{"prompt": 1, "step": 0, "reference_margin": 5.0}], True)]
-    out.write_text(json.dumps({"machine": {}, "command": "python benchmarks/engines/run.py", "rows": stored}))
+    out.write_text(json.dumps({"machine": {}, "command": "python -m benchmarks.engines.run", "rows": stored}))
     fresh = [_row("ctranslate2", "demo", 0.06, passes=True)]
     merged = merge(fresh, out)
     by_key = {(r["engine"], r["model"]): r for r in merged}

@@ -3,17 +3,15 @@ tokenizer step (gpt2_vocab.py) keeps the model's own token ids' logits."""
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks" / "engines"))
+from benchmarks.engines import recipes, settings
+from benchmarks.engines.workers import gpt2_vocab
 
-import gpt2_vocab  # noqa: E402
-import recipes  # noqa: E402
-import settings  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+
 
 MARKDOWN = [p for p in ROOT.rglob("*.md") if ".venv" not in p.parts and "demo-out" not in p.parts]
 
@@ -53,7 +51,7 @@ def test_padding_the_vocabulary_keeps_every_row(tmp_path):
 
 def test_an_unpadded_vocabulary_compares_as_the_padded_model(tmp_path):
     import numpy as np
-    from _compare import against_reference
+    from benchmarks.engines.workers._compare import against_reference
 
     rng = np.random.default_rng(0)
     hidden, head = rng.standard_normal((6, 4)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)

@@ -4,15 +4,13 @@ transformers', and the emulated bias through the engine's rotation is within eac
 case."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks" / "engines"))
+from benchmarks.engines import engine_rope
 
-import engine_rope  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("engine", engine_rope.ENGINES)

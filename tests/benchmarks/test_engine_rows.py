@@ -1,14 +1,11 @@
 """benchmarks/engines: the one table of rows (settings.py) declares exactly the runs stored in results/engines.json."""
 
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks" / "engines"))
+from benchmarks.engines import run, settings
 
-import run  # noqa: E402
-import settings  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _settings(row: dict) -> dict:

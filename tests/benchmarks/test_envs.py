@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks" / "engines"))
+from benchmarks.engines import envs
+from processes import gone
 
-import envs  # noqa: E402
-from processes import gone  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+
 
 SCRIPT = """
 import os, subprocess, sys, time

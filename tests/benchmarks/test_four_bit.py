@@ -3,17 +3,15 @@ nearest as a float64 reference of each tool's quantizer rounds, within half a st
 weights of the blocks replaced and nothing else."""
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks" / "engines"))
+from benchmarks.engines import four_bit
 
-import four_bit  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_each_format_packs_eight_values_per_int32_as_its_tool_does():

@@ -9,15 +9,14 @@ import pytest
 import torch
 from pico import build
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks import gpu_check
 
-import gpu_check  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here: the check runs instead")
 def test_without_a_cuda_device_it_says_so_in_one_line():
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py")], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "no CUDA device" in proc.stderr
 

@@ -4,13 +4,11 @@ code; in float32 also transformers 5.x's logits and greedy tokens exactly), and 
 pass (without it transformers 4.x runs the default rope)."""
 
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks" / "engines"))
+from benchmarks.engines import hf4_llama
 
-import hf4_llama  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_stored_runs_are_documented_and_the_written_config_passes():

@@ -1,15 +1,13 @@
 """What was run comes from the stored results alone: no cell of the engine facts claims or denies a run, and every
 run the results hold is marked in the generated tables."""
 
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks import known
+from ropebridge.targets import TARGETS
+from ropebridge.targets.support import COLUMNS
 
-import known  # noqa: E402
-from ropebridge.targets import TARGETS  # noqa: E402
-from ropebridge.targets.support import COLUMNS  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_no_engine_fact_says_whether_it_was_run():

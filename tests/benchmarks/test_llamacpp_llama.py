@@ -3,13 +3,11 @@ defaults) are what the README of benchmarks/engines shows, every conversion is w
 reading's greedy tokens, and llama.cpp's native Refact is the RMSNorm reading of it."""
 
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks" / "engines"))
+from benchmarks.engines import llamacpp_llama
 
-import llamacpp_llama  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_stored_runs_are_documented_and_pass():

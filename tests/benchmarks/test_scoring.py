@@ -4,13 +4,12 @@ perplexity, |Δ log p| and greedy partings, and what a row says of the conversio
 import json
 import math
 import sys
+import types
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks" / "engines"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks.engines import scoring
 
-import scoring  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _ref(logprobs, greedy, margins):
@@ -87,16 +86,18 @@ def test_a_run_through_the_package_runner_is_a_row_or_what_the_engine_said(tmp_p
 
 
 def test_a_study_saves_its_rows_merged_with_those_stored_in_the_one_schema(tmp_path, monkeypatch, capsys):
-    import _common
+    from benchmarks import _common
 
     monkeypatch.setattr(_common, "RESULTS", tmp_path)
     out = tmp_path / "x_engine.json"
     old = {"model": "demo-mpt", "kind": "converted", "dtype": "bfloat16", "api": "serve", "ppl": 2.0}
     out.write_text(json.dumps({"rows": [old]}))
-    monkeypatch.setattr(sys, "argv", ["benchmarks/engines/x_run.py", "--apis", "offline"])
+    monkeypatch.setattr(sys, "argv", ["/repo/benchmarks/engines/x_run.py", "--apis", "offline"])
+    monkeypatch.setitem(sys.modules, "__main__", types.SimpleNamespace(__spec__=types.SimpleNamespace(
+        name="benchmarks.engines.x_run")))  # as `python -m benchmarks.engines.x_run` starts it
     new = {"model": "demo", "kind": "converted", "dtype": "bfloat16", "api": "offline", "ppl": 1.0}
     scoring.save(out, [new], ["model", "ppl"], scoring.MODELS, {"x": "x 1.0", "context": 8})
     payload = json.loads(out.read_text())
     assert payload["rows"] == [new, old] and payload["x"] == "x 1.0" and payload["context"] == 8
-    assert payload["command"] == "python benchmarks/engines/x_run.py --apis offline" and "cpu" in payload["machine"]
+    assert payload["command"] == "python -m benchmarks.engines.x_run --apis offline" and "cpu" in payload["machine"]
     assert "load_after" in payload and f"wrote {out}" in capsys.readouterr().out

@@ -4,20 +4,16 @@ served by SGLang in every dtype through both APIs, the sources as SGLang took th
 choosing a target seen run wrong."""
 
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks" / "engines"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks import known
+from benchmarks.engines import envs, scoring, sglang_run
+from ropebridge.checkpoint.config import from_config
+from ropebridge.demo import data_dir
+from ropebridge.targets.engines import choose
 
-import envs  # noqa: E402
-import known  # noqa: E402
-import scoring  # noqa: E402
-import sglang_run  # noqa: E402
-from ropebridge.checkpoint.config import from_config  # noqa: E402
-from ropebridge.demo import data_dir  # noqa: E402
-from ropebridge.targets.engines import choose  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+
 
 PAYLOAD = json.loads(sglang_run.OUT.read_text())
 

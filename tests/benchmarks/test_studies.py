@@ -1,15 +1,15 @@
 """The studies' registry (``benchmarks/studies.py``): every committed result is one study's, every study's script
-exists and says in its first sentence what it measures, and every script that writes a result is a study."""
+exists and says in its first sentence what it measures, every script that writes a result is a study, and every
+study is a module its command can run: imported by its package name, with no edit of ``sys.path`` anywhere."""
 
+import importlib
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks import studies
 
-import studies  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_committed_result_belongs_to_exactly_one_study():
@@ -35,6 +35,22 @@ def test_every_script_that_writes_a_result_is_a_study():
 def test_the_index_names_each_study_by_its_own_first_sentence():
     index = studies.index()
     assert index.count("\n") == len(studies.STUDIES) + 1
-    row = next(line for line in index.splitlines() if "`benchmarks/engines/vllm_cost.py`" in line)
+    row = next(line for line in index.splitlines() if "`python -m benchmarks.engines.vllm_cost`" in line)
     assert "What serving a conversion costs in vLLM" in row and "`vllm_cost.json`" in row
     assert all(line.count(" | ") == 3 for line in index.splitlines()[2:])  # no stray | inside a cell
+
+
+def test_every_study_is_a_module_its_command_runs():
+    for s in studies.STUDIES:
+        name = s.command.removeprefix("python -m ")
+        module = importlib.import_module(name)  # by its package name, as `python -m` finds it
+        assert callable(getattr(module, "main", None)) or "__main__" in (ROOT / s.script).read_text(), name
+        assert 'if __name__ == "__main__":' in (ROOT / s.script).read_text(), name
+
+
+def test_no_code_edits_sys_path():
+    # the studies import each other and the tests' models by package (``python -m`` from the root; pytest's
+    # ``pythonpath``); engine workers import their siblings because they run by path
+    code = [p for folder in ("benchmarks", "scripts", "src") for p in (ROOT / folder).rglob("*.py")]
+    edits = [str(p.relative_to(ROOT)) for p in code if re.search(r"sys\.path\.(insert|append)", p.read_text())]
+    assert code and not edits, edits

@@ -3,19 +3,13 @@
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks" / "engines"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks.engines import envs, scoring, vllm_cost, vllm_run
 
-import envs  # noqa: E402
-import scoring  # noqa: E402
-import vllm_cost  # noqa: E402
-import vllm_run  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_serve_command_is_the_model_cards_with_its_dtype():
@@ -43,7 +37,7 @@ def test_the_offline_api_is_the_package_runner_verify_runs(monkeypatch, tmp_path
 
 
 def test_the_readme_recipe_converts_for_vllm_verifies_in_it_and_serves_what_it_wrote():
-    import readme_serve
+    from benchmarks.engines import readme_serve
 
     setup, lines = readme_serve.readme_steps((ROOT / "README.md").read_text())
     assert setup.startswith("python3 -m venv .venv && .venv/bin/pip install")
@@ -55,7 +49,7 @@ def test_the_readme_recipe_converts_for_vllm_verifies_in_it_and_serves_what_it_w
 
 def test_the_readme_recipe_ran_as_printed_from_a_fresh_clone():
     payload = json.loads((ROOT / "benchmarks" / "results" / "readme_serve.json").read_text())
-    import readme_serve
+    from benchmarks.engines import readme_serve
 
     setup, lines = readme_serve.readme_steps((ROOT / "README.md").read_text())
     assert [s["command"] for s in payload["rows"]] == [setup,
@@ -103,7 +97,7 @@ def test_the_vllm_environment_has_its_own_pins(name):
 
 
 def test_the_llamacpp_cost_table_has_both_models_and_their_ratios():
-    import llamacpp_cost
+    from benchmarks.engines import llamacpp_cost
 
     payload = json.loads((ROOT / "benchmarks" / "results" / "llamacpp_cost.json").read_text())
     text = llamacpp_cost.table(payload)

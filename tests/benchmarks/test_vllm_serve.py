@@ -9,7 +9,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "engines" / "vllm_serve.py"
+STUDY = [sys.executable, "-m", "benchmarks.engines.vllm_serve"]  # as its docstring says to run it
 
 
 @pytest.mark.skipif(torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None,
@@ -17,7 +17,7 @@ SCRIPT = ROOT / "benchmarks" / "engines" / "vllm_serve.py"
 def test_without_a_gpu_or_vllm_it_says_which_and_writes_nothing():
     out = ROOT / "benchmarks" / "results" / "vllm_serve.json"
     before = out.read_bytes() if out.exists() else None
-    proc = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True)
+    proc = subprocess.run(STUDY, capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     reason = "no CUDA GPU" if not torch.cuda.is_available() else "vLLM is not installed"
     assert proc.stdout.startswith(f"vllm_serve: {reason}") and "nothing measured, nothing written" in proc.stdout
@@ -27,22 +27,21 @@ def test_without_a_gpu_or_vllm_it_says_which_and_writes_nothing():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: the benchmark would run")
 def test_sglang_and_the_llama_shapes_without_a_gpu_say_so_and_write_nothing():
     before = {p.name: p.read_bytes() for p in (ROOT / "benchmarks" / "results").glob("*_serve.json")}
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--engine", "sglang",
+    proc = subprocess.run([*STUDY, "--engine", "sglang",
                            "--models", "baichuan2-13b-shape,refact-1.6b-shape", "--targets", "llama"],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout.startswith("vllm_serve: no CUDA GPU"), proc.stdout + proc.stderr
     assert {p.name: p.read_bytes() for p in (ROOT / "benchmarks" / "results").glob("*_serve.json")} == before
 
 
 def test_an_unknown_model_is_bad_input():
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--models", "baichuan-7b"],
-                          capture_output=True, text=True)
+    proc = subprocess.run([*STUDY, "--models", "baichuan-7b"],
+                          capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2 and "unknown model 'baichuan-7b'" in proc.stderr
 
 
 def _serve_module():
-    sys.path.insert(0, str(ROOT / "benchmarks" / "engines"))
-    import vllm_serve
+    from benchmarks.engines import vllm_serve
 
     return vllm_serve
 

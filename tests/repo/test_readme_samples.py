@@ -1,15 +1,14 @@
 """Every sample in README.md and docs/ matches what its command prints now (scripts/readme_samples.py
 regenerates them): the demo's from the session's demo run, the samples that use its output in its directory."""
 
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+from scripts import readme_samples as samples
 
-import readme_samples as samples  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+
 
 BLOCKS = [(path, first, end, command) for path in samples.FILES
           for first, end, command in samples.blocks(path.read_text())]

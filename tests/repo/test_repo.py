@@ -27,32 +27,36 @@ def test_generated_tables_match_their_results():
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tables.py"), "--check"], capture_output=True,
-                          text=True)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.tables", "--check"], capture_output=True, text=True,
+                          cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_the_table_check_can_fail(tmp_path):
-    import importlib.util
+    from benchmarks import tables
 
-    spec = importlib.util.spec_from_file_location("tables", ROOT / "benchmarks" / "tables.py")
-    tables = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tables)
     stale = "<!-- table: window-guide -->\n| an old table |\n<!-- /table -->\n"
     assert tables.render(stale) != stale and "| an old table |" not in tables.render(stale)
+
+
+def test_the_one_generator_checks_the_samples_when_asked(monkeypatch):
+    from benchmarks import tables
+    from scripts import readme_samples
+
+    asked = []
+    monkeypatch.setattr(readme_samples, "main", lambda argv: asked.append(argv) or 1)  # a stale sample
+    assert tables.main(["--check"]) == 0 and asked == []  # the tables alone: current
+    assert tables.main(["--check", "--samples"]) == 1 and asked == [["--check"]]
 
 
 def test_the_lists_of_families_and_targets_come_from_their_tables(monkeypatch):
     # the README's default targets and docs/targets.md's table are rendered from FAMILIES and TARGETS: a family
     # added as a row shows up in both
     import dataclasses
-    import importlib.util
 
+    from benchmarks import tables
     from ropebridge.checkpoint import families
 
-    spec = importlib.util.spec_from_file_location("tables", ROOT / "benchmarks" / "tables.py")
-    tables = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tables)
     assert tables.default_targets() == ("Without it: gpt-neox (llama for Baichuan-13B, Refact; stablelm for Jais, "
                                         "BTLM).\n")
     added = dataclasses.replace(families.FAMILIES["baichuan"], name="newfam", label="NewFam")
@@ -90,6 +94,15 @@ def test_the_files_and_modules_the_docs_name_exist():
 
     missing = [(doc, path) for doc, path in missing if not written(path)]
     assert not missing, missing
+    # a study printed as it runs (`python -m benchmarks.engines.vllm_run`) names a module that exists, and no doc
+    # prints a study run by its path (it imports its package, so it runs only as a module)
+    commands = [(doc.name, m) for doc in docs if doc.name != "decisions.md"
+                for m in re.findall(r"python -m ((?:benchmarks|scripts)(?:\.\w+)+)", doc.read_text())]
+    assert commands and not [(d, m) for d, m in commands if not m.endswith(".NAME")  # NAME: any study
+                             and not (ROOT / (m.replace(".", "/") + ".py")).is_file()]
+    study = r"python3? (benchmarks/(?!engines/workers/)[\w/]+\.py|scripts/checkpoint_digests\.py)"
+    by_path = [(doc.name, m) for doc in docs if doc.name != "decisions.md" for m in re.findall(study, doc.read_text())]
+    assert not by_path, by_path
     from test_levels import LEVELS
 
     names = {n for level in LEVELS for n in level}

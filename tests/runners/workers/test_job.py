@@ -8,8 +8,7 @@ import pytest
 
 from ropebridge.runners.jobs import WORKERS
 
-sys.path.insert(0, str(WORKERS))
-import _job  # noqa: E402
+import _job
 
 ENGINES = {"torch", "transformers", "vllm", "sglang", "numpy", "llama_cpp"}  # what the workers may import beside _job
 

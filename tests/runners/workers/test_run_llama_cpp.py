@@ -8,10 +8,8 @@ import pytest
 import torch
 
 from ropebridge.runners import Job, launch
-from ropebridge.runners.jobs import WORKERS
 
-sys.path.insert(0, str(WORKERS))
-import run_llama_cpp  # noqa: E402
+import run_llama_cpp
 
 
 def test_log_p_is_torchs_float64_log_softmax_over_the_vocabulary_scored():

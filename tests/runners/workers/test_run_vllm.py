@@ -1,13 +1,10 @@
 """runners/workers/run_vllm: what can be checked without vLLM (the suite runs without it; the engine benchmarks run
 the worker in vLLM's own environment)."""
 
-import sys
 
-from ropebridge.runners.jobs import WORKERS
 
-sys.path.insert(0, str(WORKERS))
-import _job  # noqa: E402
-import run_vllm  # noqa: E402,F401  (imports with the standard library alone)
+import _job
+import run_vllm  # noqa: F401  (imports with the standard library alone)
 
 
 def test_the_cores_are_split_between_the_ranks_as_vllm_and_sglang_write_it(monkeypatch):

@@ -1,6 +1,6 @@
 """Give a checkpoint GPT-2's tokenizer so that llama.cpp's ``convert_hf_to_gguf.py`` accepts it.
 
-    python benchmarks/engines/gpt2_vocab.py LLAMA_CPP_DIR CHECKPOINT
+    PYTHONPATH=LLAMA_CPP_DIR/gguf-py python benchmarks/engines/workers/gpt2_vocab.py LLAMA_CPP_DIR CHECKPOINT
 
 llama.cpp's converter recognises a BPE tokenizer by the hash of the token ids it gives for a fixed text, and
 refuses one it does not know ("BPE pre-tokenizer was not recognized"). BLOOM's, MPT's and Falcon's are known,
@@ -23,8 +23,7 @@ from pathlib import Path
 
 def gpt2_tokenizer(llama_dir: Path, out: Path) -> int:
     """Write GPT-2's tokenizer (from LLAMA_DIR/models/ggml-vocab-gpt-2.gguf) into OUT; return its size."""
-    sys.path.insert(1, str(llama_dir / "gguf-py"))
-    import gguf
+    import gguf  # llama.cpp's gguf-py, on PYTHONPATH
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 import _server
+from sglang_log import facts
 
 START_TIMEOUT = 600  # seconds for the server to answer /health (it starts in about 30 s on 2 cores)
 
@@ -34,13 +35,6 @@ def _refusal(text: str) -> str:
     """The last line of SGLang's output that names an error (its exception, after the traceback)."""
     lines = [line.strip() for line in text.splitlines() if re.search(r"\w+(Error|Exception): ", line)]
     return lines[-1][:400] if lines else text.strip().splitlines()[-1][:400] if text.strip() else ""
-
-
-def facts(log: str) -> dict:
-    """The class SGLang loaded and its KV cache's dtype, from its info log."""
-    arch = re.search(r"Load weight end\..*?type=(\w+)", log)
-    dtype = re.search(r"KV Cache is allocated\. dtype: torch\.(\w+)", log)
-    return {"architecture": arch.group(1) if arch else None, "dtype": dtype.group(1) if dtype else None}
 
 
 def _request(ids: list[int], *, max_new_tokens: int, logprobs: bool) -> dict:
