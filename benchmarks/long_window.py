@@ -44,7 +44,6 @@ from benchmarks._common import RESULTS, save
 from benchmarks._common import table as text_table
 from benchmarks.fidelity import compare
 
-ROOT = Path(__file__).resolve().parents[1]
 GREEDY_TOKENS = 32
 MODELS = {"demo": "demo (BLOOM)", "demo-mpt": "MPT, real text", "demo-falcon": "Falcon-RW, real text"}
 CHILD = """

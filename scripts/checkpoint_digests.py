@@ -28,7 +28,6 @@ from pathlib import Path
 
 from benchmarks._common import payload  # (the results' one schema)
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 PICO_WINDOW = 512

@@ -11,7 +11,6 @@ from benchmarks.engines import envs
 from benchmarks.engines.settings import HALF_GGUF_TYPES, LADDER_RUNS, QUANTIZED
 from benchmarks.engines.workers import FOLDER as WORKERS
 
-HERE = Path(__file__).resolve().parent
 log = logging.getLogger("engines")
 
 

@@ -14,7 +14,6 @@ from benchmarks.engines import envs
 from benchmarks.engines.settings import CALIBRATED, DEMO_VOCAB, FIXED_BASE, LADDERS, NEMOTRON_LADDER
 from benchmarks.engines.workers import FOLDER as WORKERS
 
-HERE = Path(__file__).resolve().parent
 
 
 def prepare_native(name: str, work: Path, env: envs.Env) -> Path:
