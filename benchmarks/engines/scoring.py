@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -162,14 +163,17 @@ def run_engine(python: Path, worker: str, job, work: Path, label: str) -> dict:
     ``run_worker`` gives it (the sequence's ``logprobs``, ``greedy``, the engine's facts and the seconds), or
     ``refused``: what the engine said, as ``runners.launch`` reads it."""
     from ropebridge.runners import launch
+    from ropebridge.runners.jobs import WorkerDied
 
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
     log_file = logs / f"{Path(job.model).name}-{label}.log"
     try:
         result = launch(python, worker, job, keep_log=log_file)
-    except ValueError as exc:  # the worker died: a crash in the engine is a result
-        return {"refused": str(exc).split(" before answering: ", 1)[-1][:400]}
+    except WorkerDied as exc:  # a crash in the engine is a result: what it said
+        return {"refused": exc.said[:400]}
+    except ValueError as exc:  # the interpreter cannot run or import the engine
+        return {"refused": str(exc)[:400]}
     if result.refused is not None:
         return {"refused": result.refused[:400], "seconds": result.seconds}
     return {**result.facts, "logprobs": list(result.logprobs[0]), "greedy": [list(g) for g in result.greedy],
@@ -221,8 +225,6 @@ def save(out: Path, rows: list[dict], columns: list[str], models: tuple[str, ...
     """ROWS printed as text (COLUMNS), then written to OUT (benchmarks/results/NAME.json) merged with the rows stored
     there (``merge``), in the one schema (``_common.save``: the machine, the command) with the study's FACTS (its
     engine build, its settings) and the load after."""
-    import os
-
     from benchmarks import _common
 
     print(_common.table(rows, columns))

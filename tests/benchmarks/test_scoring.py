@@ -73,6 +73,8 @@ def test_a_run_through_the_package_runner_is_a_row_or_what_the_engine_said(tmp_p
     worker.write_text(f"import sys\nsys.path.insert(0, {str(WORKERS)!r})\nimport _job\n\n"
                       "def run(job):\n    if job['options'].get('refuse'):\n"
                       "        return {'refused': 'ValueError: no'}\n"
+                      "    if job['options'].get('die'):\n"
+                      "        raise RuntimeError('the kernel has no head size 72')\n"
                       "    print('the engine log')\n"
                       "    return {'logprobs': [[-0.5]], 'greedy': [[7]], 'greedy_logprobs': [[-0.1]], "
                       "'facts': {'architecture': 'X'}}\n\n_job.main(run)\n")
@@ -83,6 +85,10 @@ def test_a_run_through_the_package_runner_is_a_row_or_what_the_engine_said(tmp_p
     refused = Job(model=str(tmp_path / "demo-x"), dtype="bfloat16", max_model_len=4, sequences=[[1, 2]],
                   options={"refuse": True})
     assert scoring.run_engine(Path(sys.executable), str(worker), refused, tmp_path, "b")["refused"] == "ValueError: no"
+    dies = Job(model=str(tmp_path / "demo-x"), dtype="bfloat16", max_model_len=4, sequences=[[1, 2]],
+               options={"die": True})  # a crash in the engine: what it said, without the launcher's words
+    said = scoring.run_engine(Path(sys.executable), str(worker), dies, tmp_path, "c")["refused"]
+    assert said == "RuntimeError: the kernel has no head size 72"
 
 
 def test_a_study_saves_its_rows_merged_with_those_stored_in_the_one_schema(tmp_path, monkeypatch, capsys):

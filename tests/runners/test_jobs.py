@@ -73,8 +73,9 @@ def test_a_worker_that_dies_is_named_with_its_last_error(tmp_path):
         print("loading weights")
         raise RuntimeError("the kernel has no head size 72")
     """)
-    with pytest.raises(ValueError, match="exited with status 1 before answering: RuntimeError: the kernel has no"):
+    with pytest.raises(ValueError, match="exited with status 1 before answering: RuntimeError: the kernel has no") as e:
         launch(sys.executable, path, JOB)
+    assert e.value.said == "RuntimeError: the kernel has no head size 72"  # what it said, for a caller to keep
     assert last_error("a\nValueError: x\nb\n") == "ValueError: x" and last_error("") == "(no output)"
 
 

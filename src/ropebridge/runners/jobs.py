@@ -89,6 +89,15 @@ class Result:
         return dataclasses.asdict(self)
 
 
+class WorkerDied(ValueError):
+    """A worker that ended before answering; ``said``: why, from its output (``reason``), without the line's
+    naming of the worker and the interpreter."""
+
+    def __init__(self, message: str, said: str) -> None:
+        super().__init__(message)
+        self.said = said
+
+
 def launch(python: str | Path, worker: str, job: Job, *, env: dict[str, str] | None = None,
            timeout: float | None = None, keep_log: Path | None = None) -> Result:
     """Run ``WORKERS/worker`` on ``job`` in the interpreter ``python`` (a session of its own, so that every process
@@ -108,8 +117,8 @@ def launch(python: str | Path, worker: str, job: Job, *, env: dict[str, str] | N
         seconds = time.perf_counter() - started
         if not out.is_file():
             how = f"died by signal {-code}" if code < 0 else f"exited with status {code}"
-            raise ValueError(f"the {worker} worker in {python} {how} before answering: "
-                             f"{reason(output.read_text(errors='replace'))}")
+            said = reason(output.read_text(errors="replace"))
+            raise WorkerDied(f"the {worker} worker in {python} {how} before answering: {said}", said)
         answer, log_text = json.loads(out.read_text()), output.read_text(errors="replace")
     if answer.get("missing") is not None:
         raise ValueError(f"{python} cannot import what the {worker} worker needs ({answer['missing']}); give "

@@ -46,7 +46,6 @@ MEASURED = (
 )
 
 
-
 def measured(engine: str) -> tuple[Measured, ...]:
     """The settings of ``engine`` measured to hold."""
     return tuple(m for m in MEASURED if m.engine == engine)
